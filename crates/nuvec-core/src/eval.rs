@@ -1,0 +1,181 @@
+//! Evaluation: order the pending part of a graph, run each primitive once, detach.
+//!
+//! The order is a depth-first post-order from the outputs, so each branch is finished (and
+//! its intermediates freed) before the next starts. An op's inputs are taken out of the op
+//! when it runs, so a buffer that nothing else holds can be reused for the result (donation),
+//! and evaluated nodes no longer keep their inputs alive.
+
+use crate::array::{lock, Array, Node, Op, State};
+use crate::primitive::{Input, OutputSpec};
+use crate::{Error, Result};
+use std::collections::HashSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Computes every array in `outputs` and what they depend on; returns the first error.
+///
+/// ```
+/// use nuvec_core::{array, eval};
+/// let a = array![1.0, 2.0];
+/// let (b, c) = (&a + 1.0, &a * 3.0);
+/// eval(&[b.clone(), c.clone()])?;
+/// assert!(b.is_evaluated() && c.is_evaluated());
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+pub fn eval(outputs: &[Array]) -> Result<()> {
+    for array in order(outputs) {
+        run(&array);
+    }
+    for array in outputs {
+        if let State::Failed(error) = &*lock(&array.node.state) {
+            return Err(error.clone());
+        }
+    }
+    Ok(())
+}
+
+/// Starts computing `outputs` on the CPU stream's worker and returns at once; a later
+/// [`eval`] or read waits for it (or computes what the worker has not reached yet).
+pub fn async_eval(outputs: &[Array]) {
+    let work = outputs.to_vec();
+    let sent = worker().lock().map(|sender| sender.send(work.clone()).is_ok()).unwrap_or(false);
+    if !sent {
+        // The worker is gone (it only stops when the process exits): evaluate here instead.
+        let _ = eval(&work);
+    }
+}
+
+fn worker() -> &'static Mutex<Sender<Vec<Array>>> {
+    static WORKER: OnceLock<Mutex<Sender<Vec<Array>>>> = OnceLock::new();
+    WORKER.get_or_init(|| {
+        let (sender, receiver) = channel::<Vec<Array>>();
+        std::thread::Builder::new()
+            .name("nuvec-cpu-stream".into())
+            .spawn(move || {
+                for work in receiver {
+                    // Errors stay in the failed nodes, where the reader finds them.
+                    let _ = eval(&work);
+                }
+            })
+            .map(|_| ())
+            .unwrap_or(());
+        Mutex::new(sender)
+    })
+}
+
+/// The pending nodes reachable from `outputs`, each after its inputs.
+fn order(outputs: &[Array]) -> Vec<Array> {
+    let mut seen: HashSet<*const Node> = HashSet::new();
+    let mut tape = Vec::new();
+    // (array, inputs pushed?) pairs: an explicit stack, so deep graphs cannot overflow.
+    let mut stack: Vec<(Array, bool)> = outputs.iter().rev().map(|a| (a.clone(), false)).collect();
+    while let Some((array, expanded)) = stack.pop() {
+        if expanded {
+            tape.push(array);
+            continue;
+        }
+        if !seen.insert(Arc::as_ptr(&array.node)) {
+            continue;
+        }
+        let inputs = match &*lock(&array.node.state) {
+            State::Pending { op, .. } => lock(&op.inputs).clone(),
+            _ => continue,
+        };
+        stack.push((array, true));
+        for input in inputs.into_iter().rev() {
+            if !seen.contains(&Arc::as_ptr(&input.node)) {
+                stack.push((input, false));
+            }
+        }
+    }
+    tape
+}
+
+/// Runs the op behind `array` unless it already ran.
+fn run(array: &Array) {
+    let op = match &*lock(&array.node.state) {
+        State::Pending { op, .. } => op.clone(),
+        _ => return,
+    };
+    let _running = lock(&op.running);
+    if !matches!(&*lock(&array.node.state), State::Pending { .. }) {
+        return; // Another thread ran it while we waited.
+    }
+    let inputs = std::mem::take(&mut *lock(&op.inputs));
+    let result = collect_inputs(inputs).and_then(|mut inputs| compute(&op, &mut inputs));
+    let outputs = op.outputs.get().cloned().unwrap_or_default();
+    match result {
+        Ok(buffers) => {
+            for (weak, buffer) in outputs.iter().zip(buffers) {
+                if let Some(node) = weak.upgrade() {
+                    *lock(&node.state) = State::Ready(buffer);
+                }
+            }
+        }
+        Err(error) => {
+            for weak in &outputs {
+                if let Some(node) = weak.upgrade() {
+                    *lock(&node.state) = State::Failed(error.clone());
+                }
+            }
+        }
+    }
+}
+
+/// Turns evaluated input arrays into buffers, moving a buffer out of an input node that
+/// nothing else refers to so that it can be donated.
+fn collect_inputs(inputs: Vec<Array>) -> Result<Vec<Input>> {
+    let mut collected = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let shape = input.dims();
+        let dtype = input.dtype();
+        let sole_owner = Arc::strong_count(&input.node) == 1;
+        let mut state = lock(&input.node.state);
+        let buffer = match &mut *state {
+            State::Ready(buffer) if sole_owner => {
+                let buffer = buffer.clone();
+                *state = State::Failed(Error::eval("eval", "buffer donated to a consumer"));
+                buffer
+            }
+            State::Ready(buffer) => buffer.clone(),
+            State::Failed(error) => return Err(error.clone()),
+            State::Pending { op, .. } => {
+                return Err(Error::eval(op.primitive.name(), "input not evaluated before its consumer"))
+            }
+        };
+        drop(state);
+        collected.push(Input::new(shape, dtype, buffer));
+    }
+    Ok(collected)
+}
+
+fn compute(op: &Op, inputs: &mut [Input]) -> Result<Vec<Arc<nuvec_cpu::Buffer>>> {
+    let specs: Vec<OutputSpec> = op
+        .outputs
+        .get()
+        .map(|outputs| {
+            outputs
+                .iter()
+                .map(|weak| match weak.upgrade() {
+                    Some(node) => OutputSpec { shape: node.shape.iter().map(|&d| d as usize).collect(), dtype: node.dtype },
+                    None => OutputSpec { shape: vec![0], dtype: crate::DType::U8 },
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let name = op.primitive.name().to_string();
+    match catch_unwind(AssertUnwindSafe(|| op.primitive.eval_cpu(inputs, &specs))) {
+        Ok(Ok(buffers)) if buffers.len() == specs.len() => Ok(buffers),
+        Ok(Ok(buffers)) => Err(Error::eval(name, format!("produced {} outputs, expected {}", buffers.len(), specs.len()))),
+        Ok(Err(error)) => Err(error),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(Error::eval(name, format!("kernel panicked: {message}")))
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! nuvec's core: lazy arrays over CPU kernels, MLX's model in Rust.
+//!
+//! An [`Array`] is a node of a lazy graph; ops build nodes and nothing computes until a
+//! value is read ([`Array::item`], [`Array::to_vec`]) or [`eval`]/[`async_eval`] runs.
+//! Invalid ops never panic: they return a failed array whose error comes out of the first
+//! read or evaluation.
+#![warn(missing_docs)]
+#![doc(test(attr(deny(warnings))))]
+#![deny(unsafe_code)]
+
+mod array;
+mod display;
+mod error;
+mod eval;
+#[doc(hidden)]
+pub mod literal;
+pub mod ops;
+pub mod primitive;
+mod primitives;
+pub mod random;
+mod stream;
+
+pub use array::Array;
+pub use error::{Error, Result, SourceLocation};
+pub use eval::{async_eval, eval};
+pub use nuvec_cpu::{bf16, f16, DType, Element};
+pub use stream::{default_device, default_stream, Device, Stream};

@@ -1,0 +1,335 @@
+//! Reductions (`sum`, `mean`, `max`, `argmax`, `var`, `logsumexp`, `all`, …), scans
+//! (`cumsum`, …) and `softmax`.
+
+use super::{normalize_axes, normalize_axis};
+use crate::primitives::reduce::{ArgReduce, Reduce};
+use crate::primitives::scan::Scan;
+use crate::{Array, DType};
+use nuvec_cpu::reduce::ReduceOp;
+use std::sync::Arc;
+
+/// Which axes a reduction covers: `None` (all), one axis, or a list.
+pub trait IntoAxes {
+    /// The axes, or `None` for all of them.
+    fn into_axes(self) -> Option<Vec<i32>>;
+}
+
+impl IntoAxes for Option<i32> {
+    fn into_axes(self) -> Option<Vec<i32>> {
+        self.map(|a| vec![a])
+    }
+}
+/// Axes already resolved to a list (or all of them): what composite reductions pass on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Axes(pub Option<Vec<i32>>);
+
+impl IntoAxes for Axes {
+    fn into_axes(self) -> Option<Vec<i32>> {
+        self.0
+    }
+}
+impl IntoAxes for i32 {
+    fn into_axes(self) -> Option<Vec<i32>> {
+        Some(vec![self])
+    }
+}
+impl IntoAxes for &[i32] {
+    fn into_axes(self) -> Option<Vec<i32>> {
+        Some(self.to_vec())
+    }
+}
+impl IntoAxes for Vec<i32> {
+    fn into_axes(self) -> Option<Vec<i32>> {
+        Some(self)
+    }
+}
+impl<const N: usize> IntoAxes for [i32; N] {
+    fn into_axes(self) -> Option<Vec<i32>> {
+        Some(self.to_vec())
+    }
+}
+impl<const N: usize> IntoAxes for &[i32; N] {
+    fn into_axes(self) -> Option<Vec<i32>> {
+        Some(self.to_vec())
+    }
+}
+
+/// Resolved axes and the output shape (with or without kept dims).
+fn plan(op: &str, a: &Array, axes: Option<Vec<i32>>, keepdims: bool) -> Result<(Vec<usize>, Vec<i32>), String> {
+    let mut resolved = match axes {
+        None => (0..a.ndim()).collect(),
+        Some(axes) => normalize_axes(&axes, a.ndim())?,
+    };
+    resolved.sort_unstable();
+    let _ = op;
+    let shape = (0..a.ndim())
+        .filter_map(|i| match (resolved.contains(&i), keepdims) {
+            (true, true) => Some(1),
+            (true, false) => None,
+            (false, _) => Some(a.shape()[i]),
+        })
+        .collect();
+    Ok((resolved, shape))
+}
+
+#[track_caller]
+fn reduce(op: ReduceOp, a: &Array, axes: Option<Vec<i32>>, keepdims: bool) -> Array {
+    if let Some(error) = a.known_error() {
+        return Array::failed(error);
+    }
+    let (axes, shape) = match plan(op.name(), a, axes, keepdims) {
+        Ok(p) => p,
+        Err(reason) => return Array::invalid(op.name(), reason),
+    };
+    let dtype = match op {
+        ReduceOp::All | ReduceOp::Any => DType::Bool,
+        ReduceOp::Sum | ReduceOp::Prod if a.dtype() == DType::Bool => DType::I32,
+        _ => a.dtype(),
+    };
+    let input = a.astype(dtype);
+    Array::build1(Arc::new(Reduce { op, axes }), vec![input], shape, dtype)
+}
+
+/// Sum over `axes` (bool sums to int32; integers sum exactly in their type, wrapping).
+///
+/// ```
+/// use nuvec_core::array;
+/// let a = array![[1, 2], [3, 4]];
+/// assert_eq!(a.sum(0, false).to_vec::<i32>()?, [4, 6]);
+/// assert_eq!(a.sum(None, false).item::<i32>()?, 10);
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+#[track_caller]
+pub fn sum(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
+    reduce(ReduceOp::Sum, a, axes.into_axes(), keepdims)
+}
+
+/// Product over `axes`.
+#[track_caller]
+pub fn prod(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
+    reduce(ReduceOp::Prod, a, axes.into_axes(), keepdims)
+}
+
+/// Largest value over `axes` (NaN propagates).
+#[track_caller]
+pub fn max(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
+    if a.size() == 0 {
+        return Array::invalid("max", format!("cannot take the max of an empty array of shape {:?}", a.shape()));
+    }
+    reduce(ReduceOp::Max, a, axes.into_axes(), keepdims)
+}
+
+/// Smallest value over `axes` (NaN propagates).
+#[track_caller]
+pub fn min(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
+    if a.size() == 0 {
+        return Array::invalid("min", format!("cannot take the min of an empty array of shape {:?}", a.shape()));
+    }
+    reduce(ReduceOp::Min, a, axes.into_axes(), keepdims)
+}
+
+/// Whether every element over `axes` is nonzero.
+#[track_caller]
+pub fn all(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
+    reduce(ReduceOp::All, a, axes.into_axes(), keepdims)
+}
+
+/// Whether any element over `axes` is nonzero.
+#[track_caller]
+pub fn any(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
+    reduce(ReduceOp::Any, a, axes.into_axes(), keepdims)
+}
+
+/// Number of elements a reduction over `axes` combines.
+fn count(a: &Array, axes: &Option<Vec<i32>>) -> f64 {
+    match axes {
+        None => a.size() as f64,
+        Some(axes) => normalize_axes(axes, a.ndim())
+            .map(|r| r.iter().map(|&i| f64::from(a.shape()[i])).product())
+            .unwrap_or(1.0),
+    }
+}
+
+/// Mean over `axes` (integers give float32).
+#[track_caller]
+pub fn mean(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
+    let axes = axes.into_axes();
+    let dtype = if a.dtype().is_float() { a.dtype() } else { DType::F32 };
+    let n = count(a, &axes);
+    crate::ops::divide(&reduce(ReduceOp::Sum, &a.astype(dtype), axes, keepdims), n)
+}
+
+/// Variance over `axes`, dividing by `n - ddof`.
+#[track_caller]
+pub fn var(a: &Array, axes: impl IntoAxes, keepdims: bool, ddof: i32) -> Array {
+    let axes = axes.into_axes();
+    let dtype = if a.dtype().is_float() { a.dtype() } else { DType::F32 };
+    let x = a.astype(dtype);
+    let n = count(a, &axes);
+    let centered = crate::ops::subtract(&x, &mean(&x, Axes(axes.clone()), true));
+    let squares = reduce(ReduceOp::Sum, &crate::ops::square(&centered), axes, keepdims);
+    crate::ops::divide(&squares, (n - f64::from(ddof)).max(0.0))
+}
+
+/// Standard deviation over `axes`.
+#[track_caller]
+pub fn std(a: &Array, axes: impl IntoAxes, keepdims: bool, ddof: i32) -> Array {
+    crate::ops::sqrt(&var(a, axes, keepdims, ddof))
+}
+
+/// `log(sum(exp(a)))` over `axes`, computed without overflow.
+#[track_caller]
+pub fn logsumexp(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
+    let axes = axes.into_axes();
+    let dtype = if a.dtype().is_float() { a.dtype() } else { DType::F32 };
+    let x = a.astype(dtype);
+    if x.size() == 0 {
+        return crate::ops::log(&reduce(ReduceOp::Sum, &x, axes, keepdims));
+    }
+    let peak = crate::ops::stop_gradient(&max(&x, Axes(axes.clone()), true));
+    // An infinite peak would make x - peak NaN; shifting by 0 there gives the right inf.
+    let finite_peak = crate::ops::where_(&crate::ops::isinf(&peak), 0.0, &peak);
+    let shifted = crate::ops::exp(&crate::ops::subtract(&x, &finite_peak));
+    let total = crate::ops::log(&reduce(ReduceOp::Sum, &shifted, axes.clone(), true));
+    let out = crate::ops::add(&total, &finite_peak);
+    if keepdims {
+        out
+    } else {
+        match axes {
+            None => crate::ops::reshape(&out, &[]),
+            Some(axes) => crate::ops::squeeze(&out, Some(&axes)),
+        }
+    }
+}
+
+/// `exp(a) / sum(exp(a))` over `axes`, computed stably.
+#[track_caller]
+pub fn softmax(a: &Array, axes: impl IntoAxes) -> Array {
+    let axes = axes.into_axes();
+    let dtype = if a.dtype().is_float() { a.dtype() } else { DType::F32 };
+    let x = a.astype(dtype);
+    if x.size() == 0 {
+        return x;
+    }
+    let peak = crate::ops::stop_gradient(&max(&x, Axes(axes.clone()), true));
+    let e = crate::ops::exp(&crate::ops::subtract(&x, &peak));
+    crate::ops::divide(&e, &reduce(ReduceOp::Sum, &e, axes, true))
+}
+
+#[track_caller]
+fn arg_reduce(largest: bool, a: &Array, axis: Option<i32>, keepdims: bool) -> Array {
+    let name = if largest { "argmax" } else { "argmin" };
+    if let Some(error) = a.known_error() {
+        return Array::failed(error);
+    }
+    if a.size() == 0 {
+        return Array::invalid(name, format!("cannot take the {name} of an empty array of shape {:?}", a.shape()));
+    }
+    let (source, axis) = match axis {
+        None => (crate::ops::reshape(a, &[-1]), 0),
+        Some(axis) => match normalize_axis(axis, a.ndim()) {
+            Ok(ax) => (a.clone(), ax),
+            Err(reason) => return Array::invalid(name, reason),
+        },
+    };
+    let mut shape = source.shape().to_vec();
+    shape[axis] = 1;
+    let out = Array::build1(Arc::new(ArgReduce { largest, axis }), vec![source], shape, DType::U32);
+    match (keepdims, a.ndim()) {
+        (true, n) if n > 0 => {
+            let kept = vec![1; n];
+            if out.ndim() == n {
+                out
+            } else {
+                crate::ops::reshape(&out, &kept)
+            }
+        }
+        _ => crate::ops::squeeze(&out, Some(&[axis as i32])),
+    }
+}
+
+/// Index (uint32) of the largest element along `axis` (`None`: of the flattened array).
+#[track_caller]
+pub fn argmax(a: &Array, axis: Option<i32>, keepdims: bool) -> Array {
+    arg_reduce(true, a, axis, keepdims)
+}
+
+/// Index (uint32) of the smallest element along `axis` (`None`: of the flattened array).
+#[track_caller]
+pub fn argmin(a: &Array, axis: Option<i32>, keepdims: bool) -> Array {
+    arg_reduce(false, a, axis, keepdims)
+}
+
+#[track_caller]
+fn scan(op: ReduceOp, a: &Array, axis: Option<i32>, reverse: bool, inclusive: bool) -> Array {
+    let name = match op {
+        ReduceOp::Sum => "cumsum",
+        ReduceOp::Prod => "cumprod",
+        ReduceOp::Max => "cummax",
+        _ => "cummin",
+    };
+    if let Some(error) = a.known_error() {
+        return Array::failed(error);
+    }
+    let (source, axis) = match axis {
+        None => (crate::ops::reshape(a, &[-1]), 0),
+        Some(axis) => match normalize_axis(axis, a.ndim()) {
+            Ok(ax) => (a.clone(), ax),
+            Err(reason) => return Array::invalid(name, reason),
+        },
+    };
+    let dtype = if a.dtype() == DType::Bool && matches!(op, ReduceOp::Sum | ReduceOp::Prod) { DType::I32 } else { a.dtype() };
+    let input = source.astype(dtype);
+    let shape = input.shape().to_vec();
+    Array::build1(Arc::new(Scan { op, axis, reverse, inclusive }), vec![input], shape, dtype)
+}
+
+/// Running sum along `axis`; `reverse` runs from the end, `inclusive = false` shifts by one.
+#[track_caller]
+pub fn cumsum(a: &Array, axis: Option<i32>, reverse: bool, inclusive: bool) -> Array {
+    scan(ReduceOp::Sum, a, axis, reverse, inclusive)
+}
+
+/// Running product along `axis`.
+#[track_caller]
+pub fn cumprod(a: &Array, axis: Option<i32>, reverse: bool, inclusive: bool) -> Array {
+    scan(ReduceOp::Prod, a, axis, reverse, inclusive)
+}
+
+/// Running maximum along `axis`.
+#[track_caller]
+pub fn cummax(a: &Array, axis: Option<i32>, reverse: bool, inclusive: bool) -> Array {
+    scan(ReduceOp::Max, a, axis, reverse, inclusive)
+}
+
+/// Running minimum along `axis`.
+#[track_caller]
+pub fn cummin(a: &Array, axis: Option<i32>, reverse: bool, inclusive: bool) -> Array {
+    scan(ReduceOp::Min, a, axis, reverse, inclusive)
+}
+
+impl Array {
+    /// See [`sum`].
+    #[track_caller]
+    pub fn sum(&self, axes: impl IntoAxes, keepdims: bool) -> Array {
+        sum(self, axes, keepdims)
+    }
+
+    /// See [`mean`].
+    #[track_caller]
+    pub fn mean(&self, axes: impl IntoAxes, keepdims: bool) -> Array {
+        mean(self, axes, keepdims)
+    }
+
+    /// See [`max`].
+    #[track_caller]
+    pub fn max(&self, axes: impl IntoAxes, keepdims: bool) -> Array {
+        max(self, axes, keepdims)
+    }
+
+    /// See [`min`].
+    #[track_caller]
+    pub fn min(&self, axes: impl IntoAxes, keepdims: bool) -> Array {
+        min(self, axes, keepdims)
+    }
+}

@@ -1,0 +1,128 @@
+//! The contract every graph node's operation fulfils.
+//!
+//! # Design
+//! The trait is open: `nuvec-core` implements it for every op, and later crates (collectives,
+//! quantized layers) add their own primitives that evaluation and transforms treat alike.
+//! A primitive receives its inputs already evaluated, as contiguous row-major buffers, and
+//! returns one buffer per output. Shapes and dtypes were fixed when the node was built.
+//!
+//! # Threading
+//! `eval_cpu` may run on any thread (the caller's, the `async_eval` worker, a group's
+//! communication worker); a primitive holds no thread-affine state.
+
+use crate::{Array, DType, Error, Result};
+use nuvec_cpu::{Buffer, Element};
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// An evaluated input handed to [`Primitive::eval_cpu`].
+#[derive(Debug)]
+pub struct Input {
+    /// The input's shape (MLX's dims as `usize`).
+    pub shape: Vec<usize>,
+    /// The input's dtype.
+    pub dtype: DType,
+    buffer: Arc<Buffer>,
+}
+
+impl Input {
+    pub(crate) fn new(shape: Vec<usize>, dtype: DType, buffer: Arc<Buffer>) -> Input {
+        Input { shape, dtype, buffer }
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The elements as `T` (the caller dispatched on [`Input::dtype`]).
+    pub fn slice<T: Element>(&self) -> &[T] {
+        &self.buffer.as_slice::<T>()[..self.size()]
+    }
+
+    /// The shared buffer, for outputs that are views of this input (reshape).
+    pub fn buffer(&self) -> &Arc<Buffer> {
+        &self.buffer
+    }
+
+    /// This input's buffer, owned, when nothing else holds it and it has `bytes` bytes: the
+    /// result can then be computed in place (donation).
+    pub fn take_owned(&mut self, bytes: usize) -> Option<Buffer> {
+        if self.buffer.len_bytes() != bytes || Arc::strong_count(&self.buffer) != 1 || !self.buffer.is_writable() {
+            return None;
+        }
+        let shared = std::mem::replace(&mut self.buffer, Arc::new(Buffer::zeroed(0)));
+        match Arc::try_unwrap(shared) {
+            Ok(owned) => Some(owned),
+            Err(shared) => {
+                self.buffer = shared;
+                None
+            }
+        }
+    }
+}
+
+/// The shape and dtype of one output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputSpec {
+    /// Shape as `usize` dims.
+    pub shape: Vec<usize>,
+    /// Element type.
+    pub dtype: DType,
+}
+
+impl OutputSpec {
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Bytes the output needs.
+    pub fn bytes(&self) -> usize {
+        self.size() * self.dtype.size()
+    }
+    /// A zeroed buffer for this output.
+    pub fn alloc(&self) -> Buffer {
+        Buffer::zeroed(self.bytes())
+    }
+}
+
+/// An operation of the lazy graph.
+pub trait Primitive: Send + Sync + Debug + Any {
+    /// MLX's name of the primitive (used in errors and graph dumps).
+    fn name(&self) -> &str;
+
+    /// Computes the outputs from evaluated inputs on the CPU.
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>>;
+
+    /// Vector-Jacobian product: the cotangents of the inputs in `argnums`, given the primal
+    /// `inputs`, the `outputs` and their `cotangents`.
+    fn vjp(&self, inputs: &[Array], outputs: &[Array], cotangents: &[Array], argnums: &[usize]) -> Result<Vec<Array>> {
+        let _ = (inputs, outputs, cotangents, argnums);
+        Err(Error::Transform { transform: "vjp", reason: format!("primitive {} has no vjp rule", self.name()) })
+    }
+
+    /// Jacobian-vector product: the output tangents given tangents of the inputs in `argnums`.
+    fn jvp(&self, inputs: &[Array], tangents: &[Array], argnums: &[usize]) -> Result<Vec<Array>> {
+        let _ = (inputs, tangents, argnums);
+        Err(Error::Transform { transform: "jvp", reason: format!("primitive {} has no jvp rule", self.name()) })
+    }
+
+    /// Batching rule: the outputs and their batch axes for inputs batched along `axes`.
+    fn vmap(&self, inputs: &[Array], axes: &[Option<usize>]) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        let _ = (inputs, axes);
+        Err(Error::Transform { transform: "vmap", reason: format!("primitive {} has no vmap rule", self.name()) })
+    }
+
+    /// Whether `other` computes the same function (compile's common-subexpression elimination).
+    fn is_equivalent(&self, other: &dyn Primitive) -> bool {
+        let _ = other;
+        false
+    }
+
+    /// Whether the primitive has an effect (random draws, communication): never merged or
+    /// constant-folded by compile.
+    fn is_effect(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,38 @@
+//! Conversion between dtypes, as a C++ cast (MLX's `astype`).
+
+use super::{output, same_as};
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::{DType, Result};
+use nuvec_cpu::{parallel, with_dtype, Buffer, Element};
+use std::sync::Arc;
+
+/// `out = x as dtype`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AsType(pub(crate) DType);
+
+fn convert<S: Element, D: Element>(input: &[S], out: &mut [D]) {
+    let exact_ints = !S::DTYPE.is_float() && !D::DTYPE.is_float();
+    if exact_ints {
+        parallel::map(input, out, |v| D::from_i128(v.to_i128()));
+    } else if D::DTYPE == DType::Bool {
+        parallel::map(input, out, |v| D::from_f64(f64::from(u8::from(v.truthy()))));
+    } else {
+        parallel::map(input, out, |v| D::from_f64(v.to_f64()));
+    }
+}
+
+impl Primitive for AsType {
+    fn name(&self) -> &str {
+        "astype"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let input = &inputs[0];
+        if input.dtype == self.0 {
+            return Ok(vec![input.buffer().clone()]);
+        }
+        with_dtype!(input.dtype, S, with_dtype!(self.0, D, output::<D>(&outputs[0], |out| convert(input.slice::<S>(), out))))
+    }
+
+    same_as!();
+}

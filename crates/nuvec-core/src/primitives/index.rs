@@ -1,0 +1,94 @@
+//! Gathering by index: `take` along an axis and `take_along_axis`.
+
+use super::{output, same_as};
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::{Error, Result};
+use nuvec_cpu::{with_dtype, Buffer, Element};
+use std::sync::Arc;
+
+/// Reads the integer indices of `input` as `i64`.
+fn indices_of(input: &Input) -> Vec<i64> {
+    with_dtype!(input.dtype, T, input.slice::<T>().iter().map(|v| v.to_i128() as i64).collect())
+}
+
+/// Wraps a negative index and checks the range.
+fn resolve(op: &str, index: i64, len: usize) -> Result<usize> {
+    let resolved = if index < 0 { index + len as i64 } else { index };
+    if resolved < 0 || resolved >= len as i64 {
+        return Err(Error::eval(op, format!("index {index} is out of range for an axis of length {len}")));
+    }
+    Ok(resolved as usize)
+}
+
+/// `out[..., i..., ...] = a[..., indices[i...], ...]` along `axis`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Take {
+    pub(crate) axis: usize,
+}
+
+fn take_into<T: Element>(a: &Input, axis: usize, indices: &[usize], out: &mut [T]) {
+    let outer: usize = a.shape[..axis].iter().product();
+    let len = a.shape[axis];
+    let inner: usize = a.shape[axis + 1..].iter().product();
+    let data = a.slice::<T>();
+    let mut cursor = 0;
+    for o in 0..outer {
+        for &i in indices {
+            let start = (o * len + i) * inner;
+            out[cursor..cursor + inner].copy_from_slice(&data[start..start + inner]);
+            cursor += inner;
+        }
+    }
+}
+
+impl Primitive for Take {
+    fn name(&self) -> &str {
+        "take"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let (a, idx) = (&inputs[0], &inputs[1]);
+        let len = a.shape[self.axis];
+        let resolved = indices_of(idx).into_iter().map(|i| resolve("take", i, len)).collect::<Result<Vec<_>>>()?;
+        with_dtype!(a.dtype, T, output::<T>(&outputs[0], |out| take_into(a, self.axis, &resolved, out)))
+    }
+
+    same_as!();
+}
+
+/// `out[p, j, q] = a[p, indices[p, j, q], q]` where `indices` has `a`'s shape but along `axis`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TakeAlongAxis {
+    pub(crate) axis: usize,
+}
+
+impl Primitive for TakeAlongAxis {
+    fn name(&self) -> &str {
+        "take_along_axis"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let (a, idx) = (&inputs[0], &inputs[1]);
+        let axis = self.axis;
+        let len = a.shape[axis];
+        let inner: usize = a.shape[axis + 1..].iter().product();
+        let out_len = idx.shape[axis];
+        let indices = indices_of(idx);
+        let mut sources = Vec::with_capacity(indices.len());
+        for (flat, &index) in indices.iter().enumerate() {
+            let q = flat % inner;
+            let p = flat / (inner * out_len);
+            sources.push((p * len + resolve("take_along_axis", index, len)?) * inner + q);
+        }
+        with_dtype!(a.dtype, T, {
+            let data = a.slice::<T>();
+            output::<T>(&outputs[0], |out| {
+                for (o, &s) in out.iter_mut().zip(&sources) {
+                    *o = data[s];
+                }
+            })
+        })
+    }
+
+    same_as!();
+}

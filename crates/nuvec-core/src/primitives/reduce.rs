@@ -1,0 +1,95 @@
+//! Reductions over a set of axes, and arg-reductions over one axis.
+
+use super::{output, same_as};
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::Result;
+use nuvec_cpu::reduce::{arg_reduce, reduce, Layout3, ReduceOp};
+use nuvec_cpu::strided::{contiguous_strides, gather};
+use nuvec_cpu::{with_dtype, Buffer, Element};
+use std::sync::Arc;
+
+/// Reduces the (sorted, distinct) `axes`; output dtype = input dtype.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Reduce {
+    pub(crate) op: ReduceOp,
+    pub(crate) axes: Vec<usize>,
+}
+
+/// The `[outer, len, inner]` view of `shape` when `axes` are adjacent.
+fn layout_of(shape: &[usize], axes: &[usize]) -> Option<Layout3> {
+    let (first, last) = (*axes.first()?, *axes.last()?);
+    if last - first + 1 != axes.len() {
+        return None;
+    }
+    Some(Layout3 {
+        outer: shape[..first].iter().product(),
+        len: shape[first..=last].iter().product(),
+        inner: shape[last + 1..].iter().product(),
+    })
+}
+
+fn reduce_any_axes<T: Element>(op: ReduceOp, input: &Input, axes: &[usize], out: &mut [T]) {
+    let data = input.slice::<T>();
+    if axes.is_empty() {
+        out.copy_from_slice(data);
+        return;
+    }
+    if let Some(layout) = layout_of(&input.shape, axes) {
+        reduce(op, data, layout, out);
+        return;
+    }
+    // Scattered axes: move the kept axes first and the reduced ones last, then reduce rows.
+    let kept: Vec<usize> = (0..input.shape.len()).filter(|a| !axes.contains(a)).collect();
+    let permutation: Vec<usize> = kept.iter().chain(axes).copied().collect();
+    let strides = contiguous_strides(&input.shape);
+    let shape: Vec<usize> = permutation.iter().map(|&a| input.shape[a]).collect();
+    let permuted_strides: Vec<isize> = permutation.iter().map(|&a| strides[a]).collect();
+    let mut moved = vec![T::zero(); data.len()];
+    gather(data, 0, &shape, &permuted_strides, &mut moved);
+    let outer: usize = kept.iter().map(|&a| input.shape[a]).product();
+    let len: usize = axes.iter().map(|&a| input.shape[a]).product();
+    reduce(op, &moved, Layout3 { outer, len, inner: 1 }, out);
+}
+
+impl Primitive for Reduce {
+    fn name(&self) -> &str {
+        self.op.name()
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let spec = &outputs[0];
+        let input = &inputs[0];
+        with_dtype!(spec.dtype, T, output::<T>(spec, |out| reduce_any_axes(self.op, input, &self.axes, out)))
+    }
+
+    same_as!();
+}
+
+/// Index (uint32) of the largest or smallest element along `axis`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ArgReduce {
+    pub(crate) largest: bool,
+    pub(crate) axis: usize,
+}
+
+impl Primitive for ArgReduce {
+    fn name(&self) -> &str {
+        if self.largest {
+            "argmax"
+        } else {
+            "argmin"
+        }
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let input = &inputs[0];
+        let layout = layout_of(&input.shape, &[self.axis]).unwrap_or(Layout3 { outer: 1, len: 1, inner: 1 });
+        with_dtype!(input.dtype, T, output::<u32>(&outputs[0], |out| arg_reduce(self.largest, input.slice::<T>(), layout, out)))
+    }
+
+    same_as!();
+}
+
+pub(crate) fn axis_layout(shape: &[usize], axis: usize) -> Layout3 {
+    layout_of(shape, &[axis]).unwrap_or(Layout3 { outer: 1, len: 1, inner: 1 })
+}

@@ -1,0 +1,45 @@
+//! Cumulative reductions along one axis (`cumsum`, `cumprod`, `cummax`, `cummin`).
+
+use super::reduce::axis_layout;
+use super::{output, same_as};
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::Result;
+use nuvec_cpu::reduce::ReduceOp;
+use nuvec_cpu::scan::scan;
+use nuvec_cpu::{with_dtype, Buffer};
+use std::sync::Arc;
+
+/// The running `op` along `axis`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Scan {
+    pub(crate) op: ReduceOp,
+    pub(crate) axis: usize,
+    pub(crate) reverse: bool,
+    pub(crate) inclusive: bool,
+}
+
+impl Primitive for Scan {
+    fn name(&self) -> &str {
+        match self.op {
+            ReduceOp::Sum => "cumsum",
+            ReduceOp::Prod => "cumprod",
+            ReduceOp::Max => "cummax",
+            _ => "cummin",
+        }
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let input = &inputs[0];
+        let layout = axis_layout(&input.shape, self.axis);
+        with_dtype!(input.dtype, T, output::<T>(&outputs[0], |out| scan(
+            self.op,
+            self.reverse,
+            self.inclusive,
+            input.slice::<T>(),
+            layout,
+            out
+        )))
+    }
+
+    same_as!();
+}

@@ -1,0 +1,44 @@
+//! `where(condition, x, y)`.
+
+use super::{output, same_as};
+use crate::ops::broadcast_strides;
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::Result;
+use nuvec_cpu::binary::{broadcast3, Operand};
+use nuvec_cpu::{with_dtype, Buffer};
+use std::sync::Arc;
+
+/// `out = if condition { x } else { y }`, element-wise with broadcasting; the condition is bool.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Select;
+
+impl Primitive for Select {
+    fn name(&self) -> &str {
+        "where"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let spec = &outputs[0];
+        let (c, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
+        let (sc, sx, sy) = (
+            broadcast_strides(&c.shape, &spec.shape),
+            broadcast_strides(&x.shape, &spec.shape),
+            broadcast_strides(&y.shape, &spec.shape),
+        );
+        let cond = c.slice::<bool>();
+        with_dtype!(spec.dtype, T, {
+            output::<T>(spec, |out| {
+                broadcast3(
+                    Operand { data: cond, strides: &sc, offset: 0 },
+                    Operand { data: x.slice::<T>(), strides: &sx, offset: 0 },
+                    Operand { data: y.slice::<T>(), strides: &sy, offset: 0 },
+                    &spec.shape,
+                    out,
+                    |pick, p, q| if pick { p } else { q },
+                )
+            })
+        })
+    }
+
+    same_as!();
+}

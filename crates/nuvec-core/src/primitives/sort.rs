@@ -1,0 +1,49 @@
+//! Sorting along the last axis (ops move other axes there): sort, argsort, top-k.
+
+use super::{output, same_as};
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::Result;
+use nuvec_cpu::sort::{argsort_rows, sort_rows, topk_rows};
+use nuvec_cpu::{with_dtype, Buffer};
+use std::sync::Arc;
+
+/// What a [`SortLast`] computes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum SortKind {
+    /// The sorted values.
+    Sort,
+    /// The (uint32) indices that sort each row, stable.
+    ArgSort,
+    /// The `k` largest values of each row, ascending.
+    TopK(usize),
+}
+
+/// Sorting rows of the last axis.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SortLast(pub(crate) SortKind);
+
+impl Primitive for SortLast {
+    fn name(&self) -> &str {
+        match self.0 {
+            SortKind::Sort => "sort",
+            SortKind::ArgSort => "argsort",
+            SortKind::TopK(_) => "topk",
+        }
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let input = &inputs[0];
+        let spec = &outputs[0];
+        let row = input.shape.last().copied().unwrap_or(1);
+        with_dtype!(input.dtype, T, match self.0 {
+            SortKind::Sort => output::<T>(spec, |out| {
+                out.copy_from_slice(input.slice::<T>());
+                sort_rows(out, row);
+            }),
+            SortKind::ArgSort => output::<u32>(spec, |out| argsort_rows(input.slice::<T>(), row, out)),
+            SortKind::TopK(k) => output::<T>(spec, |out| topk_rows(input.slice::<T>(), row, k, out)),
+        })
+    }
+
+    same_as!();
+}

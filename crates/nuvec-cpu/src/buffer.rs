@@ -1,0 +1,196 @@
+//! Aligned host memory that an array's elements live in.
+//!
+//! A [`Buffer`] is either memory nuvec allocated (64-byte aligned, zero-initialised) or a
+//! caller's memory adopted with a deleter, read without a copy when it is aligned for its type.
+
+use crate::element::Element;
+use std::alloc::{self, Layout};
+use std::fmt;
+use std::ptr::NonNull;
+
+/// Alignment of buffers nuvec allocates: a cache line, enough for every SIMD width.
+const ALIGN: usize = 64;
+
+/// Who frees a buffer's memory.
+enum Owner {
+    /// nuvec allocated it with this layout.
+    Allocated(Layout),
+    /// The caller's memory; the closure releases it. `writable` says whether nuvec may
+    /// reuse it for results.
+    External { deleter: Option<Box<dyn FnOnce() + Send>>, writable: bool },
+}
+
+/// A block of host memory holding elements of one type.
+pub struct Buffer {
+    ptr: NonNull<u8>,
+    bytes: usize,
+    owner: Owner,
+}
+
+// SAFETY: the buffer owns its memory exclusively (or, for external memory, the caller promised
+// through `from_external` that nothing else writes it), so moving it across threads is sound.
+unsafe impl Send for Buffer {}
+// SAFETY: shared access only reads; writes need `&mut Buffer`.
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    /// Allocates `bytes` zeroed bytes, 64-byte aligned.
+    ///
+    /// # Panics
+    /// When the allocator fails, as `Vec` does.
+    pub fn zeroed(bytes: usize) -> Buffer {
+        let layout = match Layout::from_size_align(bytes.max(1), ALIGN) {
+            Ok(layout) => layout,
+            Err(_) => alloc::handle_alloc_error(Layout::new::<u8>()),
+        };
+        // SAFETY: the layout has a nonzero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
+        Buffer { ptr, bytes, owner: Owner::Allocated(layout) }
+    }
+
+    /// A buffer holding a copy of `values`.
+    pub fn from_slice<T: Element>(values: &[T]) -> Buffer {
+        let mut buffer = Buffer::zeroed(size_of_val(values));
+        buffer.as_mut_slice::<T>().copy_from_slice(values);
+        buffer
+    }
+
+    /// Adopts `bytes` bytes at `ptr` owned by the caller; `deleter` runs when the buffer drops.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `bytes` bytes until `deleter` runs, and
+    /// nothing else may access that memory meanwhile.
+    pub unsafe fn from_external(
+        ptr: NonNull<u8>,
+        bytes: usize,
+        deleter: Box<dyn FnOnce() + Send>,
+    ) -> Buffer {
+        Buffer { ptr, bytes, owner: Owner::External { deleter: Some(deleter), writable: true } }
+    }
+
+    /// Adopts a caller's container without copying it; the container drops with the buffer.
+    /// The memory is read-only to nuvec (never reused for results).
+    pub fn from_owner<T: Element, O: AsRef<[T]> + Send + 'static>(owner: O) -> Buffer {
+        // Boxed so the container itself never moves while the buffer points into it.
+        let boxed = Box::new(owner);
+        let slice: &[T] = (*boxed).as_ref();
+        let bytes = size_of_val(slice);
+        let ptr = NonNull::new(slice.as_ptr() as *mut u8).unwrap_or(NonNull::<T>::dangling().cast());
+        let deleter: Box<dyn FnOnce() + Send> = Box::new(move || drop(boxed));
+        Buffer { ptr, bytes, owner: Owner::External { deleter: Some(deleter), writable: false } }
+    }
+
+    /// Whether nuvec may write this memory (reuse it for a result).
+    pub fn is_writable(&self) -> bool {
+        match self.owner {
+            Owner::Allocated(_) => true,
+            Owner::External { writable, .. } => writable,
+        }
+    }
+
+    /// Size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the memory is aligned for `T` (always true for memory nuvec allocated).
+    pub fn is_aligned_for<T>(&self) -> bool {
+        (self.ptr.as_ptr() as usize) % align_of::<T>() == 0
+    }
+
+    /// The raw bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: ptr is valid for `bytes` bytes for the buffer's lifetime (allocation or
+        // the `from_external` contract), and `&self` excludes writers.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.bytes) }
+    }
+
+    /// The raw bytes, writable.
+    pub fn as_mut_bytes(&mut self) -> &mut [u8] {
+        assert!(self.is_writable(), "buffer is read-only");
+        // SAFETY: as `as_bytes`, and `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.bytes) }
+    }
+
+    /// The elements, read as `T`.
+    ///
+    /// # Panics
+    /// When the memory is not aligned for `T` (only possible for external memory, which the
+    /// array layer copies instead) — a bug in the caller, not bad user input.
+    pub fn as_slice<T: Element>(&self) -> &[T] {
+        assert!(self.is_aligned_for::<T>(), "buffer not aligned for {}", T::DTYPE);
+        let len = self.bytes / size_of::<T>();
+        // SAFETY: aligned (checked), valid for `len * size_of::<T>()` bytes, and every bit
+        // pattern is a valid `T` except for bool, whose buffers only nuvec writes with 0/1
+        // (external bool memory is validated by the array layer before adoption).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<T>(), len) }
+    }
+
+    /// The elements, writable as `T`.
+    ///
+    /// # Panics
+    /// As [`Buffer::as_slice`].
+    pub fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
+        assert!(self.is_writable(), "buffer is read-only");
+        assert!(self.is_aligned_for::<T>(), "buffer not aligned for {}", T::DTYPE);
+        let len = self.bytes / size_of::<T>();
+        // SAFETY: as `as_slice`, and `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), len) }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        match &mut self.owner {
+            // SAFETY: allocated in `zeroed` with exactly this layout.
+            Owner::Allocated(layout) => unsafe { alloc::dealloc(self.ptr.as_ptr(), *layout) },
+            Owner::External { deleter, .. } => {
+                if let Some(deleter) = deleter.take() {
+                    deleter();
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.owner {
+            Owner::Allocated(_) => "allocated",
+            Owner::External { .. } => "external",
+        };
+        f.debug_struct("Buffer").field("bytes", &self.bytes).field("owner", &kind).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn allocated_buffers_are_zeroed_and_aligned() {
+        let buffer = Buffer::zeroed(40);
+        assert!(buffer.as_slice::<f64>().iter().all(|v| *v == 0.0));
+        assert_eq!(buffer.as_bytes().as_ptr() as usize % ALIGN, 0);
+    }
+
+    #[test]
+    fn external_buffer_runs_its_deleter_once_on_drop() {
+        let mut storage = vec![1.0f32, 2.0];
+        let freed = Arc::new(AtomicBool::new(false));
+        let flag = freed.clone();
+        let ptr = NonNull::new(storage.as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: `storage` outlives the buffer and is not touched while it lives.
+        let buffer = unsafe {
+            Buffer::from_external(ptr, 8, Box::new(move || flag.store(true, Ordering::SeqCst)))
+        };
+        assert_eq!(buffer.as_slice::<f32>(), &[1.0, 2.0]);
+        drop(buffer);
+        assert!(freed.load(Ordering::SeqCst));
+    }
+}

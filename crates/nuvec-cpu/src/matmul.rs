@@ -1,0 +1,130 @@
+//! Matrix products through the `gemm` crate (f32, f64, f16 natively; bf16 through f32).
+
+use crate::{DType, Element, Float};
+use gemm::Parallelism;
+
+/// The shape of one batched product: `batch` products of `[m, k] x [k, n]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulDims {
+    /// Rows of the left operand and of the result.
+    pub m: usize,
+    /// Columns of the right operand and of the result.
+    pub n: usize,
+    /// The contracted dimension.
+    pub k: usize,
+}
+
+/// `out[b] = alpha * a[a_offsets[b]..] x b[b_offsets[b]..] + beta * out[b]` for each batch
+/// entry; the operands are row-major `[m, k]` and `[k, n]` blocks at the given element offsets.
+/// `beta == 0` ignores what `out` held.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul<T: Float>(
+    a: &[T],
+    a_offsets: &[usize],
+    b: &[T],
+    b_offsets: &[usize],
+    dims: MatmulDims,
+    alpha: f32,
+    beta: f32,
+    out: &mut [T],
+) {
+    match T::DTYPE {
+        DType::F32 | DType::F64 | DType::F16 => {
+            native(a, a_offsets, b, b_offsets, dims, T::from_f32(alpha), T::from_f32(beta), beta != 0.0, out)
+        }
+        _ => {
+            // bf16 has no native kernel: widen to f32 and round the result once.
+            let wide_a: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
+            let wide_b: Vec<f32> = b.iter().map(|v| v.to_f32()).collect();
+            let mut wide_out: Vec<f32> = out.iter().map(|v| v.to_f32()).collect();
+            native(&wide_a, a_offsets, &wide_b, b_offsets, dims, alpha, beta, beta != 0.0, &mut wide_out);
+            for (o, v) in out.iter_mut().zip(wide_out) {
+                *o = T::from_f32(v);
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn native<T: Element>(
+    a: &[T],
+    a_offsets: &[usize],
+    b: &[T],
+    b_offsets: &[usize],
+    dims: MatmulDims,
+    alpha: T,
+    beta: T,
+    read_out: bool,
+    out: &mut [T],
+) {
+    let MatmulDims { m, n, k } = dims;
+    let threads = rayon::current_num_threads();
+    // Small products are faster on one thread than split across the pool.
+    let parallelism = if m * n * k >= 64 * 64 * 64 && threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
+    for (batch, (&ao, &bo)) in a_offsets.iter().zip(b_offsets).enumerate() {
+        let dst = &mut out[batch * m * n..(batch + 1) * m * n];
+        if k == 0 {
+            for v in dst.iter_mut() {
+                *v = if read_out { v.mul(beta) } else { T::zero() };
+            }
+            continue;
+        }
+        let lhs = &a[ao..ao + m * k];
+        let rhs = &b[bo..bo + k * n];
+        // SAFETY: `dst`, `lhs` and `rhs` are live slices of exactly m*n, m*k and k*n
+        // elements, and the strides below describe row-major matrices of those shapes, so
+        // every element gemm touches lies inside them; `dst` does not alias the inputs.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                read_out,
+                lhs.as_ptr(),
+                1,
+                k as isize,
+                rhs.as_ptr(),
+                1,
+                n as isize,
+                beta,
+                alpha,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+    }
+}
+
+/// Whether `gemm` can run a product of this dtype.
+pub fn supports(dtype: DType) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bf16;
+
+    #[test]
+    fn small_product_matches_hand_computation() {
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]; // [2,3]
+        let b = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0]; // [3,2]
+        let mut out = [0.0f32; 4];
+        matmul(&a, &[0], &b, &[0], MatmulDims { m: 2, n: 2, k: 3 }, 1.0, 0.0, &mut out);
+        assert_eq!(out, [4.0, 5.0, 10.0, 11.0]);
+    }
+
+    #[test]
+    fn bf16_product_rounds_once() {
+        let a = [bf16::from_f32(1.5); 4];
+        let mut out = [bf16::ZERO; 4];
+        matmul(&a, &[0], &a, &[0], MatmulDims { m: 2, n: 2, k: 2 }, 1.0, 0.0, &mut out);
+        assert_eq!(out[0].to_f32(), 4.5);
+    }
+}

@@ -1,0 +1,49 @@
+//! Splitting large element-wise loops across cores.
+
+use rayon::prelude::*;
+
+/// Below this many elements a loop runs on the calling thread: handing work to the pool
+/// costs a few microseconds, which only pays off for large arrays.
+pub const MIN_PARALLEL_ELEMENTS: usize = 1 << 16;
+
+/// Calls `body(start, chunk)` over disjoint chunks of `out` that together cover it, in
+/// parallel when `out` is large.
+pub fn for_each_chunk<T: Send>(out: &mut [T], body: impl Fn(usize, &mut [T]) + Sync) {
+    let threads = rayon::current_num_threads().max(1);
+    if out.len() < MIN_PARALLEL_ELEMENTS || threads == 1 {
+        body(0, out);
+        return;
+    }
+    let chunk = out.len().div_ceil(threads * 4).max(MIN_PARALLEL_ELEMENTS / 4);
+    out.par_chunks_mut(chunk).enumerate().for_each(|(index, part)| body(index * chunk, part));
+}
+
+/// Maps `input` into `out` element by element (`out.len() == input.len()`).
+pub fn map<T: Sync, U: Send>(input: &[T], out: &mut [U], f: impl Fn(&T) -> U + Sync) {
+    for_each_chunk(out, |start, part| {
+        let len = part.len();
+        for (o, i) in part.iter_mut().zip(&input[start..start + len]) {
+            *o = f(i);
+        }
+    });
+}
+
+/// Maps `out` in place.
+pub fn map_in_place<T: Send + Copy>(out: &mut [T], f: impl Fn(T) -> T + Sync) {
+    for_each_chunk(out, |_, part| {
+        for o in part.iter_mut() {
+            *o = f(*o);
+        }
+    });
+}
+
+/// Fills `out[i] = row(i)`, in parallel when there are many rows.
+pub fn map_rows<T: Send>(out: &mut [T], row: impl Fn(usize) -> T + Sync + Send) {
+    if out.len() > 1 && rayon::current_num_threads() > 1 {
+        out.par_iter_mut().enumerate().for_each(|(i, o)| *o = row(i));
+    } else {
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = row(i);
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Cumulative reductions (`cumsum`, `cumprod`, `cummax`, `cummin`) along the middle axis of an
+//! `[outer, len, inner]` view.
+
+use crate::reduce::{Layout3, ReduceOp};
+use crate::Element;
+
+/// Writes the running `op` of `input` along the middle axis into `out`. `reverse` scans from
+/// the end; `inclusive = false` shifts by one and starts from the identity, as MLX.
+pub fn scan<T: Element>(op: ReduceOp, reverse: bool, inclusive: bool, input: &[T], layout: Layout3, out: &mut [T]) {
+    let Layout3 { outer, len, inner } = layout;
+    let float_sum = T::DTYPE.is_float() && matches!(op, ReduceOp::Sum | ReduceOp::Prod);
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut acc_float = if op == ReduceOp::Prod { 1.0f64 } else { 0.0 };
+            let mut acc: Option<T> = None;
+            for step in 0..len {
+                let k = if reverse { len - 1 - step } else { step };
+                let index = (o * len + k) * inner + i;
+                let v = input[index];
+                if !inclusive {
+                    out[index] = if float_sum { T::from_f64(acc_float) } else { acc.unwrap_or_else(|| identity(op)) };
+                }
+                if float_sum {
+                    if op == ReduceOp::Sum {
+                        acc_float += v.to_f64();
+                    } else {
+                        acc_float *= v.to_f64();
+                    }
+                } else {
+                    acc = Some(match acc {
+                        None => v,
+                        Some(a) => match op {
+                            ReduceOp::Sum => a.add(v),
+                            ReduceOp::Prod => a.mul(v),
+                            ReduceOp::Max => a.maximum(v),
+                            _ => a.minimum(v),
+                        },
+                    });
+                }
+                if inclusive {
+                    out[index] = if float_sum { T::from_f64(acc_float) } else { acc.unwrap_or(v) };
+                }
+            }
+        }
+    }
+}
+
+fn identity<T: Element>(op: ReduceOp) -> T {
+    match op {
+        ReduceOp::Prod => T::one(),
+        ReduceOp::Max => T::lowest(),
+        ReduceOp::Min => T::highest(),
+        _ => T::zero(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exclusive_reverse_cumsum_matches_hand_computation() {
+        let mut out = [0; 4];
+        scan(ReduceOp::Sum, true, false, &[1, 2, 3, 4], Layout3 { outer: 1, len: 4, inner: 1 }, &mut out);
+        assert_eq!(out, [9, 7, 4, 0]);
+    }
+}

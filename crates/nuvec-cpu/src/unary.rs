@@ -1,0 +1,317 @@
+//! Element-wise functions of one argument.
+
+use crate::element::{Element, Float};
+
+use crate::parallel;
+
+/// A unary element-wise function, as MLX names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnaryOp {
+    /// `|x|`.
+    Abs,
+    /// `-x`.
+    Negative,
+    /// -1, 0 or 1 (NaN stays NaN).
+    Sign,
+    /// `x * x`.
+    Square,
+    /// `sqrt(x)`.
+    Sqrt,
+    /// `1 / sqrt(x)`.
+    Rsqrt,
+    /// `1 / x`.
+    Reciprocal,
+    /// `e^x`.
+    Exp,
+    /// `e^x - 1`, accurate near 0.
+    Expm1,
+    /// Natural logarithm.
+    Log,
+    /// `log(1 + x)`, accurate near 0.
+    Log1p,
+    /// Base-2 logarithm.
+    Log2,
+    /// Base-10 logarithm.
+    Log10,
+    /// Sine.
+    Sin,
+    /// Cosine.
+    Cos,
+    /// Tangent.
+    Tan,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// `1 / (1 + e^-x)`.
+    Sigmoid,
+    /// The error function.
+    Erf,
+    /// The inverse of the error function.
+    ErfInv,
+    /// Round toward negative infinity.
+    Floor,
+    /// Round toward positive infinity.
+    Ceil,
+    /// Round half to even, as NumPy and MLX.
+    Round,
+}
+
+impl UnaryOp {
+    /// MLX's name of the op.
+    pub const fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Abs => "abs",
+            UnaryOp::Negative => "negative",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Square => "square",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Reciprocal => "reciprocal",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Expm1 => "expm1",
+            UnaryOp::Log => "log",
+            UnaryOp::Log1p => "log1p",
+            UnaryOp::Log2 => "log2",
+            UnaryOp::Log10 => "log10",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Tan => "tan",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Erf => "erf",
+            UnaryOp::ErfInv => "erfinv",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+        }
+    }
+
+    /// Whether the op keeps integer and bool inputs as they are (otherwise they become float32).
+    pub const fn keeps_integers(self) -> bool {
+        matches!(
+            self,
+            UnaryOp::Abs
+                | UnaryOp::Negative
+                | UnaryOp::Sign
+                | UnaryOp::Square
+                | UnaryOp::Floor
+                | UnaryOp::Ceil
+                | UnaryOp::Round
+        )
+    }
+
+    /// Applies the op to one integer (or bool) value; only for ops that keep integers.
+    pub fn apply_exact<T: Element>(self, x: T) -> T {
+        match self {
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Negative => x.neg(),
+            UnaryOp::Sign => Element::sign(x),
+            UnaryOp::Square => x.mul(x),
+            _ => x,
+        }
+    }
+
+    /// Applies the op in `f32`.
+    pub fn apply_f32(self, x: f32) -> f32 {
+        match self {
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Negative => -x,
+            UnaryOp::Sign => Element::sign(x),
+            UnaryOp::Square => x * x,
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Reciprocal => 1.0 / x,
+            UnaryOp::Exp => exp_f32(x),
+            UnaryOp::Expm1 => libm::expm1f(x),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Log1p => libm::log1pf(x),
+            UnaryOp::Log2 => x.log2(),
+            UnaryOp::Log10 => x.log10(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Tan => x.tan(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => sigmoid_f32(x),
+            UnaryOp::Erf => libm::erff(x),
+            UnaryOp::ErfInv => erfinv_f32(x),
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Round => x.round_ties_even(),
+        }
+    }
+
+    /// Applies the op in `f64`.
+    pub fn apply_f64(self, x: f64) -> f64 {
+        match self {
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Negative => -x,
+            UnaryOp::Sign => Element::sign(x),
+            UnaryOp::Square => x * x,
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Reciprocal => 1.0 / x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Expm1 => x.exp_m1(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Log1p => x.ln_1p(),
+            UnaryOp::Log2 => x.log2(),
+            UnaryOp::Log10 => x.log10(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Tan => x.tan(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Erf => libm::erf(x),
+            UnaryOp::ErfInv => erfinv_f64(x),
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Round => x.round_ties_even(),
+        }
+    }
+}
+
+/// `out[i] = op(input[i])` for integer or bool elements (ops that keep integers).
+pub fn unary_exact<T: Element>(op: UnaryOp, input: &[T], out: &mut [T]) {
+    parallel::map(input, out, |x| op.apply_exact(*x));
+}
+
+/// `out[i] = op(input[i])` for float elements; `f64` is computed in `f64`, the rest in `f32`.
+pub fn unary_float<T: Float>(op: UnaryOp, input: &[T], out: &mut [T]) {
+    if T::DTYPE == crate::DType::F64 {
+        parallel::map(input, out, |x| T::from_f64(op.apply_f64(x.to_f64())));
+    } else if T::DTYPE == crate::DType::F32 && op == UnaryOp::Exp {
+        // Written as a plain loop over f32 so the compiler vectorizes the polynomial.
+        parallel::map(input, out, |x| T::from_f32(exp_f32(x.to_f32())));
+    } else {
+        parallel::map(input, out, |x| T::from_f32(op.apply_f32(x.to_f32())));
+    }
+}
+
+/// The same as [`unary_float`], in place.
+pub fn unary_float_in_place<T: Float>(op: UnaryOp, data: &mut [T]) {
+    if T::DTYPE == crate::DType::F64 {
+        parallel::map_in_place(data, |x| T::from_f64(op.apply_f64(x.to_f64())));
+    } else {
+        parallel::map_in_place(data, |x| T::from_f32(op.apply_f32(x.to_f32())));
+    }
+}
+
+/// Logistic function, stable for large |x| in both directions.
+fn sigmoid_f32(x: f32) -> f32 {
+    let y = 1.0 / (1.0 + exp_f32(-x.abs()));
+    if x < 0.0 {
+        1.0 - y
+    } else {
+        y
+    }
+}
+
+/// `e^x` in f32: branch-free range reduction and a degree-6 polynomial (under 2 ulp), written
+/// so that loops over it vectorize, unlike libm's `expf`.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    const LOG2_E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 split in a high part exact in f32 and a low correction.
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let clamped = x.clamp(-87.5, 88.7);
+    let n = (clamped * LOG2_E).round_ties_even();
+    let r = (clamped - n * LN2_HI) - n * LN2_LO;
+    // Taylor coefficients of e^r for |r| <= ln2/2.
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let y = p * scale;
+    if x.is_nan() {
+        x
+    } else if x > 88.72284 {
+        f32::INFINITY
+    } else if x < -103.972_08 {
+        0.0
+    } else if x < -87.5 {
+        // Subnormal results: finish in f64, which is rare and off the fast path.
+        (x as f64).exp() as f32
+    } else {
+        y
+    }
+}
+
+/// Inverse error function in f32 (Giles' single-precision approximation, < 3 ulp).
+pub fn erfinv_f32(a: f32) -> f32 {
+    let w = -((1.0 - a) * (1.0 + a)).ln();
+    if a.abs() == 1.0 {
+        return a * f32::INFINITY;
+    }
+    let p = if w < 5.0 {
+        let w = w - 2.5;
+        let mut p = 2.810_226_36e-08f32;
+        p = 3.432_739_39e-07 + p * w;
+        p = -3.523_387_7e-06 + p * w;
+        p = -4.391_506_54e-06 + p * w;
+        p = 0.000_218_580_87 + p * w;
+        p = -0.001_253_725_03 + p * w;
+        p = -0.004_177_681_64 + p * w;
+        p = 0.246_640_727 + p * w;
+        1.501_409_41 + p * w
+    } else {
+        let w = w.sqrt() - 3.0;
+        let mut p = -0.000_200_214_257f32;
+        p = 0.000_100_950_558 + p * w;
+        p = 0.001_349_343_22 + p * w;
+        p = -0.003_673_428_44 + p * w;
+        p = 0.005_739_507_73 + p * w;
+        p = -0.007_622_461_3 + p * w;
+        p = 0.009_438_870_47 + p * w;
+        p = 1.001_674_06 + p * w;
+        2.832_976_82 + p * w
+    };
+    p * a
+}
+
+/// Inverse error function in f64: the f32 estimate refined by two Newton steps on `erf`.
+pub fn erfinv_f64(a: f64) -> f64 {
+    if a.is_nan() || a.abs() > 1.0 {
+        return f64::NAN;
+    }
+    if a.abs() == 1.0 {
+        return a * f64::INFINITY;
+    }
+    let mut x = f64::from(erfinv_f32(a as f32));
+    let two_over_sqrt_pi = 2.0 / std::f64::consts::PI.sqrt();
+    for _ in 0..3 {
+        let err = libm::erf(x) - a;
+        x -= err / (two_over_sqrt_pi * (-x * x).exp());
+    }
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_exp_is_within_two_ulp_of_libm() {
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let expected = (x as f64).exp();
+            let got = f64::from(exp_f32(x));
+            assert!(((got - expected) / expected).abs() < 2.5e-7, "exp({x}) = {got}, want {expected}");
+            x += 0.0137;
+        }
+        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert!(exp_f32(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn erfinv_inverts_erf() {
+        for i in -99..100 {
+            let y = i as f64 / 100.0;
+            assert!((libm::erf(erfinv_f64(y)) - y).abs() < 1e-14, "{y}");
+            assert!((libm::erff(erfinv_f32(y as f32)) - y as f32).abs() < 3e-6, "{y}");
+        }
+    }
+}
