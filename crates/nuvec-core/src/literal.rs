@@ -85,9 +85,11 @@ macro_rules! array {
             $crate::literal::from_nested(rows, &[d0, d1])
         }
     }};
-    ($([$($x:expr),* $(,)?]),+ $(,)?) => {
-        $crate::literal::from_nested(vec![$(vec![$($crate::literal::Literal::lit($x)),*]),+], &[])
-    };
+    ($([$($x:expr),* $(,)?]),+ $(,)?) => {{
+        let rows = vec![$(vec![$($crate::literal::Literal::lit($x)),*]),+];
+        let d0 = rows.len() as i32;
+        $crate::literal::from_nested(rows, &[d0])
+    }};
     ($($x:expr),+ $(,)?) => {
         $crate::Array::from_vec(vec![$($crate::literal::Literal::lit($x)),+], &[[$(stringify!($x)),+].len() as i32])
     };

@@ -345,6 +345,8 @@ macro_rules! float_element {
                     1.0
                 } else if x < 0.0 {
                     -1.0
+                } else if x.is_nan() {
+                    0.0
                 } else {
                     x
                 })

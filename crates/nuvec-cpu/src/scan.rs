@@ -8,7 +8,8 @@ use crate::Element;
 /// the end; `inclusive = false` shifts by one and starts from the identity, as MLX.
 pub fn scan<T: Element>(op: ReduceOp, reverse: bool, inclusive: bool, input: &[T], layout: Layout3, out: &mut [T]) {
     let Layout3 { outer, len, inner } = layout;
-    let float_sum = T::DTYPE.is_float() && matches!(op, ReduceOp::Sum | ReduceOp::Prod);
+    // Accumulates in the element type, as MLX does, so results match it bit for bit.
+    let float_sum = false;
     for o in 0..outer {
         for i in 0..inner {
             let mut acc_float = if op == ReduceOp::Prod { 1.0f64 } else { 0.0 };

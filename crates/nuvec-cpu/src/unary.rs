@@ -160,7 +160,14 @@ impl UnaryOp {
             UnaryOp::Cos => x.cos(),
             UnaryOp::Tan => x.tan(),
             UnaryOp::Tanh => x.tanh(),
-            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Sigmoid => {
+                let e = (-x.abs()).exp();
+                if x < 0.0 {
+                    e / (1.0 + e)
+                } else {
+                    1.0 / (1.0 + e)
+                }
+            }
             UnaryOp::Erf => libm::erf(x),
             UnaryOp::ErfInv => erfinv_f64(x),
             UnaryOp::Floor => x.floor(),
@@ -198,11 +205,12 @@ pub fn unary_float_in_place<T: Float>(op: UnaryOp, data: &mut [T]) {
 
 /// Logistic function, stable for large |x| in both directions.
 fn sigmoid_f32(x: f32) -> f32 {
-    let y = 1.0 / (1.0 + exp_f32(-x.abs()));
+    // For negative x, e^x / (1 + e^x) avoids the cancellation of 1 - 1/(1 + e^-x).
+    let e = exp_f32(-x.abs());
     if x < 0.0 {
-        1.0 - y
+        e / (1.0 + e)
     } else {
-        y
+        1.0 / (1.0 + e)
     }
 }
 

@@ -1,1 +1,29 @@
-//! nuvec
+//! nuvec: MLX's programming model in Rust.
+//!
+//! Lazy arrays ([`Array`]) whose ops build a graph that runs when a value is read, with MLX's
+//! names, dtypes, promotion rules and random numbers.
+//!
+//! ```
+//! use nuvec::prelude::*;
+//!
+//! # fn main() -> Result<()> {
+//! let x = array![[1.0, 2.0], [3.0, 4.0]];
+//! let y = ops::matmul(&x, &x.t()) + 1.0;
+//! assert_eq!(y.to_vec::<f32>()?, [6.0, 12.0, 12.0, 26.0]);
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs)]
+#![doc(test(attr(deny(warnings))))]
+#![forbid(unsafe_code)]
+
+pub use nuvec_core::{
+    array, async_eval, bf16, default_device, default_stream, eval, f16, ops, random, Array, DType, Device,
+    Element, Error, Result, Stream,
+};
+
+/// The names most programs need: `Array`, `array!`, `DType`, `Result`, the ops module.
+pub mod prelude {
+    pub use nuvec_core::ops::{self, IntoAxes};
+    pub use nuvec_core::{array, eval, Array, DType, Error, Result};
+}

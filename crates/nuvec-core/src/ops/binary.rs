@@ -133,12 +133,20 @@ pub fn clip(a: &Array, a_min: Option<f64>, a_max: Option<f64>) -> Array {
     if a_min.is_none() && a_max.is_none() {
         return Array::invalid("clip", "at least one of a_min and a_max must be given");
     }
+    // Integral bounds on integer arrays keep the array's dtype (MLX with Python ints).
+    let bound = |v: f64| {
+        if !a.dtype().is_float() && v.fract() == 0.0 && v.abs() < 9.0e15 {
+            Operand::Int(v as i64)
+        } else {
+            Operand::Float(v)
+        }
+    };
     let mut out = a.clone();
     if let Some(low) = a_min {
-        out = maximum(&out, low);
+        out = binary(BinaryOp::Maximum, Operand::Array(out), bound(low));
     }
     if let Some(high) = a_max {
-        out = minimum(&out, high);
+        out = binary(BinaryOp::Minimum, Operand::Array(out), bound(high));
     }
     out
 }

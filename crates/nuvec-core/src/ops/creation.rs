@@ -46,10 +46,19 @@ pub fn full(shape: &[i32], value: f64, dtype: DType) -> Array {
     if let Err(failed) = checked_shape("full", shape) {
         return failed;
     }
+    if dtype.is_integer() && !fits_integer(value, dtype) {
+        return Array::invalid("full", format!("converting {value} to {dtype} would overflow"));
+    }
     with_dtype!(dtype, T, {
         let v = T::from_f64(value);
         from_fn::<T>(shape, |_| v)
     })
+}
+
+/// Whether `value` truncated toward zero lies in `dtype`'s range.
+fn fits_integer(value: f64, dtype: DType) -> bool {
+    let (low, high) = with_dtype!(dtype, T, (T::lowest().to_f64(), T::highest().to_f64()));
+    value.is_finite() && value.trunc() >= low && value.trunc() <= high
 }
 
 /// An array of `shape` filled with 0.
@@ -121,9 +130,10 @@ pub fn linspace(start: f64, stop: f64, num: i32, dtype: DType) -> Array {
     if num < 0 {
         return Array::invalid("linspace", format!("num must be >= 0, got {num}"));
     }
-    let step = if num > 1 { (stop - start) / f64::from(num - 1) } else { 0.0 };
-    let values = arange(0.0, f64::from(num), 1.0, DType::F32);
-    let spaced = crate::ops::add(&crate::ops::multiply(&values, step), start);
+    // (1 - t) * start + t * stop with t = i / (num - 1) in float32, as MLX computes it.
+    let t = crate::ops::divide(&arange(0.0, f64::from(num), 1.0, DType::F32), f64::from((num - 1).max(1)));
+    let t_bar = crate::ops::subtract(1.0, &t);
+    let spaced = crate::ops::add(&crate::ops::multiply(&t_bar, start), &crate::ops::multiply(&t, stop));
     spaced.astype(dtype)
 }
 

@@ -63,7 +63,11 @@ pub fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Array {
     let product = matmul(a, b);
     let scaled = if alpha == 1.0 { product } else { crate::ops::multiply(&product, f64::from(alpha)) };
     if beta == 0.0 {
-        return crate::ops::add(&scaled, &crate::ops::multiply(c, 0.0));
+        // c only contributes its shape (NaN * 0 must not leak in), as MLX.
+        return match broadcast_shapes(c.shape(), scaled.shape()) {
+            Ok(shape) => crate::ops::broadcast_to(&scaled, &shape),
+            Err(reason) => Array::invalid("addmm", reason),
+        };
     }
     crate::ops::add(&scaled, &crate::ops::multiply(c, f64::from(beta)))
 }

@@ -85,11 +85,28 @@ impl Operand {
     }
 
     /// Materialises the operand as an array of `dtype`.
+    #[track_caller]
     pub(crate) fn to_array(&self, dtype: DType) -> Array {
         match self {
             Operand::Array(a) => a.astype(dtype),
             Operand::Float(v) => crate::ops::creation::scalar_of(*v, dtype),
-            Operand::Int(v) => crate::ops::creation::scalar_of_int(*v, dtype),
+            Operand::Int(v) => {
+                let fits = match dtype {
+                    DType::U8 => u8::try_from(*v).is_ok(),
+                    DType::U16 => u16::try_from(*v).is_ok(),
+                    DType::U32 => u32::try_from(*v).is_ok(),
+                    DType::U64 => *v >= 0,
+                    DType::I8 => i8::try_from(*v).is_ok(),
+                    DType::I16 => i16::try_from(*v).is_ok(),
+                    DType::I32 => i32::try_from(*v).is_ok(),
+                    _ => true,
+                };
+                if fits {
+                    crate::ops::creation::scalar_of_int(*v, dtype)
+                } else {
+                    Array::invalid("array", format!("converting {v} to {dtype} would overflow"))
+                }
+            }
             Operand::Bool(v) => crate::ops::creation::scalar_of(f64::from(u8::from(*v)), dtype),
         }
     }

@@ -72,6 +72,15 @@ fn plan(op: &str, a: &Array, axes: Option<Vec<i32>>, keepdims: bool) -> Result<(
     Ok((resolved, shape))
 }
 
+/// The dtype sums and products give: MLX widens bool and 8/16-bit integers to 32 bits.
+fn accumulator_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::Bool | DType::I8 | DType::I16 => DType::I32,
+        DType::U8 | DType::U16 => DType::U32,
+        other => other,
+    }
+}
+
 #[track_caller]
 fn reduce(op: ReduceOp, a: &Array, axes: Option<Vec<i32>>, keepdims: bool) -> Array {
     if let Some(error) = a.known_error() {
@@ -83,7 +92,7 @@ fn reduce(op: ReduceOp, a: &Array, axes: Option<Vec<i32>>, keepdims: bool) -> Ar
     };
     let dtype = match op {
         ReduceOp::All | ReduceOp::Any => DType::Bool,
-        ReduceOp::Sum | ReduceOp::Prod if a.dtype() == DType::Bool => DType::I32,
+        ReduceOp::Sum | ReduceOp::Prod => accumulator_dtype(a.dtype()),
         _ => a.dtype(),
     };
     let input = a.astype(dtype);
@@ -184,7 +193,7 @@ pub fn logsumexp(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
     let dtype = if a.dtype().is_float() { a.dtype() } else { DType::F32 };
     let x = a.astype(dtype);
     if x.size() == 0 {
-        return crate::ops::log(&reduce(ReduceOp::Sum, &x, axes, keepdims));
+        return Array::invalid("logsumexp", format!("received an empty array of shape {:?}", a.shape()));
     }
     let peak = crate::ops::stop_gradient(&max(&x, Axes(axes.clone()), true));
     // An infinite peak would make x - peak NaN; shifting by 0 there gives the right inf.
@@ -278,7 +287,7 @@ fn scan(op: ReduceOp, a: &Array, axis: Option<i32>, reverse: bool, inclusive: bo
             Err(reason) => return Array::invalid(name, reason),
         },
     };
-    let dtype = if a.dtype() == DType::Bool && matches!(op, ReduceOp::Sum | ReduceOp::Prod) { DType::I32 } else { a.dtype() };
+    let dtype = if a.dtype() == DType::Bool && op == ReduceOp::Sum { DType::I32 } else { a.dtype() };
     let input = source.astype(dtype);
     let shape = input.shape().to_vec();
     Array::build1(Arc::new(Scan { op, axis, reverse, inclusive }), vec![input], shape, dtype)

@@ -9,6 +9,9 @@ use std::sync::Arc;
 /// Builds a unary op; integer and bool inputs become float32 for ops that need floats.
 #[track_caller]
 fn unary(op: UnaryOp, a: &Array) -> Array {
+    if op == UnaryOp::Negative && a.dtype() == DType::Bool {
+        return Array::invalid("negative", "not supported for bool, use logical_not instead");
+    }
     let dtype = if a.dtype().is_float() || op.keeps_integers() {
         a.dtype()
     } else {
