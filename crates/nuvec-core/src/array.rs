@@ -34,7 +34,7 @@ pub(crate) struct Node {
 }
 
 pub(crate) enum State {
-    Pending { op: Arc<Op>, index: usize },
+    Pending { op: Arc<Op> },
     Ready(Arc<Buffer>),
     Failed(Error),
 }
@@ -46,6 +46,23 @@ pub(crate) struct Op {
     pub(crate) outputs: OnceLock<Vec<Weak<Node>>>,
     /// Held while the primitive runs, so concurrent evaluations run it once.
     pub(crate) running: Mutex<()>,
+}
+
+impl Drop for Op {
+    /// Frees a long unevaluated chain iteratively: the default recursive drop would overflow
+    /// the stack after some ten thousand ops.
+    fn drop(&mut self) {
+        let mut pending: Vec<Array> = std::mem::take(self.inputs.get_mut().unwrap_or_else(|p| p.into_inner()));
+        while let Some(array) = pending.pop() {
+            let Ok(node) = Arc::try_unwrap(array.node) else { continue };
+            let state = node.state.into_inner().unwrap_or_else(|p| p.into_inner());
+            if let State::Pending { op, .. } = state {
+                if let Ok(mut op) = Arc::try_unwrap(op) {
+                    pending.append(op.inputs.get_mut().unwrap_or_else(|p| p.into_inner()));
+                }
+            }
+        }
+    }
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -64,8 +81,8 @@ impl Array {
         Array::from_state(shape, dtype, State::Ready(buffer))
     }
 
-    /// A failed array carrying `error`.
-    pub(crate) fn failed(error: Error) -> Array {
+    /// A failed array carrying `error`: how ops outside this crate report bad input.
+    pub fn failed(error: Error) -> Array {
         Array::from_state(Vec::new(), DType::F32, State::Failed(error))
     }
 
@@ -75,17 +92,16 @@ impl Array {
         Array::failed(Error::invalid(op, reason, Location::caller()))
     }
 
-    /// Builds the outputs of one call of `primitive` on `inputs`. Inputs that already failed
-    /// make every output fail with the first input's error.
-    pub(crate) fn build(primitive: Arc<dyn Primitive>, inputs: Vec<Array>, outputs: Vec<(Vec<i32>, DType)>) -> Vec<Array> {
+    /// The outputs of one call of `primitive` on `inputs` (which then runs once for all of
+    /// them). Inputs that already failed make every output fail with the first input's error.
+    pub fn from_primitive_multi(primitive: Arc<dyn Primitive>, inputs: Vec<Array>, outputs: Vec<(Vec<i32>, DType)>) -> Vec<Array> {
         if let Some(error) = inputs.iter().find_map(Array::known_error) {
             return outputs.iter().map(|_| Array::failed(error.clone())).collect();
         }
         let op = Arc::new(Op { primitive, inputs: Mutex::new(inputs), outputs: OnceLock::new(), running: Mutex::new(()) });
         let arrays: Vec<Array> = outputs
             .into_iter()
-            .enumerate()
-            .map(|(index, (shape, dtype))| Array::from_state(shape, dtype, State::Pending { op: op.clone(), index }))
+            .map(|(shape, dtype)| Array::from_state(shape, dtype, State::Pending { op: op.clone() }))
             .collect();
         let _ = op.outputs.set(arrays.iter().map(|a| Arc::downgrade(&a.node)).collect());
         arrays
@@ -93,7 +109,14 @@ impl Array {
 
     /// [`Array::build`] for a primitive with one output.
     pub(crate) fn build1(primitive: Arc<dyn Primitive>, inputs: Vec<Array>, shape: Vec<i32>, dtype: DType) -> Array {
-        let mut outputs = Array::build(primitive, inputs, vec![(shape, dtype)]);
+        Array::from_primitive(primitive, inputs, shape, dtype)
+    }
+
+    /// A lazy array computed by `primitive` from `inputs`, of `shape` and `dtype`: how crates
+    /// built on the core (collectives, layers) add their own operations. Failed inputs make
+    /// the result fail with their error.
+    pub fn from_primitive(primitive: Arc<dyn Primitive>, inputs: Vec<Array>, shape: Vec<i32>, dtype: DType) -> Array {
+        let mut outputs = Array::from_primitive_multi(primitive, inputs, vec![(shape, dtype)]);
         outputs.pop().unwrap_or_else(|| Array::failed(Error::eval("build", "primitive produced no output")))
     }
 

@@ -11,7 +11,8 @@
 //! communication worker); a primitive holds no thread-affine state.
 
 use crate::{Array, DType, Error, Result};
-use nuvec_cpu::{Buffer, Element};
+pub use nuvec_cpu::Buffer;
+use nuvec_cpu::Element;
 use std::any::Any;
 use std::fmt::Debug;
 use std::sync::Arc;

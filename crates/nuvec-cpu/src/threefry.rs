@@ -22,6 +22,7 @@ const KS_PARITY: u32 = 0x1BD1_1BDA;
 ///
 /// MLX uses 20 rounds: five groups of four mix rounds, each group followed by
 /// a key injection, which is what this computes (all arithmetic mod 2^32).
+#[must_use]
 pub fn threefry2x32(key: [u32; 2], count: [u32; 2]) -> [u32; 2] {
     let ks = [key[0], key[1], key[0] ^ key[1] ^ KS_PARITY];
     let mut x0 = count[0].wrapping_add(ks[0]);
@@ -78,6 +79,7 @@ pub fn fill_random_bytes(key: [u32; 2], out: &mut [u8]) {
 /// MLX accepts widths 1, 2 and 4 (uint8 / uint16 / uint32 output); callers
 /// validate that. Returns an empty vector if the byte count would overflow
 /// `usize`, which no real allocation could hold anyway.
+#[must_use]
 pub fn random_bits(key: [u32; 2], n_elements: usize, width_bytes: usize) -> Vec<u8> {
     let Some(len) = n_elements.checked_mul(width_bytes) else {
         return Vec::new();
@@ -89,6 +91,7 @@ pub fn random_bits(key: [u32; 2], n_elements: usize, width_bytes: usize) -> Vec<
 
 /// Returns the `n` 32-bit words MLX's `bits` produces for `key` at width 4,
 /// a convenience for uniform/normal sampling, which always draw `u32` bits.
+#[must_use]
 pub fn random_u32(key: [u32; 2], n: usize) -> Vec<u32> {
     random_bits(key, n, 4)
         .chunks_exact(4)
@@ -98,12 +101,14 @@ pub fn random_u32(key: [u32; 2], n: usize) -> Vec<u32> {
 
 /// Builds the key MLX's `random::key(seed)` returns: the high 32 bits of the
 /// seed first, then the low 32 bits (so `key(7) == [0, 7]`).
+#[must_use]
 pub fn key_from_seed(seed: u64) -> [u32; 2] {
     [(seed >> 32) as u32, seed as u32]
 }
 
 /// Splits `key` into `num` subkeys exactly as MLX's `random::split(key, num)`,
 /// which is `bits` of shape `[num, 2]` and width 4 read row by row.
+#[must_use]
 pub fn split_key(key: [u32; 2], num: usize) -> Vec<[u32; 2]> {
     let words = random_u32(key, num.saturating_mul(2));
     words.chunks_exact(2).map(|w| [w[0], w[1]]).collect()
@@ -112,6 +117,7 @@ pub fn split_key(key: [u32; 2], num: usize) -> Vec<[u32; 2]> {
 /// Advances a global key the way MLX's default key sequence does and returns
 /// the key to draw with: the state is split in two, the first half becomes
 /// the new state and the second half is handed to the sampler.
+#[must_use]
 pub fn next_key(state: &mut [u32; 2]) -> [u32; 2] {
     let [a0, a1, b0, b1] = split4(*state);
     *state = [a0, a1];
@@ -135,7 +141,11 @@ mod tests {
     fn words(bytes: &[u8], w: usize) -> Vec<u64> {
         bytes
             .chunks_exact(w)
-            .map(|c| c.iter().rev().fold(0u64, |acc, &b| (acc << 8) | u64::from(b)))
+            .map(|c| {
+                c.iter()
+                    .rev()
+                    .fold(0u64, |acc, &b| (acc << 8) | u64::from(b))
+            })
             .collect()
     }
 
@@ -189,11 +199,22 @@ mod tests {
         // C++: mx::random::bits({3}, 4, mx::array({0u, 3u}))
         (([0, 3], 3, 4), &[1024511538, 90224275, 2603795180]),
         // C++: mx::random::bits({4}, 4, mx::array({0u, 3u}))
-        (([0, 3], 4, 4), &[1024511538, 47757680, 2603795180, 1437962712]),
+        (
+            ([0, 3], 4, 4),
+            &[1024511538, 47757680, 2603795180, 1437962712],
+        ),
         // C++: mx::random::bits({5}, 4, mx::array({0u, 3u}))
-        (([0, 3], 5, 4), &[877192987, 1614509672, 4140764773, 3448417067, 2823528474]),
+        (
+            ([0, 3], 5, 4),
+            &[877192987, 1614509672, 4140764773, 3448417067, 2823528474],
+        ),
         // C++: mx::random::bits({7}, 4, mx::array({0u, 3u}))
-        (([0, 3], 7, 4), &[1363109171, 3672965406, 3506557718, 4075572324, 377266333, 202389534, 3684862355]),
+        (
+            ([0, 3], 7, 4),
+            &[
+                1363109171, 3672965406, 3506557718, 4075572324, 377266333, 202389534, 3684862355,
+            ],
+        ),
         // C++: mx::random::bits({1}, 2, mx::array({0u, 3u}))
         (([0, 3], 1, 2), &[25499]),
         // C++: mx::random::bits({2}, 2, mx::array({0u, 3u}))
@@ -205,7 +226,10 @@ mod tests {
         // C++: mx::random::bits({5}, 2, mx::array({0u, 3u}))
         (([0, 3], 5, 2), &[52786, 15632, 46739, 1376, 49900]),
         // C++: mx::random::bits({7}, 2, mx::array({0u, 3u}))
-        (([0, 3], 7, 2), &[52786, 15632, 47472, 728, 49900, 39730, 37336]),
+        (
+            ([0, 3], 7, 2),
+            &[52786, 15632, 47472, 728, 49900, 39730, 37336],
+        ),
         // C++: mx::random::bits({1}, 1, mx::array({0u, 3u}))
         (([0, 3], 1, 1), &[155]),
         // C++: mx::random::bits({2}, 1, mx::array({0u, 3u}))
@@ -219,24 +243,46 @@ mod tests {
         // C++: mx::random::bits({7}, 1, mx::array({0u, 3u}))
         (([0, 3], 7, 1), &[75, 52, 5, 116, 142, 14, 47]),
         // C++: mx::random::bits({3}, 4, mx::array({123456789u, 987654321u}))
-        (([123456789, 987654321], 3, 4), &[2458506199, 3263463447, 2452681485]),
+        (
+            ([123456789, 987654321], 3, 4),
+            &[2458506199, 3263463447, 2452681485],
+        ),
         // C++: mx::random::bits({6}, 4, mx::array({123456789u, 987654321u}))
-        (([123456789, 987654321], 6, 4), &[2282810065, 1989616437, 3771920784, 1487223820, 2101427821, 643018354]),
+        (
+            ([123456789, 987654321], 6, 4),
+            &[
+                2282810065, 1989616437, 3771920784, 1487223820, 2101427821, 643018354,
+            ],
+        ),
         // C++: mx::random::bits({9}, 4, mx::array({123456789u, 987654321u}))
-        (([123456789, 987654321], 9, 4), &[2452379771, 1165282147, 1567617754, 276311691, 1841905734, 4187257492, 3567078955, 992233119, 1550432976]),
+        (
+            ([123456789, 987654321], 9, 4),
+            &[
+                2452379771, 1165282147, 1567617754, 276311691, 1841905734, 4187257492, 3567078955,
+                992233119, 1550432976,
+            ],
+        ),
         // C++: mx::random::bits({3}, 2, mx::array({123456789u, 987654321u}))
         (([123456789, 987654321], 3, 2), &[14395, 44698, 8142]),
         // C++: mx::random::bits({6}, 2, mx::array({123456789u, 987654321u}))
-        (([123456789, 987654321], 6, 2), &[54231, 37513, 32791, 49796, 62221, 37424]),
+        (
+            ([123456789, 987654321], 6, 2),
+            &[54231, 37513, 32791, 49796, 62221, 37424],
+        ),
         // C++: mx::random::bits({9}, 2, mx::array({123456789u, 987654321u}))
-        (([123456789, 987654321], 9, 2), &[60113, 34832, 9013, 30359, 50143, 49542, 15372, 22693, 15981]),
+        (
+            ([123456789, 987654321], 9, 2),
+            &[60113, 34832, 9013, 30359, 50143, 49542, 15372, 22693, 15981],
+        ),
         // C++: mx::random::bits({3}, 1, mx::array({123456789u, 987654321u}))
         (([123456789, 987654321], 3, 1), &[241, 249, 9]),
         // C++: mx::random::bits({6}, 1, mx::array({123456789u, 987654321u}))
         (([123456789, 987654321], 6, 1), &[59, 56, 154, 174, 206, 31]),
         // C++: mx::random::bits({9}, 1, mx::array({123456789u, 987654321u}))
-        (([123456789, 987654321], 9, 1), &[215, 211, 137, 146, 23, 128, 132, 194, 13]),
-
+        (
+            ([123456789, 987654321], 9, 1),
+            &[215, 211, 137, 146, 23, 128, 132, 194, 13],
+        ),
     ];
 
     #[test]

@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub use nuvec_core::{
+    primitive,
     array, async_eval, bf16, default_device, default_stream, eval, f16, ops, random, Array, DType, Device,
     Element, Error, Result, Stream,
 };

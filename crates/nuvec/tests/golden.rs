@@ -338,3 +338,62 @@ fn type_promotion_matches_mlx() {
 fn creation_ops_match_mlx() {
     check_family("creation");
 }
+
+/// Runs one random case; `None` for cases this build does not model.
+fn run_random(op: &str, args: &[Arg], kw: &Value) -> Array {
+    use nuvec::random;
+    if let Some(seed) = kw["seed"].as_u64() {
+        if op != "random.key" {
+            random::seed(seed);
+        }
+    }
+    let key = kw["key"].as_array().map(|k| Array::from_slice(&[k[0].as_u64().unwrap() as u32, k[1].as_u64().unwrap() as u32], &[2]));
+    let key = key.as_ref();
+    let shape = ints(&kw["shape"]);
+    let float_dtype = kw["dtype"].as_str().and_then(DType::from_name).unwrap_or(DType::F32);
+    match op {
+        "random.normal" => random::normal_with(&shape, float_dtype, kw["loc"].as_f64().unwrap_or(0.0), kw["scale"].as_f64().unwrap_or(1.0), key),
+        "random.uniform" => random::uniform(number(&kw["low"]), number(&kw["high"]), &shape, float_dtype, key),
+        "random.randint" => random::randint(kw["low"].as_i64().unwrap(), kw["high"].as_i64().unwrap(), &shape, kw["dtype"].as_str().and_then(DType::from_name).unwrap_or(DType::I32), key),
+        "random.bernoulli" => random::bernoulli(number(&kw["p"]), &shape, key),
+        "random.truncated_normal" => random::truncated_normal(number(&kw["lower"]), number(&kw["upper"]), &shape, float_dtype, key),
+        "random.gumbel" => random::gumbel(&shape, float_dtype, key),
+        "random.categorical" => random::categorical(&args[0].array(), int(kw, "axis"), kw["num_samples"].as_i64().map(|n| n as i32), key),
+        "random.permutation" => match kw["x"].as_i64() {
+            Some(n) => random::permutation(n as i32, key),
+            None => random::permute(&args[0].array(), kw["axis"].as_i64().unwrap_or(0) as i32, key),
+        },
+        "random.key" => random::key(kw["seed"].as_u64().unwrap()),
+        "random.split" => random::split(key.unwrap(), int(kw, "num")),
+        "random.bits" => random::bits(&shape, kw["width"].as_u64().unwrap_or(4) as usize, key),
+        "random.state" => {
+            // The global key after one draw: the next split keeps it as its first row.
+            let _ = random::normal(&[1], DType::F32, None).eval();
+            random::state()
+        }
+        other => panic!("golden: no mapping for op {other}"),
+    }
+}
+
+#[test]
+fn random_numbers_match_mlx_bit_for_bit() {
+    let fixture = load_fixture("random");
+    let mut failures = Vec::new();
+    for case in &fixture.cases {
+        let case_name = case["name"].as_str().unwrap_or("?");
+        let op = case["op"].as_str().unwrap_or("?");
+        let args: Vec<Arg> = case["inputs"].as_array().map(|v| v.iter().map(arg_of).collect()).unwrap_or_default();
+        let output = run_random(op, &args, &case["kwargs"]);
+        if case["error"].as_bool() == Some(true) {
+            if output.check().is_ok() {
+                failures.push(format!("{case_name}: MLX raises ({}), nuvec returned a value", case["mlx_error"]));
+            }
+            continue;
+        }
+        // Bit-exact for every dtype: the same seed must give MLX's very values.
+        if let Err(reason) = nuvec_test_support::compare_with(&output, &case["expected"], Some((0.0, 0.0))) {
+            failures.push(format!("{case_name}: {reason}"));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} random cases differ from MLX:\n{}", failures.len(), fixture.cases.len(), failures.join("\n"));
+}

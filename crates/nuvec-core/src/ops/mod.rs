@@ -23,7 +23,7 @@ pub use sort::*;
 pub use unary::*;
 
 /// Resolves a possibly negative `axis` against `ndim`, or explains why it is out of range.
-pub(crate) fn normalize_axis(axis: i32, ndim: usize) -> Result<usize, String> {
+pub fn normalize_axis(axis: i32, ndim: usize) -> Result<usize, String> {
     let n = ndim as i32;
     let resolved = if axis < 0 { axis + n } else { axis };
     if resolved < 0 || resolved >= n {
