@@ -52,9 +52,12 @@ impl Drop for Op {
     /// Frees a long unevaluated chain iteratively: the default recursive drop would overflow
     /// the stack after some ten thousand ops.
     fn drop(&mut self) {
-        let mut pending: Vec<Array> = std::mem::take(self.inputs.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let mut pending: Vec<Array> =
+            std::mem::take(self.inputs.get_mut().unwrap_or_else(|p| p.into_inner()));
         while let Some(array) = pending.pop() {
-            let Ok(node) = Arc::try_unwrap(array.node) else { continue };
+            let Ok(node) = Arc::try_unwrap(array.node) else {
+                continue;
+            };
             let state = node.state.into_inner().unwrap_or_else(|p| p.into_inner());
             if let State::Pending { op, .. } = state {
                 if let Ok(mut op) = Arc::try_unwrap(op) {
@@ -68,12 +71,20 @@ impl Drop for Op {
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic inside a kernel is caught and turned into a failed node, so a poisoned lock only
     // means another thread panicked elsewhere while holding it; the state itself is consistent.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Array {
     fn from_state(shape: Vec<i32>, dtype: DType, state: State) -> Array {
-        Array { node: Arc::new(Node { shape, dtype, state: Mutex::new(state) }) }
+        Array {
+            node: Arc::new(Node {
+                shape,
+                dtype,
+                state: Mutex::new(state),
+            }),
+        }
     }
 
     /// An evaluated array over `buffer`.
@@ -94,30 +105,58 @@ impl Array {
 
     /// The outputs of one call of `primitive` on `inputs` (which then runs once for all of
     /// them). Inputs that already failed make every output fail with the first input's error.
-    pub fn from_primitive_multi(primitive: Arc<dyn Primitive>, inputs: Vec<Array>, outputs: Vec<(Vec<i32>, DType)>) -> Vec<Array> {
+    pub fn from_primitive_multi(
+        primitive: Arc<dyn Primitive>,
+        inputs: Vec<Array>,
+        outputs: Vec<(Vec<i32>, DType)>,
+    ) -> Vec<Array> {
         if let Some(error) = inputs.iter().find_map(Array::known_error) {
-            return outputs.iter().map(|_| Array::failed(error.clone())).collect();
+            return outputs
+                .iter()
+                .map(|_| Array::failed(error.clone()))
+                .collect();
         }
-        let op = Arc::new(Op { primitive, inputs: Mutex::new(inputs), outputs: OnceLock::new(), running: Mutex::new(()) });
+        let op = Arc::new(Op {
+            primitive,
+            inputs: Mutex::new(inputs),
+            outputs: OnceLock::new(),
+            running: Mutex::new(()),
+        });
         let arrays: Vec<Array> = outputs
             .into_iter()
-            .map(|(shape, dtype)| Array::from_state(shape, dtype, State::Pending { op: op.clone() }))
+            .map(|(shape, dtype)| {
+                Array::from_state(shape, dtype, State::Pending { op: op.clone() })
+            })
             .collect();
-        let _ = op.outputs.set(arrays.iter().map(|a| Arc::downgrade(&a.node)).collect());
+        let _ = op
+            .outputs
+            .set(arrays.iter().map(|a| Arc::downgrade(&a.node)).collect());
         arrays
     }
 
     /// [`Array::build`] for a primitive with one output.
-    pub(crate) fn build1(primitive: Arc<dyn Primitive>, inputs: Vec<Array>, shape: Vec<i32>, dtype: DType) -> Array {
+    pub(crate) fn build1(
+        primitive: Arc<dyn Primitive>,
+        inputs: Vec<Array>,
+        shape: Vec<i32>,
+        dtype: DType,
+    ) -> Array {
         Array::from_primitive(primitive, inputs, shape, dtype)
     }
 
     /// A lazy array computed by `primitive` from `inputs`, of `shape` and `dtype`: how crates
     /// built on the core (collectives, layers) add their own operations. Failed inputs make
     /// the result fail with their error.
-    pub fn from_primitive(primitive: Arc<dyn Primitive>, inputs: Vec<Array>, shape: Vec<i32>, dtype: DType) -> Array {
+    pub fn from_primitive(
+        primitive: Arc<dyn Primitive>,
+        inputs: Vec<Array>,
+        shape: Vec<i32>,
+        dtype: DType,
+    ) -> Array {
         let mut outputs = Array::from_primitive_multi(primitive, inputs, vec![(shape, dtype)]);
-        outputs.pop().unwrap_or_else(|| Array::failed(Error::eval("build", "primitive produced no output")))
+        outputs
+            .pop()
+            .unwrap_or_else(|| Array::failed(Error::eval("build", "primitive produced no output")))
     }
 
     /// The error of an array known to have failed, without evaluating anything.
@@ -144,9 +183,15 @@ impl Array {
             }
             Some(size) => Array::invalid(
                 "array",
-                format!("{} values given for shape {shape:?}, which holds {size}", data.len()),
+                format!(
+                    "{} values given for shape {shape:?}, which holds {size}",
+                    data.len()
+                ),
             ),
-            None => Array::invalid("array", format!("invalid shape {shape:?}: dims must be >= 0")),
+            None => Array::invalid(
+                "array",
+                format!("invalid shape {shape:?}: dims must be >= 0"),
+            ),
         }
     }
 
@@ -172,7 +217,10 @@ impl Array {
     /// # Ok::<(), nuvec_core::Error>(())
     /// ```
     #[track_caller]
-    pub fn from_owner<T: Element, O: AsRef<[T]> + Send + 'static>(owner: O, shape: &[i32]) -> Array {
+    pub fn from_owner<T: Element, O: AsRef<[T]> + Send + 'static>(
+        owner: O,
+        shape: &[i32],
+    ) -> Array {
         let len = owner.as_ref().len();
         if T::DTYPE == DType::Bool {
             // bool memory must hold only 0 and 1; copying validates it.
@@ -180,7 +228,11 @@ impl Array {
             return Array::from_vec(values, shape);
         }
         match checked_size(shape) {
-            Some(size) if size == len => Array::ready(shape.to_vec(), T::DTYPE, Arc::new(Buffer::from_owner(owner))),
+            Some(size) if size == len => Array::ready(
+                shape.to_vec(),
+                T::DTYPE,
+                Arc::new(Buffer::from_owner(owner)),
+            ),
             _ => Array::invalid("array", format!("{len} values given for shape {shape:?}")),
         }
     }
@@ -194,7 +246,9 @@ impl Array {
     pub fn dim(&self, axis: i32) -> Option<i32> {
         let ndim = self.ndim() as i32;
         let axis = if axis < 0 { axis + ndim } else { axis };
-        (0..ndim).contains(&axis).then(|| self.node.shape[axis as usize])
+        (0..ndim)
+            .contains(&axis)
+            .then(|| self.node.shape[axis as usize])
     }
 
     /// Number of dims.
@@ -248,7 +302,10 @@ impl Array {
         match &*lock(&self.node.state) {
             State::Ready(buffer) => Ok(buffer.clone()),
             State::Failed(error) => Err(error.clone()),
-            State::Pending { op, .. } => Err(Error::eval(op.primitive.name(), "still pending after evaluation")),
+            State::Pending { op, .. } => Err(Error::eval(
+                op.primitive.name(),
+                "still pending after evaluation",
+            )),
         }
     }
 
@@ -264,7 +321,10 @@ impl Array {
         if self.size() != 1 {
             return Err(Error::invalid(
                 "item",
-                format!("item() needs an array of one element, got shape {:?}", self.shape()),
+                format!(
+                    "item() needs an array of one element, got shape {:?}",
+                    self.shape()
+                ),
                 Location::caller(),
             ));
         }
@@ -283,7 +343,11 @@ impl Array {
             return Err(error);
         }
         if T::DTYPE != self.dtype() {
-            return Err(Error::DTypeMismatch { op, actual: self.dtype(), requested: T::DTYPE });
+            return Err(Error::DTypeMismatch {
+                op,
+                actual: self.dtype(),
+                requested: T::DTYPE,
+            });
         }
         Ok(())
     }
@@ -291,7 +355,9 @@ impl Array {
 
 /// The number of elements of `shape`, or `None` when a dim is negative or the product overflows.
 pub(crate) fn checked_size(shape: &[i32]) -> Option<usize> {
-    shape.iter().try_fold(1usize, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)))
+    shape.iter().try_fold(1usize, |acc, &d| {
+        usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+    })
 }
 
 impl std::fmt::Debug for Array {
@@ -301,7 +367,11 @@ impl std::fmt::Debug for Array {
             State::Ready(_) => "ready".to_string(),
             State::Failed(error) => format!("failed: {error}"),
         };
-        f.debug_struct("Array").field("shape", &self.shape()).field("dtype", &self.dtype()).field("state", &state).finish()
+        f.debug_struct("Array")
+            .field("shape", &self.shape())
+            .field("dtype", &self.dtype())
+            .field("state", &state)
+            .finish()
     }
 }
 
@@ -314,7 +384,21 @@ macro_rules! from_scalar {
         }
     )*};
 }
-from_scalar!(bool, u8, u16, u32, u64, i8, i16, i32, i64, f32, f64, nuvec_cpu::f16, nuvec_cpu::bf16);
+from_scalar!(
+    bool,
+    u8,
+    u16,
+    u32,
+    u64,
+    i8,
+    i16,
+    i32,
+    i64,
+    f32,
+    f64,
+    nuvec_cpu::f16,
+    nuvec_cpu::bf16
+);
 
 impl From<&Array> for Array {
     fn from(value: &Array) -> Array {

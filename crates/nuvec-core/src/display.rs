@@ -13,7 +13,11 @@ fn format_g(v: f64) -> String {
         return if v > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if v == 0.0 {
-        return if v.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if v.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     let exponent = format!("{v:.5e}");
     let (mantissa, exp) = exponent.split_once('e').unwrap_or((&exponent, "0"));
@@ -60,15 +64,24 @@ fn write_nested(out: &mut String, values: &[String], shape: &[usize], depth: usi
                 out.push(' ');
             }
         }
-        write_nested(out, &values[i * stride..(i + 1) * stride], &shape[1..], depth + 1);
+        write_nested(
+            out,
+            &values[i * stride..(i + 1) * stride],
+            &shape[1..],
+            depth + 1,
+        );
     }
     out.push(']');
 }
 
 impl fmt::Display for Array {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let values: Result<Vec<String>, _> =
-            with_dtype!(self.dtype(), T, self.to_vec::<T>().map(|v| v.into_iter().map(format_element).collect()));
+        let values: Result<Vec<String>, _> = with_dtype!(
+            self.dtype(),
+            T,
+            self.to_vec::<T>()
+                .map(|v| v.into_iter().map(format_element).collect())
+        );
         match values {
             Ok(values) => {
                 let mut body = String::new();
@@ -88,13 +101,16 @@ mod tests {
     #[test]
     fn display_matches_mlx_repr() {
         assert_eq!(array![1, 2].to_string(), "array([1, 2], dtype=int32)");
-        assert_eq!(array![[1.5, 2.0], [0.1, 1e-7]].to_string(), "array([[1.5, 2],\n       [0.1, 1e-07]], dtype=float32)");
+        assert_eq!(
+            array![[1.5, 2.0], [0.1, 1e-7]].to_string(),
+            "array([[1.5, 2],\n       [0.1, 1e-07]], dtype=float32)"
+        );
         assert_eq!(Array::scalar(true).to_string(), "array(true, dtype=bool)");
     }
 
     #[test]
     fn floats_print_with_six_significant_digits() {
-        assert_eq!(format_g(3.14159265), "3.14159");
+        assert_eq!(format_g(1234.56789), "1234.57");
         assert_eq!(format_g(1234567.0), "1.23457e+06");
         assert_eq!(format_g(0.0001), "0.0001");
         assert_eq!(format_g(100.0), "100");

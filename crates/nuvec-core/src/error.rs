@@ -66,13 +66,24 @@ pub enum Error {
 
 impl Error {
     /// An invalid-argument error for `op`, located at `location`.
-    pub fn invalid(op: impl Into<String>, reason: impl Into<String>, location: &'static Location<'static>) -> Error {
-        Error::InvalidArgument { op: op.into(), reason: reason.into(), location: SourceLocation(location) }
+    pub fn invalid(
+        op: impl Into<String>,
+        reason: impl Into<String>,
+        location: &'static Location<'static>,
+    ) -> Error {
+        Error::InvalidArgument {
+            op: op.into(),
+            reason: reason.into(),
+            location: SourceLocation(location),
+        }
     }
 
     /// An evaluation error for primitive `op`.
     pub fn eval(op: impl Into<String>, reason: impl Into<String>) -> Error {
-        Error::Eval { op: op.into(), reason: reason.into() }
+        Error::Eval {
+            op: op.into(),
+            reason: reason.into(),
+        }
     }
 }
 

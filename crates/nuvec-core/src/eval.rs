@@ -39,7 +39,10 @@ pub fn eval(outputs: &[Array]) -> Result<()> {
 /// [`eval`] or read waits for it (or computes what the worker has not reached yet).
 pub fn async_eval(outputs: &[Array]) {
     let work = outputs.to_vec();
-    let sent = worker().lock().map(|sender| sender.send(work.clone()).is_ok()).unwrap_or(false);
+    let sent = worker()
+        .lock()
+        .map(|sender| sender.send(work.clone()).is_ok())
+        .unwrap_or(false);
     if !sent {
         // The worker is gone (it only stops when the process exits): evaluate here instead.
         let _ = eval(&work);
@@ -141,7 +144,10 @@ fn collect_inputs(inputs: Vec<Array>) -> Result<Vec<Input>> {
             State::Ready(buffer) => buffer.clone(),
             State::Failed(error) => return Err(error.clone()),
             State::Pending { op, .. } => {
-                return Err(Error::eval(op.primitive.name(), "input not evaluated before its consumer"))
+                return Err(Error::eval(
+                    op.primitive.name(),
+                    "input not evaluated before its consumer",
+                ))
             }
         };
         drop(state);
@@ -158,8 +164,14 @@ fn compute(op: &Op, inputs: &mut [Input]) -> Result<Vec<Arc<nuvec_cpu::Buffer>>>
             outputs
                 .iter()
                 .map(|weak| match weak.upgrade() {
-                    Some(node) => OutputSpec { shape: node.shape.iter().map(|&d| d as usize).collect(), dtype: node.dtype },
-                    None => OutputSpec { shape: vec![0], dtype: crate::DType::U8 },
+                    Some(node) => OutputSpec {
+                        shape: node.shape.iter().map(|&d| d as usize).collect(),
+                        dtype: node.dtype,
+                    },
+                    None => OutputSpec {
+                        shape: vec![0],
+                        dtype: crate::DType::U8,
+                    },
                 })
                 .collect()
         })
@@ -167,7 +179,14 @@ fn compute(op: &Op, inputs: &mut [Input]) -> Result<Vec<Arc<nuvec_cpu::Buffer>>>
     let name = op.primitive.name().to_string();
     match catch_unwind(AssertUnwindSafe(|| op.primitive.eval_cpu(inputs, &specs))) {
         Ok(Ok(buffers)) if buffers.len() == specs.len() => Ok(buffers),
-        Ok(Ok(buffers)) => Err(Error::eval(name, format!("produced {} outputs, expected {}", buffers.len(), specs.len()))),
+        Ok(Ok(buffers)) => Err(Error::eval(
+            name,
+            format!(
+                "produced {} outputs, expected {}",
+                buffers.len(),
+                specs.len()
+            ),
+        )),
         Ok(Err(error)) => Err(error),
         Err(panic) => {
             let message = panic

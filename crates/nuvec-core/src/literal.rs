@@ -43,7 +43,10 @@ impl Literal for bool {
 pub fn from_nested<T: Element>(rows: Vec<Vec<T>>, outer: &[i32]) -> Array {
     let width = rows.first().map_or(0, Vec::len);
     if rows.iter().any(|r| r.len() != width) {
-        return Array::invalid("array", "nested lists must be rectangular (rows of one length)");
+        return Array::invalid(
+            "array",
+            "nested lists must be rectangular (rows of one length)",
+        );
     }
     let mut shape = outer.to_vec();
     shape.push(width as i32);

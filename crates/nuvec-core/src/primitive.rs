@@ -29,7 +29,11 @@ pub struct Input {
 
 impl Input {
     pub(crate) fn new(shape: Vec<usize>, dtype: DType, buffer: Arc<Buffer>) -> Input {
-        Input { shape, dtype, buffer }
+        Input {
+            shape,
+            dtype,
+            buffer,
+        }
     }
 
     /// Number of elements.
@@ -50,7 +54,10 @@ impl Input {
     /// This input's buffer, owned, when nothing else holds it and it has `bytes` bytes: the
     /// result can then be computed in place (donation).
     pub fn take_owned(&mut self, bytes: usize) -> Option<Buffer> {
-        if self.buffer.len_bytes() != bytes || Arc::strong_count(&self.buffer) != 1 || !self.buffer.is_writable() {
+        if self.buffer.len_bytes() != bytes
+            || Arc::strong_count(&self.buffer) != 1
+            || !self.buffer.is_writable()
+        {
             return None;
         }
         let shared = std::mem::replace(&mut self.buffer, Arc::new(Buffer::zeroed(0)));
@@ -98,21 +105,40 @@ pub trait Primitive: Send + Sync + Debug + Any {
 
     /// Vector-Jacobian product: the cotangents of the inputs in `argnums`, given the primal
     /// `inputs`, the `outputs` and their `cotangents`.
-    fn vjp(&self, inputs: &[Array], outputs: &[Array], cotangents: &[Array], argnums: &[usize]) -> Result<Vec<Array>> {
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
         let _ = (inputs, outputs, cotangents, argnums);
-        Err(Error::Transform { transform: "vjp", reason: format!("primitive {} has no vjp rule", self.name()) })
+        Err(Error::Transform {
+            transform: "vjp",
+            reason: format!("primitive {} has no vjp rule", self.name()),
+        })
     }
 
     /// Jacobian-vector product: the output tangents given tangents of the inputs in `argnums`.
     fn jvp(&self, inputs: &[Array], tangents: &[Array], argnums: &[usize]) -> Result<Vec<Array>> {
         let _ = (inputs, tangents, argnums);
-        Err(Error::Transform { transform: "jvp", reason: format!("primitive {} has no jvp rule", self.name()) })
+        Err(Error::Transform {
+            transform: "jvp",
+            reason: format!("primitive {} has no jvp rule", self.name()),
+        })
     }
 
     /// Batching rule: the outputs and their batch axes for inputs batched along `axes`.
-    fn vmap(&self, inputs: &[Array], axes: &[Option<usize>]) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
         let _ = (inputs, axes);
-        Err(Error::Transform { transform: "vmap", reason: format!("primitive {} has no vmap rule", self.name()) })
+        Err(Error::Transform {
+            transform: "vmap",
+            reason: format!("primitive {} has no vmap rule", self.name()),
+        })
     }
 
     /// Whether `other` computes the same function (compile's common-subexpression elimination).

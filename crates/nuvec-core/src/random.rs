@@ -31,7 +31,10 @@ fn next_global_key() -> Array {
     let mut state = crate::array::lock(&STATE);
     let current = state.get_or_insert_with(|| {
         // Unseeded: the time in milliseconds, taken once, as MLX.
-        let millis = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
         threefry::key_from_seed(millis)
     });
     let drawn = threefry::next_key(current);
@@ -44,7 +47,14 @@ fn key_or_next(op: &str, key: Option<&Array>) -> Result<Array, Array> {
     match key {
         None => Ok(next_global_key()),
         Some(k) if k.dtype() == DType::U32 && k.shape() == [2] => Ok(k.clone()),
-        Some(k) => Err(Array::invalid(op, format!("a key is a uint32 array of shape [2], got {} {:?}", k.dtype(), k.shape()))),
+        Some(k) => Err(Array::invalid(
+            op,
+            format!(
+                "a key is a uint32 array of shape [2], got {} {:?}",
+                k.dtype(),
+                k.shape()
+            ),
+        )),
     }
 }
 
@@ -78,14 +88,22 @@ fn bits_with_key(key: &Array, shape: &[i32], width: usize) -> Array {
         2 => DType::U16,
         _ => DType::U32,
     };
-    Array::from_primitive(Arc::new(RandomBits { width }), vec![key.clone()], shape.to_vec(), dtype)
+    Array::from_primitive(
+        Arc::new(RandomBits { width }),
+        vec![key.clone()],
+        shape.to_vec(),
+        dtype,
+    )
 }
 
 /// Raw random bits: `width` bytes (1, 2 or 4) per element, as uint8/uint16/uint32.
 #[track_caller]
 pub fn bits(shape: &[i32], width: usize, key: Option<&Array>) -> Array {
     if ![1, 2, 4].contains(&width) {
-        return Array::invalid("bits", format!("width must be 1, 2 or 4 bytes, got {width}"));
+        return Array::invalid(
+            "bits",
+            format!("width must be 1, 2 or 4 bytes, got {width}"),
+        );
     }
     if shape.iter().any(|&d| d < 0) {
         return Array::invalid("bits", format!("invalid shape {shape:?}"));
@@ -116,7 +134,10 @@ fn unit_uniform(key: &Array, shape: &[i32], dtype: DType) -> Array {
 #[track_caller]
 pub fn uniform(low: f64, high: f64, shape: &[i32], dtype: DType, key: Option<&Array>) -> Array {
     if !matches!(dtype, DType::F16 | DType::BF16 | DType::F32) {
-        return Array::invalid("uniform", format!("unsupported type {dtype}: use float16, bfloat16 or float32"));
+        return Array::invalid(
+            "uniform",
+            format!("unsupported type {dtype}: use float16, bfloat16 or float32"),
+        );
     }
     match key_or_next("uniform", key) {
         Ok(k) => uniform_with_key(&k, low, high, shape, dtype),
@@ -126,8 +147,8 @@ pub fn uniform(low: f64, high: f64, shape: &[i32], dtype: DType, key: Option<&Ar
 
 fn uniform_with_key(key: &Array, low: f64, high: f64, shape: &[i32], dtype: DType) -> Array {
     let lo = ops::full(&[], low, DType::F32).astype(dtype);
-    let range = ops::subtract(&ops::full(&[], high, DType::F32).astype(dtype), &lo);
-    ops::add(&ops::multiply(&range, &unit_uniform(key, shape, dtype)), &lo)
+    let range = ops::subtract(ops::full(&[], high, DType::F32).astype(dtype), &lo);
+    ops::add(ops::multiply(&range, unit_uniform(key, shape, dtype)), &lo)
 }
 
 /// Standard normal values (mean 0, standard deviation 1) of any float `dtype`.
@@ -138,7 +159,13 @@ pub fn normal(shape: &[i32], dtype: DType, key: Option<&Array>) -> Array {
 
 /// Normal values with mean `loc` and standard deviation `scale`.
 #[track_caller]
-pub fn normal_with(shape: &[i32], dtype: DType, loc: f64, scale: f64, key: Option<&Array>) -> Array {
+pub fn normal_with(
+    shape: &[i32],
+    dtype: DType,
+    loc: f64,
+    scale: f64,
+    key: Option<&Array>,
+) -> Array {
     if !dtype.is_float() {
         return Array::invalid("normal", format!("needs a float dtype, got {dtype}"));
     }
@@ -151,13 +178,13 @@ pub fn normal_with(shape: &[i32], dtype: DType, loc: f64, scale: f64, key: Optio
     let e = ops::erfinv(&u).astype(dtype);
     let mut s = ops::full(&[], std::f64::consts::SQRT_2, dtype);
     if scale != 1.0 {
-        s = ops::multiply(&s, &ops::full(&[], scale, dtype));
+        s = ops::multiply(&s, ops::full(&[], scale, dtype));
     }
     let out = ops::multiply(&s, &e);
     if loc == 0.0 {
         out
     } else {
-        ops::add(&ops::full(&[], loc, dtype), &out)
+        ops::add(ops::full(&[], loc, dtype), &out)
     }
 }
 
@@ -165,7 +192,10 @@ pub fn normal_with(shape: &[i32], dtype: DType, loc: f64, scale: f64, key: Optio
 #[track_caller]
 pub fn randint(low: i64, high: i64, shape: &[i32], dtype: DType, key: Option<&Array>) -> Array {
     if dtype.is_float() {
-        return Array::invalid("randint", format!("needs an integer or bool dtype, got {dtype}"));
+        return Array::invalid(
+            "randint",
+            format!("needs an integer or bool dtype, got {dtype}"),
+        );
     }
     let key = match key_or_next("randint", key) {
         Ok(k) => k,
@@ -174,14 +204,20 @@ pub fn randint(low: i64, high: i64, shape: &[i32], dtype: DType, key: Option<&Ar
     let u = uniform_with_key(&key, low as f64, high as f64, shape, DType::F32);
     let drawn = ops::floor(&u).astype(dtype);
     let top = ops::full(&[], (high - 1) as f64, DType::I32).astype(dtype);
-    ops::maximum(&ops::minimum(&drawn, &top), &ops::full(&[], low as f64, DType::I32).astype(dtype))
+    ops::maximum(
+        ops::minimum(&drawn, &top),
+        ops::full(&[], low as f64, DType::I32).astype(dtype),
+    )
 }
 
 /// Booleans that are true with probability `p`.
 #[track_caller]
 pub fn bernoulli(p: f64, shape: &[i32], key: Option<&Array>) -> Array {
     if !(0.0..=1.0).contains(&p) {
-        return Array::invalid("bernoulli", format!("p must be a probability in [0, 1], got {p}"));
+        return Array::invalid(
+            "bernoulli",
+            format!("p must be a probability in [0, 1], got {p}"),
+        );
     }
     match key_or_next("bernoulli", key) {
         Ok(k) => {
@@ -212,8 +248,15 @@ fn erf_mlx(x: f32) -> f32 {
 
 /// MLX's fast single-precision `exp`.
 fn exp_mlx(x: f32) -> f32 {
-    const C: [f32; 6] = [1.339_887_4e-3, 9.618_437e-3, 5.550_332_5e-2, 2.402_264_8e-1, 6.931_472e-1, 1.0];
-    let y = x * 1.442_695;
+    const C: [f32; 6] = [
+        1.339_887_4e-3,
+        9.618_437e-3,
+        5.550_332_5e-2,
+        2.402_264_8e-1,
+        6.931_472e-1,
+        1.0,
+    ];
+    let y = x * std::f32::consts::LOG2_E;
     let ip = (y + 0.5).floor();
     let fp = y - ip;
     let p = C.iter().fold(1.535_336_2e-4f32, |p, &c| p.mul_add(fp, c));
@@ -231,12 +274,24 @@ fn exp_mlx(x: f32) -> f32 {
 
 /// Normal values truncated to `[lower, upper]`.
 #[track_caller]
-pub fn truncated_normal(lower: f64, upper: f64, shape: &[i32], dtype: DType, key: Option<&Array>) -> Array {
+pub fn truncated_normal(
+    lower: f64,
+    upper: f64,
+    shape: &[i32],
+    dtype: DType,
+    key: Option<&Array>,
+) -> Array {
     if !dtype.is_float() {
-        return Array::invalid("truncated_normal", format!("needs a float dtype, got {dtype}"));
+        return Array::invalid(
+            "truncated_normal",
+            format!("needs a float dtype, got {dtype}"),
+        );
     }
     if lower >= upper {
-        return Array::invalid("truncated_normal", format!("lower {lower} must be below upper {upper}"));
+        return Array::invalid(
+            "truncated_normal",
+            format!("lower {lower} must be below upper {upper}"),
+        );
     }
     let key = match key_or_next("truncated_normal", key) {
         Ok(k) => k,
@@ -247,12 +302,25 @@ pub fn truncated_normal(lower: f64, upper: f64, shape: &[i32], dtype: DType, key
     let (l, h) = (as_dtype(lower), as_dtype(upper));
     // erf of the bounds in f32 on their dtype-rounded values, as MLX.
     let bound = |v: f64| -> f64 {
-        let rounded = ops::divide(&as_dtype(v), &r2).astype(DType::F32).item::<f32>().unwrap_or(f32::NAN);
+        let rounded = ops::divide(as_dtype(v), &r2)
+            .astype(DType::F32)
+            .item::<f32>()
+            .unwrap_or(f32::NAN);
         f64::from(erf_mlx(rounded))
     };
-    let v = uniform_with_key(&key, bound(lower), bound(upper), shape, if dtype == DType::F64 { DType::F32 } else { dtype });
-    let out = ops::multiply(&r2, &ops::erfinv(&v).astype(dtype));
-    ops::maximum(&ops::minimum(&h, &out), &l)
+    let v = uniform_with_key(
+        &key,
+        bound(lower),
+        bound(upper),
+        shape,
+        if dtype == DType::F64 {
+            DType::F32
+        } else {
+            dtype
+        },
+    );
+    let out = ops::multiply(&r2, ops::erfinv(&v).astype(dtype));
+    ops::maximum(ops::minimum(&h, &out), &l)
 }
 
 /// Gumbel-distributed values: `-log(-log(uniform))`.
@@ -265,7 +333,12 @@ pub fn gumbel(shape: &[i32], dtype: DType, key: Option<&Array>) -> Array {
 /// Indices (uint32) sampled from the categorical distributions given by unnormalised
 /// `logits` along `axis`; `num_samples` draws several per distribution.
 #[track_caller]
-pub fn categorical(logits: &Array, axis: i32, num_samples: Option<i32>, key: Option<&Array>) -> Array {
+pub fn categorical(
+    logits: &Array,
+    axis: i32,
+    num_samples: Option<i32>,
+    key: Option<&Array>,
+) -> Array {
     let axis = match ops::normalize_axis(axis, logits.ndim()) {
         Ok(a) => a,
         Err(reason) => return Array::invalid("categorical", reason),
@@ -275,7 +348,13 @@ pub fn categorical(logits: &Array, axis: i32, num_samples: Option<i32>, key: Opt
         Err(failed) => return failed,
     };
     let n = logits.shape()[axis];
-    let mut sample_shape: Vec<i32> = logits.shape().iter().enumerate().filter(|(i, _)| *i != axis).map(|(_, &d)| d).collect();
+    let mut sample_shape: Vec<i32> = logits
+        .shape()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != axis)
+        .map(|(_, &d)| d)
+        .collect();
     if let Some(k) = num_samples {
         if k < 0 {
             return Array::invalid("categorical", format!("num_samples must be >= 0, got {k}"));
@@ -286,16 +365,28 @@ pub fn categorical(logits: &Array, axis: i32, num_samples: Option<i32>, key: Opt
         // One distribution, several samples: MLX inverts the CDF.
         let x = ops::reshape(logits, &[-1]).astype(DType::F32);
         let peak = x.max(None, false);
-        let weights = ops::where_(&ops::isinf(&peak), &ops::equal(&x, &peak).astype(DType::F32), &ops::exp(&ops::subtract(&x, &peak)));
+        let weights = ops::where_(
+            ops::isinf(&peak),
+            ops::equal(&x, &peak).astype(DType::F32),
+            ops::exp(&ops::subtract(&x, &peak)),
+        );
         let cdf = ops::cumsum(&weights, Some(0), false, false);
-        let total = ops::take(&ops::cumsum(&weights, Some(0), false, true), &Array::scalar(n - 1), None);
-        let u = ops::multiply(&unit_uniform(&key, &sample_shape, DType::F32), &total);
-        let below = ops::less_equal(&ops::expand_dims(&cdf, &[0]), &ops::reshape(&u, &[-1, 1]));
+        let total = ops::take(
+            &ops::cumsum(&weights, Some(0), false, true),
+            &Array::scalar(n - 1),
+            None,
+        );
+        let u = ops::multiply(unit_uniform(&key, &sample_shape, DType::F32), &total);
+        let below = ops::less_equal(ops::expand_dims(&cdf, &[0]), ops::reshape(&u, &[-1, 1]));
         let counts = ops::sum(&below, 1, false);
-        return ops::reshape(&ops::subtract(&counts.astype(DType::U32), 1), &sample_shape);
+        return ops::reshape(&ops::subtract(counts.astype(DType::U32), 1), &sample_shape);
     }
     // Gumbel-max: add Gumbel noise and take the argmax over the category axis.
-    let expanded = if num_samples.is_some() { ops::expand_dims(logits, &[-1]) } else { logits.clone() };
+    let expanded = if num_samples.is_some() {
+        ops::expand_dims(logits, &[-1])
+    } else {
+        logits.clone()
+    };
     let mut noise_shape = sample_shape.clone();
     noise_shape.insert(axis, n);
     let noise = gumbel_with_key(&key, &noise_shape);
@@ -324,6 +415,9 @@ pub fn permutation(n: i32, key: Option<&Array>) -> Array {
 pub fn permute(x: &Array, axis: i32, key: Option<&Array>) -> Array {
     match x.dim(axis) {
         Some(len) => ops::take(x, &permutation(len, key), Some(axis)),
-        None => Array::invalid("permutation", format!("axis {axis} is out of range for shape {:?}", x.shape())),
+        None => Array::invalid(
+            "permutation",
+            format!("axis {axis} is out of range for shape {:?}", x.shape()),
+        ),
     }
 }

@@ -21,7 +21,10 @@ pub struct Stream {
 impl Stream {
     /// The default CPU stream; [`crate::async_eval`] hands work to its worker thread.
     pub const fn default_cpu() -> Stream {
-        Stream { device: Device::Cpu, index: 0 }
+        Stream {
+            device: Device::Cpu,
+            index: 0,
+        }
     }
 }
 

@@ -107,7 +107,7 @@ impl BinaryOp {
                     return T::from_f64(f64::NAN);
                 }
                 let hi = x.max(y);
-                if hi == f64::NEG_INFINITY || hi == f64::INFINITY {
+                if hi.is_infinite() {
                     return T::from_f64(hi);
                 }
                 T::from_f64(hi + (-(x - y).abs()).exp().ln_1p())
@@ -166,10 +166,17 @@ pub fn broadcast2<T: Copy + Sync, U: Copy + Send>(
         let mut rows_a = RowOffsets::new(&shape[..n - 1], &sa[..n - 1], a.offset, start / inner);
         let mut rows_b = RowOffsets::new(&shape[..n - 1], &sb[..n - 1], b.offset, start / inner);
         for row in part.chunks_mut(inner) {
-            let (oa, ob) = (rows_a.next().unwrap_or(0) as usize, rows_b.next().unwrap_or(0) as usize);
+            let (oa, ob) = (
+                rows_a.next().unwrap_or(0) as usize,
+                rows_b.next().unwrap_or(0) as usize,
+            );
             match (ia, ib) {
                 (1, 1) => {
-                    for ((o, x), y) in row.iter_mut().zip(&a.data[oa..oa + inner]).zip(&b.data[ob..ob + inner]) {
+                    for ((o, x), y) in row
+                        .iter_mut()
+                        .zip(&a.data[oa..oa + inner])
+                        .zip(&b.data[ob..ob + inner])
+                    {
                         *o = f(*x, *y);
                     }
                 }
@@ -197,9 +204,13 @@ pub fn broadcast2<T: Copy + Sync, U: Copy + Send>(
     };
     if out.len() >= parallel::MIN_PARALLEL_ELEMENTS && inner > 0 {
         use rayon::prelude::*;
-        let rows_per_chunk = (out.len() / inner).div_ceil(rayon::current_num_threads() * 4).max(1);
+        let rows_per_chunk = (out.len() / inner)
+            .div_ceil(rayon::current_num_threads() * 4)
+            .max(1);
         let chunk = rows_per_chunk * inner;
-        out.par_chunks_mut(chunk).enumerate().for_each(|(k, part)| body(k * chunk, part));
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(k, part)| body(k * chunk, part));
     } else {
         body(0, out);
     }
@@ -228,7 +239,11 @@ pub fn broadcast3<C: Copy + Sync, T: Copy + Sync + Send>(
     for (((row, oc), oa), ob) in out.chunks_mut(inner).zip(rows_c).zip(rows_a).zip(rows_b) {
         for (i, o) in row.iter_mut().enumerate() {
             let i = i as isize;
-            *o = f(c.data[(oc + i * ic) as usize], a.data[(oa + i * ia) as usize], b.data[(ob + i * ib) as usize]);
+            *o = f(
+                c.data[(oc + i * ic) as usize],
+                a.data[(oa + i * ia) as usize],
+                b.data[(ob + i * ib) as usize],
+            );
         }
     }
 }
@@ -243,8 +258,16 @@ mod tests {
         let b = [10, 20, 30];
         let mut out = [0; 6];
         broadcast2(
-            Operand { data: &a, strides: &[3, 1], offset: 0 },
-            Operand { data: &b, strides: &[0, 1], offset: 0 },
+            Operand {
+                data: &a,
+                strides: &[3, 1],
+                offset: 0,
+            },
+            Operand {
+                data: &b,
+                strides: &[0, 1],
+                offset: 0,
+            },
             &[2, 3],
             &mut out,
             |x, y| BinaryOp::Add.apply(x, y),

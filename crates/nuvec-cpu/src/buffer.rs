@@ -17,7 +17,10 @@ enum Owner {
     Allocated(Layout),
     /// The caller's memory; the closure releases it. `writable` says whether nuvec may
     /// reuse it for results.
-    External { deleter: Option<Box<dyn FnOnce() + Send>>, writable: bool },
+    External {
+        deleter: Option<Box<dyn FnOnce() + Send>>,
+        writable: bool,
+    },
 }
 
 /// A block of host memory holding elements of one type.
@@ -39,16 +42,19 @@ impl Buffer {
     /// # Panics
     /// When the allocator fails, as `Vec` does.
     pub fn zeroed(bytes: usize) -> Buffer {
-        let layout = match Layout::from_size_align(bytes.max(1), ALIGN) {
-            Ok(layout) => layout,
-            Err(_) => alloc::handle_alloc_error(Layout::new::<u8>()),
+        let Ok(layout) = Layout::from_size_align(bytes.max(1), ALIGN) else {
+            alloc::handle_alloc_error(Layout::new::<u8>())
         };
         // SAFETY: the layout has a nonzero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else {
             alloc::handle_alloc_error(layout)
         };
-        Buffer { ptr, bytes, owner: Owner::Allocated(layout) }
+        Buffer {
+            ptr,
+            bytes,
+            owner: Owner::Allocated(layout),
+        }
     }
 
     /// A buffer holding a copy of `values`.
@@ -68,7 +74,14 @@ impl Buffer {
         bytes: usize,
         deleter: Box<dyn FnOnce() + Send>,
     ) -> Buffer {
-        Buffer { ptr, bytes, owner: Owner::External { deleter: Some(deleter), writable: true } }
+        Buffer {
+            ptr,
+            bytes,
+            owner: Owner::External {
+                deleter: Some(deleter),
+                writable: true,
+            },
+        }
     }
 
     /// Adopts a caller's container without copying it; the container drops with the buffer.
@@ -78,9 +91,17 @@ impl Buffer {
         let boxed = Box::new(owner);
         let slice: &[T] = (*boxed).as_ref();
         let bytes = size_of_val(slice);
-        let ptr = NonNull::new(slice.as_ptr() as *mut u8).unwrap_or(NonNull::<T>::dangling().cast());
+        let ptr =
+            NonNull::new(slice.as_ptr() as *mut u8).unwrap_or(NonNull::<T>::dangling().cast());
         let deleter: Box<dyn FnOnce() + Send> = Box::new(move || drop(boxed));
-        Buffer { ptr, bytes, owner: Owner::External { deleter: Some(deleter), writable: false } }
+        Buffer {
+            ptr,
+            bytes,
+            owner: Owner::External {
+                deleter: Some(deleter),
+                writable: false,
+            },
+        }
     }
 
     /// Whether nuvec may write this memory (reuse it for a result).
@@ -98,7 +119,7 @@ impl Buffer {
 
     /// Whether the memory is aligned for `T` (always true for memory nuvec allocated).
     pub fn is_aligned_for<T>(&self) -> bool {
-        (self.ptr.as_ptr() as usize) % align_of::<T>() == 0
+        (self.ptr.as_ptr() as usize).is_multiple_of(align_of::<T>())
     }
 
     /// The raw bytes.
@@ -121,7 +142,11 @@ impl Buffer {
     /// When the memory is not aligned for `T` (only possible for external memory, which the
     /// array layer copies instead) — a bug in the caller, not bad user input.
     pub fn as_slice<T: Element>(&self) -> &[T] {
-        assert!(self.is_aligned_for::<T>(), "buffer not aligned for {}", T::DTYPE);
+        assert!(
+            self.is_aligned_for::<T>(),
+            "buffer not aligned for {}",
+            T::DTYPE
+        );
         let len = self.bytes / size_of::<T>();
         // SAFETY: aligned (checked), valid for `len * size_of::<T>()` bytes, and every bit
         // pattern is a valid `T` except for bool, whose buffers only nuvec writes with 0/1
@@ -135,7 +160,11 @@ impl Buffer {
     /// As [`Buffer::as_slice`].
     pub fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
         assert!(self.is_writable(), "buffer is read-only");
-        assert!(self.is_aligned_for::<T>(), "buffer not aligned for {}", T::DTYPE);
+        assert!(
+            self.is_aligned_for::<T>(),
+            "buffer not aligned for {}",
+            T::DTYPE
+        );
         let len = self.bytes / size_of::<T>();
         // SAFETY: as `as_slice`, and `&mut self` makes this the only access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), len) }
@@ -162,7 +191,10 @@ impl fmt::Debug for Buffer {
             Owner::Allocated(_) => "allocated",
             Owner::External { .. } => "external",
         };
-        f.debug_struct("Buffer").field("bytes", &self.bytes).field("owner", &kind).finish()
+        f.debug_struct("Buffer")
+            .field("bytes", &self.bytes)
+            .field("owner", &kind)
+            .finish()
     }
 }
 

@@ -142,13 +142,16 @@ impl fmt::Display for DType {
 
 mod table {
     use super::DType;
-    use super::DType::{Bool as B, BF16 as BF, F16 as H, F32 as F, F64 as D, I16, I32, I64, I8, U16, U32, U64, U8};
+    use super::DType::{
+        Bool as B, BF16 as BF, F16 as H, F32 as F, F64 as D, I16, I32, I64, I8, U16, U32, U64, U8,
+    };
 
     /// MLX's promotion table (rows and columns in [`DType::ALL`] order); note that mixing 64-bit
     /// signed and unsigned integers gives float32 and float16 with bfloat16 gives float32, as MLX.
     pub(super) const PROMOTION: [[DType; 13]; 13] = [
         //      b    u8   u16  u32  u64  i8   i16  i32  i64  f16 bf16  f32  f64
-        /* b */ [B, U8, U16, U32, U64, I8, I16, I32, I64, H, BF, F, D],
+        /* b */
+        [B, U8, U16, U32, U64, I8, I16, I32, I64, H, BF, F, D],
         /* u8 */ [U8, U8, U16, U32, U64, I16, I16, I32, I64, H, BF, F, D],
         /* u16 */ [U16, U16, U16, U32, U64, I32, I32, I32, I64, H, BF, F, D],
         /* u32 */ [U32, U32, U32, U32, U64, I64, I64, I64, I64, H, BF, F, D],

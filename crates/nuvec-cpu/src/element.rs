@@ -5,7 +5,9 @@ use half::{bf16, f16};
 
 /// A value an array can hold. Integer arithmetic wraps (as C++ and MLX); float arithmetic on
 /// `f16`/`bf16` is computed in `f32` and rounded once.
-pub trait Element: Copy + Send + Sync + PartialOrd + PartialEq + Default + std::fmt::Debug + 'static {
+pub trait Element:
+    Copy + Send + Sync + PartialOrd + PartialEq + Default + std::fmt::Debug + 'static
+{
     /// The dtype of this type.
     const DTYPE: DType;
     /// The value 0.
@@ -314,7 +316,11 @@ macro_rules! float_element {
             fn rem(self, b: Self) -> Self {
                 let (x, y) = ($to(self), $to(b));
                 let r = x % y;
-                $from(if r != 0.0 && ((r < 0.0) != (y < 0.0)) { r + y } else { r })
+                $from(if r != 0.0 && ((r < 0.0) != (y < 0.0)) {
+                    r + y
+                } else {
+                    r
+                })
             }
             fn floor_div(self, b: Self) -> Self {
                 $from(($to(self) / $to(b)).floor())
@@ -521,9 +527,9 @@ mod tests {
 
     #[test]
     fn float_maximum_propagates_nan() {
-        assert!(f32::NAN.maximum(1.0).is_nan());
-        assert!(1.0f32.maximum(f32::NAN).is_nan());
-        assert!(1.0f32.minimum(f32::NAN).is_nan());
+        assert!(Element::maximum(f32::NAN, 1.0).is_nan());
+        assert!(Element::maximum(1.0f32, f32::NAN).is_nan());
+        assert!(Element::minimum(1.0f32, f32::NAN).is_nan());
     }
 
     #[test]

@@ -29,15 +29,33 @@ pub fn matmul<T: Float>(
     out: &mut [T],
 ) {
     match T::DTYPE {
-        DType::F32 | DType::F64 | DType::F16 => {
-            native(a, a_offsets, b, b_offsets, dims, T::from_f32(alpha), T::from_f32(beta), beta != 0.0, out)
-        }
+        DType::F32 | DType::F64 | DType::F16 => native(
+            a,
+            a_offsets,
+            b,
+            b_offsets,
+            dims,
+            T::from_f32(alpha),
+            T::from_f32(beta),
+            beta != 0.0,
+            out,
+        ),
         _ => {
             // bf16 has no native kernel: widen to f32 and round the result once.
             let wide_a: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
             let wide_b: Vec<f32> = b.iter().map(|v| v.to_f32()).collect();
             let mut wide_out: Vec<f32> = out.iter().map(|v| v.to_f32()).collect();
-            native(&wide_a, a_offsets, &wide_b, b_offsets, dims, alpha, beta, beta != 0.0, &mut wide_out);
+            native(
+                &wide_a,
+                a_offsets,
+                &wide_b,
+                b_offsets,
+                dims,
+                alpha,
+                beta,
+                beta != 0.0,
+                &mut wide_out,
+            );
             for (o, v) in out.iter_mut().zip(wide_out) {
                 *o = T::from_f32(v);
             }
@@ -60,7 +78,11 @@ fn native<T: Element>(
     let MatmulDims { m, n, k } = dims;
     let threads = rayon::current_num_threads();
     // Small products are faster on one thread than split across the pool.
-    let parallelism = if m * n * k >= 64 * 64 * 64 && threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
+    let parallelism = if m * n * k >= 64 * 64 * 64 && threads > 1 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
     for (batch, (&ao, &bo)) in a_offsets.iter().zip(b_offsets).enumerate() {
         let dst = &mut out[batch * m * n..(batch + 1) * m * n];
         if k == 0 {
@@ -105,7 +127,6 @@ pub fn supports(dtype: DType) -> bool {
     matches!(dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,7 +137,16 @@ mod tests {
         let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]; // [2,3]
         let b = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0]; // [3,2]
         let mut out = [0.0f32; 4];
-        matmul(&a, &[0], &b, &[0], MatmulDims { m: 2, n: 2, k: 3 }, 1.0, 0.0, &mut out);
+        matmul(
+            &a,
+            &[0],
+            &b,
+            &[0],
+            MatmulDims { m: 2, n: 2, k: 3 },
+            1.0,
+            0.0,
+            &mut out,
+        );
         assert_eq!(out, [4.0, 5.0, 10.0, 11.0]);
     }
 
@@ -124,7 +154,16 @@ mod tests {
     fn bf16_product_rounds_once() {
         let a = [bf16::from_f32(1.5); 4];
         let mut out = [bf16::ZERO; 4];
-        matmul(&a, &[0], &a, &[0], MatmulDims { m: 2, n: 2, k: 2 }, 1.0, 0.0, &mut out);
+        matmul(
+            &a,
+            &[0],
+            &a,
+            &[0],
+            MatmulDims { m: 2, n: 2, k: 2 },
+            1.0,
+            0.0,
+            &mut out,
+        );
         assert_eq!(out[0].to_f32(), 4.5);
     }
 }

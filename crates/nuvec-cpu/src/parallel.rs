@@ -14,8 +14,13 @@ pub fn for_each_chunk<T: Send>(out: &mut [T], body: impl Fn(usize, &mut [T]) + S
         body(0, out);
         return;
     }
-    let chunk = out.len().div_ceil(threads * 4).max(MIN_PARALLEL_ELEMENTS / 4);
-    out.par_chunks_mut(chunk).enumerate().for_each(|(index, part)| body(index * chunk, part));
+    let chunk = out
+        .len()
+        .div_ceil(threads * 4)
+        .max(MIN_PARALLEL_ELEMENTS / 4);
+    out.par_chunks_mut(chunk)
+        .enumerate()
+        .for_each(|(index, part)| body(index * chunk, part));
 }
 
 /// Maps `input` into `out` element by element (`out.len() == input.len()`).
@@ -40,7 +45,9 @@ pub fn map_in_place<T: Send + Copy>(out: &mut [T], f: impl Fn(T) -> T + Sync) {
 /// Fills `out[i] = row(i)`, in parallel when there are many rows.
 pub fn map_rows<T: Send>(out: &mut [T], row: impl Fn(usize) -> T + Sync + Send) {
     if out.len() > 1 && rayon::current_num_threads() > 1 {
-        out.par_iter_mut().enumerate().for_each(|(i, o)| *o = row(i));
+        out.par_iter_mut()
+            .enumerate()
+            .for_each(|(i, o)| *o = row(i));
     } else {
         for (i, o) in out.iter_mut().enumerate() {
             *o = row(i);

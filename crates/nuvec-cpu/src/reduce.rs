@@ -58,14 +58,18 @@ pub fn reduce<T: Element>(op: ReduceOp, input: &[T], layout: Layout3, out: &mut 
         return;
     }
     if inner == 1 {
-        parallel::map_rows(out, |row_index| reduce_row(op, &input[row_index * len..(row_index + 1) * len]));
+        parallel::map_rows(out, |row_index| {
+            reduce_row(op, &input[row_index * len..(row_index + 1) * len])
+        });
         return;
     }
     // Column reductions: accumulate whole rows so the inner loop runs over contiguous memory.
-    out.par_chunks_mut(inner).enumerate().for_each(|(o, acc_row)| {
-        let block = &input[o * len * inner..(o + 1) * len * inner];
-        reduce_columns(op, block, len, inner, acc_row);
-    });
+    out.par_chunks_mut(inner)
+        .enumerate()
+        .for_each(|(o, acc_row)| {
+            let block = &input[o * len * inner..(o + 1) * len * inner];
+            reduce_columns(op, block, len, inner, acc_row);
+        });
 }
 
 fn identity<T: Element>(op: ReduceOp) -> T {
@@ -80,7 +84,9 @@ fn identity<T: Element>(op: ReduceOp) -> T {
 fn reduce_row<T: Element>(op: ReduceOp, row: &[T]) -> T {
     match op {
         ReduceOp::Sum if T::DTYPE.is_float() => T::from_f64(sum_float(row)),
-        ReduceOp::Prod if T::DTYPE.is_float() => T::from_f64(row.iter().fold(1.0, |acc, v| acc * v.to_f64())),
+        ReduceOp::Prod if T::DTYPE.is_float() => {
+            T::from_f64(row.iter().fold(1.0, |acc, v| acc * v.to_f64()))
+        }
         ReduceOp::All => T::from_f64(f64::from(u8::from(row.iter().all(|v| v.truthy())))),
         ReduceOp::Any => T::from_f64(f64::from(u8::from(row.iter().any(|v| v.truthy())))),
         _ => {
@@ -162,24 +168,30 @@ fn reduce_columns<T: Element>(op: ReduceOp, block: &[T], len: usize, inner: usiz
 /// wins ties, and a NaN counts as the extreme value.
 pub fn arg_reduce<T: Element>(largest: bool, input: &[T], layout: Layout3, out: &mut [u32]) {
     let Layout3 { len, inner, .. } = layout;
-    out.par_chunks_mut(inner.max(1)).enumerate().for_each(|(o, out_row)| {
-        for (i, slot) in out_row.iter_mut().enumerate() {
-            let mut best = 0usize;
-            let mut best_value = input[o * len * inner + i];
-            for k in 1..len {
-                let v = input[(o * len + k) * inner + i];
-                if best_value.is_nan() {
-                    break;
+    out.par_chunks_mut(inner.max(1))
+        .enumerate()
+        .for_each(|(o, out_row)| {
+            for (i, slot) in out_row.iter_mut().enumerate() {
+                let mut best = 0usize;
+                let mut best_value = input[o * len * inner + i];
+                for k in 1..len {
+                    let v = input[(o * len + k) * inner + i];
+                    if best_value.is_nan() {
+                        break;
+                    }
+                    let better = if largest {
+                        v > best_value
+                    } else {
+                        v < best_value
+                    };
+                    if better || v.is_nan() {
+                        best = k;
+                        best_value = v;
+                    }
                 }
-                let better = if largest { v > best_value } else { v < best_value };
-                if better || v.is_nan() {
-                    best = k;
-                    best_value = v;
-                }
+                *slot = best as u32;
             }
-            *slot = best as u32;
-        }
-    });
+        });
 }
 
 #[cfg(test)]
@@ -191,8 +203,19 @@ mod tests {
         let rows = 8192;
         let input: Vec<i32> = (0..rows * 3).map(|k| (k % 5) as i32).collect();
         let mut out = vec![0i32; 3];
-        reduce(ReduceOp::Sum, &input, Layout3 { outer: 1, len: rows, inner: 3 }, &mut out);
-        let expected: Vec<i32> = (0..3).map(|j| (0..rows).map(|i| ((i * 3 + j) % 5) as i32).sum()).collect();
+        reduce(
+            ReduceOp::Sum,
+            &input,
+            Layout3 {
+                outer: 1,
+                len: rows,
+                inner: 3,
+            },
+            &mut out,
+        );
+        let expected: Vec<i32> = (0..3)
+            .map(|j| (0..rows).map(|i| ((i * 3 + j) % 5) as i32).sum())
+            .collect();
         assert_eq!(out, expected);
     }
 
@@ -200,7 +223,16 @@ mod tests {
     fn float_sum_of_many_small_values_stays_accurate() {
         let input = vec![0.1f32; 1 << 22];
         let mut out = [0.0f32];
-        reduce(ReduceOp::Sum, &input, Layout3 { outer: 1, len: input.len(), inner: 1 }, &mut out);
+        reduce(
+            ReduceOp::Sum,
+            &input,
+            Layout3 {
+                outer: 1,
+                len: input.len(),
+                inner: 1,
+            },
+            &mut out,
+        );
         let expected = f64::from(0.1f32) * input.len() as f64;
         assert!((f64::from(out[0]) - expected).abs() / expected < 1e-6);
     }
@@ -208,7 +240,16 @@ mod tests {
     #[test]
     fn argmax_takes_the_first_of_equal_values() {
         let mut out = [9u32];
-        arg_reduce(true, &[1, 3, 3, 2], Layout3 { outer: 1, len: 4, inner: 1 }, &mut out);
+        arg_reduce(
+            true,
+            &[1, 3, 3, 2],
+            Layout3 {
+                outer: 1,
+                len: 4,
+                inner: 1,
+            },
+            &mut out,
+        );
         assert_eq!(out, [1]);
     }
 }

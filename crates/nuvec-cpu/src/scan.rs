@@ -6,7 +6,14 @@ use crate::Element;
 
 /// Writes the running `op` of `input` along the middle axis into `out`. `reverse` scans from
 /// the end; `inclusive = false` shifts by one and starts from the identity, as MLX.
-pub fn scan<T: Element>(op: ReduceOp, reverse: bool, inclusive: bool, input: &[T], layout: Layout3, out: &mut [T]) {
+pub fn scan<T: Element>(
+    op: ReduceOp,
+    reverse: bool,
+    inclusive: bool,
+    input: &[T],
+    layout: Layout3,
+    out: &mut [T],
+) {
     let Layout3 { outer, len, inner } = layout;
     // Accumulates in the element type, as MLX does, so results match it bit for bit.
     let float_sum = false;
@@ -19,7 +26,11 @@ pub fn scan<T: Element>(op: ReduceOp, reverse: bool, inclusive: bool, input: &[T
                 let index = (o * len + k) * inner + i;
                 let v = input[index];
                 if !inclusive {
-                    out[index] = if float_sum { T::from_f64(acc_float) } else { acc.unwrap_or_else(|| identity(op)) };
+                    out[index] = if float_sum {
+                        T::from_f64(acc_float)
+                    } else {
+                        acc.unwrap_or_else(|| identity(op))
+                    };
                 }
                 if float_sum {
                     if op == ReduceOp::Sum {
@@ -39,7 +50,11 @@ pub fn scan<T: Element>(op: ReduceOp, reverse: bool, inclusive: bool, input: &[T
                     });
                 }
                 if inclusive {
-                    out[index] = if float_sum { T::from_f64(acc_float) } else { acc.unwrap_or(v) };
+                    out[index] = if float_sum {
+                        T::from_f64(acc_float)
+                    } else {
+                        acc.unwrap_or(v)
+                    };
                 }
             }
         }
@@ -62,7 +77,18 @@ mod tests {
     #[test]
     fn exclusive_reverse_cumsum_matches_hand_computation() {
         let mut out = [0; 4];
-        scan(ReduceOp::Sum, true, false, &[1, 2, 3, 4], Layout3 { outer: 1, len: 4, inner: 1 }, &mut out);
+        scan(
+            ReduceOp::Sum,
+            true,
+            false,
+            &[1, 2, 3, 4],
+            Layout3 {
+                outer: 1,
+                len: 4,
+                inner: 1,
+            },
+            &mut out,
+        );
         assert_eq!(out, [9, 7, 4, 0]);
     }
 }

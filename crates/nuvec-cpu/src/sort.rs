@@ -19,7 +19,8 @@ pub fn sort_rows<T: Element>(data: &mut [T], row_len: usize) {
     if row_len == 0 {
         return;
     }
-    data.par_chunks_mut(row_len).for_each(|row| row.sort_by(total_order));
+    data.par_chunks_mut(row_len)
+        .for_each(|row| row.sort_by(total_order));
 }
 
 /// Writes, for each row of `input`, the indices that sort it (stable) into `out`.
@@ -27,12 +28,14 @@ pub fn argsort_rows<T: Element>(input: &[T], row_len: usize, out: &mut [u32]) {
     if row_len == 0 {
         return;
     }
-    out.par_chunks_mut(row_len).zip(input.par_chunks(row_len)).for_each(|(indices, row)| {
-        for (i, slot) in indices.iter_mut().enumerate() {
-            *slot = i as u32;
-        }
-        indices.sort_by(|&a, &b| total_order(&row[a as usize], &row[b as usize]));
-    });
+    out.par_chunks_mut(row_len)
+        .zip(input.par_chunks(row_len))
+        .for_each(|(indices, row)| {
+            for (i, slot) in indices.iter_mut().enumerate() {
+                *slot = i as u32;
+            }
+            indices.sort_by(|&a, &b| total_order(&row[a as usize], &row[b as usize]));
+        });
 }
 
 /// Writes the `k` largest values of each row of `input`, ascending, into `out` (`k` per row).
@@ -40,13 +43,15 @@ pub fn topk_rows<T: Element>(input: &[T], row_len: usize, k: usize, out: &mut [T
     if row_len == 0 || k == 0 {
         return;
     }
-    out.par_chunks_mut(k).zip(input.par_chunks(row_len)).for_each(|(top, row)| {
-        let mut sorted = row.to_vec();
-        sorted.select_nth_unstable_by(row_len - k, total_order);
-        let tail = &mut sorted[row_len - k..];
-        tail.sort_by(total_order);
-        top.copy_from_slice(tail);
-    });
+    out.par_chunks_mut(k)
+        .zip(input.par_chunks(row_len))
+        .for_each(|(top, row)| {
+            let mut sorted = row.to_vec();
+            sorted.select_nth_unstable_by(row_len - k, total_order);
+            let tail = &mut sorted[row_len - k..];
+            tail.sort_by(total_order);
+            top.copy_from_slice(tail);
+        });
 }
 
 #[cfg(test)]

@@ -27,7 +27,12 @@ pub struct RowOffsets<'a> {
 impl<'a> RowOffsets<'a> {
     /// Rows of an array of `shape[..n-1]` with `strides[..n-1]`, starting at row `first_row`
     /// with the array's first element at `base`.
-    pub fn new(outer_shape: &'a [usize], outer_strides: &'a [isize], base: isize, first_row: usize) -> Self {
+    pub fn new(
+        outer_shape: &'a [usize],
+        outer_strides: &'a [isize],
+        base: isize,
+        first_row: usize,
+    ) -> Self {
         let total: usize = outer_shape.iter().product();
         let mut index = vec![0usize; outer_shape.len()];
         let mut rest = first_row;
@@ -38,7 +43,13 @@ impl<'a> RowOffsets<'a> {
             rest /= dim;
             offset += index[axis] as isize * outer_strides[axis];
         }
-        RowOffsets { outer_shape, outer_strides, index, offset, remaining: total.saturating_sub(first_row) }
+        RowOffsets {
+            outer_shape,
+            outer_strides,
+            index,
+            offset,
+            remaining: total.saturating_sub(first_row),
+        }
     }
 }
 
@@ -101,7 +112,13 @@ pub fn collapse(shape: &[usize], strides: &[&[isize]]) -> (Vec<usize>, Vec<Vec<i
 
 /// Copies the elements of `src` seen through (`shape`, `strides`, `offset`) into the
 /// contiguous `out` (`out.len()` = product of `shape`).
-pub fn gather<T: Copy + Send + Sync>(src: &[T], offset: isize, shape: &[usize], strides: &[isize], out: &mut [T]) {
+pub fn gather<T: Copy + Send + Sync>(
+    src: &[T],
+    offset: isize,
+    shape: &[usize],
+    strides: &[isize],
+    out: &mut [T],
+) {
     if out.is_empty() {
         return;
     }
@@ -128,7 +145,9 @@ pub fn gather<T: Copy + Send + Sync>(src: &[T], offset: isize, shape: &[usize], 
     };
     if chunked {
         use rayon::prelude::*;
-        out.par_chunks_mut(rows_per_chunk).enumerate().for_each(|(k, part)| body(k * rows_per_chunk, part));
+        out.par_chunks_mut(rows_per_chunk)
+            .enumerate()
+            .for_each(|(k, part)| body(k * rows_per_chunk, part));
     } else {
         body(0, out);
     }

@@ -230,7 +230,8 @@ pub fn exp_f32(x: f32) -> f32 {
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+                    + r * (1.0 / 24.0
+                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
     let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
     let y = p * scale;
     if x.is_nan() {
@@ -273,9 +274,12 @@ pub fn erfinv_f32(a: f32) -> f32 {
     ];
     let t = a.mul_add(-a, 1.0).ln();
     let p = if t.abs() > 6.125 {
-        TAIL.iter().fold(3.036_975_7e-10f32, |p, &c| p.mul_add(t, c))
+        TAIL.iter()
+            .fold(3.036_975_7e-10f32, |p, &c| p.mul_add(t, c))
     } else {
-        CENTRAL.iter().fold(5.438_778_3e-9f32, |p, &c| p.mul_add(t, c))
+        CENTRAL
+            .iter()
+            .fold(5.438_778_3e-9f32, |p, &c| p.mul_add(t, c))
     };
     a * p
 }
@@ -307,7 +311,10 @@ mod tests {
         while x < 88.0 {
             let expected = (x as f64).exp();
             let got = f64::from(exp_f32(x));
-            assert!(((got - expected) / expected).abs() < 2.5e-7, "exp({x}) = {got}, want {expected}");
+            assert!(
+                ((got - expected) / expected).abs() < 2.5e-7,
+                "exp({x}) = {got}, want {expected}"
+            );
             x += 0.0137;
         }
         assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
@@ -320,7 +327,10 @@ mod tests {
         for i in -99..100 {
             let y = i as f64 / 100.0;
             assert!((libm::erf(erfinv_f64(y)) - y).abs() < 1e-14, "{y}");
-            assert!((libm::erff(erfinv_f32(y as f32)) - y as f32).abs() < 3e-6, "{y}");
+            assert!(
+                (libm::erff(erfinv_f32(y as f32)) - y as f32).abs() < 3e-6,
+                "{y}"
+            );
         }
     }
 }

@@ -16,9 +16,13 @@ pub struct Fixture {
 
 /// Loads `crates/nuvec/tests/fixtures/<name>.json`.
 pub fn load_fixture(name: &str) -> Fixture {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../nuvec/tests/fixtures").join(format!("{name}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let json: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nuvec/tests/fixtures")
+        .join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let json: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
     Fixture {
         mlx_version: json["mlx_version"].as_str().unwrap_or("?").to_string(),
         cases: json["cases"].as_array().cloned().unwrap_or_default(),
@@ -41,12 +45,16 @@ pub fn number(value: &Value) -> f64 {
 
 /// The shape of a fixture array.
 pub fn shape_of(spec: &Value) -> Vec<i32> {
-    spec["shape"].as_array().map(|s| s.iter().map(|d| d.as_i64().unwrap_or(0) as i32).collect()).unwrap_or_default()
+    spec["shape"]
+        .as_array()
+        .map(|s| s.iter().map(|d| d.as_i64().unwrap_or(0) as i32).collect())
+        .unwrap_or_default()
 }
 
 /// The dtype of a fixture array.
 pub fn dtype_of(spec: &Value) -> DType {
-    DType::from_name(spec["dtype"].as_str().unwrap_or("")).unwrap_or_else(|| panic!("unknown dtype in {spec}"))
+    DType::from_name(spec["dtype"].as_str().unwrap_or(""))
+        .unwrap_or_else(|| panic!("unknown dtype in {spec}"))
 }
 
 /// The flat values of a fixture array (expanding the `gen` generators).
@@ -65,7 +73,7 @@ pub fn array_of(spec: &Value) -> Array {
     let shape = shape_of(spec);
     let values = values_of(spec);
     with_dtype!(dtype, T, {
-        let data: Vec<T> = values.iter().map(|v| element_of::<T>(v)).collect();
+        let data: Vec<T> = values.iter().map(element_of::<T>).collect();
         Array::from_vec(data, &shape)
     })
 }
@@ -85,7 +93,11 @@ pub fn compare(actual: &Array, expected: &Value) -> Result<(), String> {
 }
 
 /// [`compare`] with an explicit `(rtol, atol)` tolerance for floats.
-pub fn compare_with(actual: &Array, expected: &Value, tolerance: Option<(f64, f64)>) -> Result<(), String> {
+pub fn compare_with(
+    actual: &Array,
+    expected: &Value,
+    tolerance: Option<(f64, f64)>,
+) -> Result<(), String> {
     let dtype = dtype_of(expected);
     let shape = shape_of(expected);
     if actual.dtype() != dtype {
@@ -95,11 +107,29 @@ pub fn compare_with(actual: &Array, expected: &Value, tolerance: Option<(f64, f6
         return Err(format!("shape {:?} != expected {shape:?}", actual.shape()));
     }
     let want = values_of(expected);
-    let got: Vec<f64> = with_dtype!(dtype, T, actual.to_vec::<T>().map_err(|e| e.to_string())?.into_iter().map(|v| v.to_f64()).collect());
+    let got: Vec<f64> = with_dtype!(
+        dtype,
+        T,
+        actual
+            .to_vec::<T>()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|v| v.to_f64())
+            .collect()
+    );
     let exact_ints: Option<Vec<i128>> = if dtype.is_float() {
         None
     } else {
-        Some(with_dtype!(dtype, T, actual.to_vec::<T>().map_err(|e| e.to_string())?.into_iter().map(|v| v.to_i128()).collect()))
+        Some(with_dtype!(
+            dtype,
+            T,
+            actual
+                .to_vec::<T>()
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|v| v.to_i128())
+                .collect()
+        ))
     };
     // Relative tolerance fitting the dtype, plus an absolute floor for values that cancel to
     // near zero (sums, matrix products).
@@ -117,7 +147,10 @@ pub fn compare_with(actual: &Array, expected: &Value, tolerance: Option<(f64, f6
                 other => number(other) as i128,
             };
             if ints[i] != expected_int {
-                return Err(format!("element {i}: {} != expected {expected_int}", ints[i]));
+                return Err(format!(
+                    "element {i}: {} != expected {expected_int}",
+                    ints[i]
+                ));
             }
             continue;
         }

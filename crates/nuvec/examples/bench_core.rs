@@ -38,7 +38,9 @@ const MAX_ITERS: usize = 200;
 /// A cheap deterministic pattern in [-0.5, 0.5): no two neighbours equal, nothing that
 /// overflows in a product or an `exp`.
 fn pattern(len: usize, seed: usize) -> Vec<f32> {
-    (0..len).map(|i| ((i.wrapping_mul(7919).wrapping_add(seed * 104_729)) % 1000) as f32 / 1000.0 - 0.5).collect()
+    (0..len)
+        .map(|i| ((i.wrapping_mul(7919).wrapping_add(seed * 104_729)) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
 }
 
 /// An evaluated f32 array of `shape` filled with `pattern`.
@@ -77,23 +79,32 @@ fn median(times: &mut [Duration]) -> Duration {
 fn run(name: &str, build: Build<'_>) -> Result<()> {
     let mut warm = Vec::new();
     let warm_start = Instant::now();
-    while warm.len() < MIN_WARMUP_ITERS || (warm_start.elapsed() < WARMUP && warm.len() < MAX_WARMUP_ITERS) {
+    while warm.len() < MIN_WARMUP_ITERS
+        || (warm_start.elapsed() < WARMUP && warm.len() < MAX_WARMUP_ITERS)
+    {
         warm.push(time_once(&build)?);
     }
     let estimate = median(&mut warm).max(Duration::from_nanos(1));
-    let iters = ((TARGET.as_secs_f64() / estimate.as_secs_f64()).ceil() as usize).clamp(MIN_ITERS, MAX_ITERS);
-    let mut times = (0..iters).map(|_| time_once(&build)).collect::<Result<Vec<_>>>()?;
+    let iters = ((TARGET.as_secs_f64() / estimate.as_secs_f64()).ceil() as usize)
+        .clamp(MIN_ITERS, MAX_ITERS);
+    let mut times = (0..iters)
+        .map(|_| time_once(&build))
+        .collect::<Result<Vec<_>>>()?;
     let median_ms = median(&mut times).as_secs_f64() * 1e3;
     let mut stdout = std::io::stdout().lock();
     // A closed pipe only loses the report; the benchmark itself did not fail.
-    let _ = writeln!(stdout, "{{\"bench\":\"{name}\",\"median_ms\":{median_ms:.4},\"iters\":{iters}}}");
+    let _ = writeln!(
+        stdout,
+        "{{\"bench\":\"{name}\",\"median_ms\":{median_ms:.4},\"iters\":{iters}}}"
+    );
     let _ = stdout.flush();
     Ok(())
 }
 
 fn main() -> Result<()> {
     let filters: Vec<String> = std::env::args().skip(1).collect();
-    let wanted = |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
+    let wanted =
+        |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
 
     for n in [256, 1024, 2048] {
         let name = format!("matmul_f32_{n}");

@@ -18,9 +18,8 @@
 #![forbid(unsafe_code)]
 
 pub use nuvec_core::{
-    primitive,
-    array, async_eval, bf16, default_device, default_stream, eval, f16, ops, random, Array, DType, Device,
-    Element, Error, Result, Stream,
+    array, async_eval, bf16, default_device, default_stream, eval, f16, ops, primitive, random,
+    Array, DType, Device, Element, Error, Result, Stream,
 };
 
 /// The names most programs need: `Array`, `array!`, `DType`, `Result`, the ops module.

@@ -20,10 +20,13 @@ fn nothing_computes_until_a_value_is_read() -> Result<()> {
 fn async_eval_returns_and_a_later_read_waits_for_the_result() -> Result<()> {
     let a = ops::arange(0.0, 1_000_000.0, 1.0, DType::F32);
     let b = ops::sqrt(&a).sum(None, false);
-    nuvec::async_eval(&[b.clone()]);
+    nuvec::async_eval(std::slice::from_ref(&b));
     let expected: f64 = (0..1_000_000).map(|i| (i as f64).sqrt()).sum();
     let got = f64::from(b.item::<f32>()?);
-    assert!((got - expected).abs() / expected < 1e-5, "{got} vs {expected}");
+    assert!(
+        (got - expected).abs() / expected < 1e-5,
+        "{got} vs {expected}"
+    );
     Ok(())
 }
 
@@ -32,8 +35,13 @@ fn many_threads_evaluating_one_graph_all_see_the_same_values() -> Result<()> {
     let base = ops::arange(0.0, 10_000.0, 1.0, DType::F32);
     let shared = ops::exp(&ops::multiply(&base, 1e-4)).sum(None, false);
     let outputs: Vec<f32> = thread::scope(|scope| {
-        let handles: Vec<_> = (0..8).map(|_| scope.spawn(|| shared.item::<f32>())).collect();
-        handles.into_iter().map(|h| h.join().expect("evaluating thread panicked")).collect::<Result<_>>()
+        let handles: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| shared.item::<f32>()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("evaluating thread panicked"))
+            .collect::<Result<_>>()
     })?;
     assert!(outputs.windows(2).all(|w| w[0] == w[1]));
     Ok(())
@@ -75,7 +83,7 @@ fn a_deep_chain_of_ops_evaluates_without_overflowing_the_stack() -> Result<()> {
 fn an_array_over_a_callers_buffer_is_read_without_a_copy_and_released() -> Result<()> {
     let data: Vec<f32> = (0..6).map(|i| i as f32).collect();
     let tracker = Arc::new(());
-    struct Owner(Vec<f32>, Arc<()>);
+    struct Owner(Vec<f32>, #[allow(dead_code)] Arc<()>);
     impl AsRef<[f32]> for Owner {
         fn as_ref(&self) -> &[f32] {
             &self.0
@@ -88,14 +96,24 @@ fn an_array_over_a_callers_buffer_is_read_without_a_copy_and_released() -> Resul
     let b = ops::exp(&a);
     drop(a);
     assert_eq!(b.to_vec::<f32>()?[0], 1.0);
-    assert_eq!(Arc::strong_count(&tracker), 1, "the owner is dropped once nothing needs it");
+    assert_eq!(
+        Arc::strong_count(&tracker),
+        1,
+        "the owner is dropped once nothing needs it"
+    );
     Ok(())
 }
 
 #[test]
 fn display_prints_like_mlx() {
-    assert_eq!(array![[1, 2], [3, 4]].to_string(), "array([[1, 2],\n       [3, 4]], dtype=int32)");
-    assert_eq!(array![0.5, 2.0].to_string(), "array([0.5, 2], dtype=float32)");
+    assert_eq!(
+        array![[1, 2], [3, 4]].to_string(),
+        "array([[1, 2],\n       [3, 4]], dtype=int32)"
+    );
+    assert_eq!(
+        array![0.5, 2.0].to_string(),
+        "array([0.5, 2], dtype=float32)"
+    );
 }
 
 #[test]
@@ -128,9 +146,21 @@ impl nuvec::primitive::Primitive for Exploding {
 fn a_panicking_kernel_fails_its_node_instead_of_hanging_readers() {
     let bad = Array::from_primitive(Arc::new(Exploding), vec![array![1.0]], vec![1], DType::F32);
     let downstream = &bad + 1.0;
-    let readers: Vec<_> = (0..4).map(|_| { let d = downstream.clone(); thread::spawn(move || d.item::<f32>()) }).collect();
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let d = downstream.clone();
+            thread::spawn(move || d.item::<f32>())
+        })
+        .collect();
     for reader in readers {
-        let error = reader.join().expect("reader thread panicked").unwrap_err().to_string();
-        assert!(error.contains("exploding") && error.contains("kernel bug"), "{error}");
+        let error = reader
+            .join()
+            .expect("reader thread panicked")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("exploding") && error.contains("kernel bug"),
+            "{error}"
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! Binary arithmetic, comparisons, logic and `where`, with MLX's promotion and NumPy
 //! broadcasting. Arguments are arrays or Rust scalars ([`IntoOperand`]).
 
-use super::operand::{promote_pair, IntoOperand, Operand};
 use super::broadcast_shapes;
+use super::operand::{promote_pair, IntoOperand, Operand};
 use crate::primitives::binary::Binary;
 use crate::primitives::select::Select;
 use crate::{Array, DType};
@@ -32,10 +32,18 @@ fn binary(op: BinaryOp, a: Operand, b: Operand) -> Array {
     };
     let mut dtype = promote_pair(&a, &b);
     // True division and the transcendental ops give floats for integer inputs, as MLX.
-    if matches!(op, BinaryOp::Divide | BinaryOp::LogAddExp | BinaryOp::ArcTan2) && !dtype.is_float() {
+    if matches!(
+        op,
+        BinaryOp::Divide | BinaryOp::LogAddExp | BinaryOp::ArcTan2
+    ) && !dtype.is_float()
+    {
         dtype = DType::F32;
     }
-    let out_dtype = if op.is_predicate() { DType::Bool } else { dtype };
+    let out_dtype = if op.is_predicate() {
+        DType::Bool
+    } else {
+        dtype
+    };
     let inputs = vec![a.to_array(dtype), b.to_array(dtype)];
     Array::build1(Arc::new(Binary(op)), inputs, shape, out_dtype)
 }
@@ -123,7 +131,11 @@ pub fn where_(condition: impl IntoOperand, x: impl IntoOperand, y: impl IntoOper
         Err(reason) => return Array::invalid("where", reason),
     };
     let dtype = promote_pair(&x, &y);
-    let inputs = vec![c.to_array(DType::Bool), x.to_array(dtype), y.to_array(dtype)];
+    let inputs = vec![
+        c.to_array(DType::Bool),
+        x.to_array(dtype),
+        y.to_array(dtype),
+    ];
     Array::build1(Arc::new(Select), inputs, shape, dtype)
 }
 
@@ -154,5 +166,5 @@ pub fn clip(a: &Array, a_min: Option<f64>, a_max: Option<f64>) -> Array {
 /// [`clip`] with array bounds.
 #[track_caller]
 pub fn clip_arrays(a: &Array, a_min: &Array, a_max: &Array) -> Array {
-    minimum(&maximum(a, a_min), a_max)
+    minimum(maximum(a, a_min), a_max)
 }

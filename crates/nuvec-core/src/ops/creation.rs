@@ -23,14 +23,21 @@ pub(crate) fn scalar_of(value: f64, dtype: DType) -> Array {
 
 /// A 0-d array of `dtype` holding the integer `value` exactly (wrapping to the type's width).
 pub(crate) fn scalar_of_int(value: i64, dtype: DType) -> Array {
-    with_dtype!(dtype, T, from_fn::<T>(&[], |_| T::from_i128(i128::from(value))))
+    with_dtype!(
+        dtype,
+        T,
+        from_fn::<T>(&[], |_| T::from_i128(i128::from(value)))
+    )
 }
 
 #[track_caller]
 fn checked_shape(op: &str, shape: &[i32]) -> Result<(), Array> {
     match checked_size(shape) {
         Some(_) => Ok(()),
-        None => Err(Array::invalid(op, format!("invalid shape {shape:?}: dims must be >= 0"))),
+        None => Err(Array::invalid(
+            op,
+            format!("invalid shape {shape:?}: dims must be >= 0"),
+        )),
     }
 }
 
@@ -47,7 +54,10 @@ pub fn full(shape: &[i32], value: f64, dtype: DType) -> Array {
         return failed;
     }
     if dtype.is_integer() && !fits_integer(value, dtype) {
-        return Array::invalid("full", format!("converting {value} to {dtype} would overflow"));
+        return Array::invalid(
+            "full",
+            format!("converting {value} to {dtype} would overflow"),
+        );
     }
     with_dtype!(dtype, T, {
         let v = T::from_f64(value);
@@ -104,14 +114,22 @@ pub fn ones_like(a: &Array) -> Array {
 #[track_caller]
 pub fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> Array {
     if step == 0.0 || !step.is_finite() || !start.is_finite() || !stop.is_finite() {
-        return Array::invalid("arange", format!("needs finite start/stop and a nonzero finite step, got {start}, {stop}, {step}"));
+        return Array::invalid(
+            "arange",
+            format!(
+                "needs finite start/stop and a nonzero finite step, got {start}, {stop}, {step}"
+            ),
+        );
     }
     if dtype == DType::Bool {
         return Array::invalid("arange", "cannot make a range of bool");
     }
     let count = ((stop - start) / step).ceil().max(0.0);
     if count > i32::MAX as f64 {
-        return Array::invalid("arange", format!("{count} elements exceed the maximum array size"));
+        return Array::invalid(
+            "arange",
+            format!("{count} elements exceed the maximum array size"),
+        );
     }
     // MLX computes each element as start + i * step in the output type's arithmetic.
     with_dtype!(dtype, T, {
@@ -131,9 +149,15 @@ pub fn linspace(start: f64, stop: f64, num: i32, dtype: DType) -> Array {
         return Array::invalid("linspace", format!("num must be >= 0, got {num}"));
     }
     // (1 - t) * start + t * stop with t = i / (num - 1) in float32, as MLX computes it.
-    let t = crate::ops::divide(&arange(0.0, f64::from(num), 1.0, DType::F32), f64::from((num - 1).max(1)));
+    let t = crate::ops::divide(
+        arange(0.0, f64::from(num), 1.0, DType::F32),
+        f64::from((num - 1).max(1)),
+    );
     let t_bar = crate::ops::subtract(1.0, &t);
-    let spaced = crate::ops::add(&crate::ops::multiply(&t_bar, start), &crate::ops::multiply(&t, stop));
+    let spaced = crate::ops::add(
+        crate::ops::multiply(&t_bar, start),
+        crate::ops::multiply(&t, stop),
+    );
     spaced.astype(dtype)
 }
 
@@ -144,14 +168,18 @@ pub fn eye(n: i32, m: Option<i32>, k: i32, dtype: DType) -> Array {
     if n < 0 || m < 0 {
         return Array::invalid("eye", format!("dims must be >= 0, got {n} x {m}"));
     }
-    with_dtype!(dtype, T, from_fn::<T>(&[n, m], |i| {
-        let (row, col) = ((i / m as usize) as i64, (i % m as usize) as i64);
-        if col - row == i64::from(k) {
-            T::one()
-        } else {
-            T::zero()
-        }
-    }))
+    with_dtype!(
+        dtype,
+        T,
+        from_fn::<T>(&[n, m], |i| {
+            let (row, col) = ((i / m as usize) as i64, (i % m as usize) as i64);
+            if col - row == i64::from(k) {
+                T::one()
+            } else {
+                T::zero()
+            }
+        })
+    )
 }
 
 /// The `n x n` identity matrix.
@@ -167,12 +195,16 @@ pub fn tri(n: i32, m: Option<i32>, k: i32, dtype: DType) -> Array {
     if n < 0 || m < 0 {
         return Array::invalid("tri", format!("dims must be >= 0, got {n} x {m}"));
     }
-    with_dtype!(dtype, T, from_fn::<T>(&[n, m], |i| {
-        let (row, col) = ((i / m as usize) as i64, (i % m as usize) as i64);
-        if col - row <= i64::from(k) {
-            T::one()
-        } else {
-            T::zero()
-        }
-    }))
+    with_dtype!(
+        dtype,
+        T,
+        from_fn::<T>(&[n, m], |i| {
+            let (row, col) = ((i / m as usize) as i64, (i % m as usize) as i64);
+            if col - row <= i64::from(k) {
+                T::one()
+            } else {
+                T::zero()
+            }
+        })
+    )
 }

@@ -22,7 +22,10 @@ pub fn take(a: &Array, indices: &Array, axis: Option<i32>) -> Array {
         }
     }
     if !indices.dtype().is_integer() {
-        return Array::invalid("take", format!("indices must be integers, got {}", indices.dtype()));
+        return Array::invalid(
+            "take",
+            format!("indices must be integers, got {}", indices.dtype()),
+        );
     }
     let (source, axis) = match axis {
         None => (crate::ops::reshape(a, &[-1]), 0),
@@ -38,7 +41,12 @@ pub fn take(a: &Array, indices: &Array, axis: Option<i32>) -> Array {
     shape.extend_from_slice(indices.shape());
     shape.extend_from_slice(&source.shape()[axis + 1..]);
     let dtype = source.dtype();
-    Array::build1(Arc::new(Take { axis }), vec![source, indices.clone()], shape, dtype)
+    Array::build1(
+        Arc::new(Take { axis }),
+        vec![source, indices.clone()],
+        shape,
+        dtype,
+    )
 }
 
 /// `a` read at `indices` along `axis`, where `indices` broadcasts against `a` on every other
@@ -51,16 +59,27 @@ pub fn take_along_axis(a: &Array, indices: &Array, axis: Option<i32>) -> Array {
         }
     }
     if !indices.dtype().is_integer() {
-        return Array::invalid("take_along_axis", format!("indices must be integers, got {}", indices.dtype()));
+        return Array::invalid(
+            "take_along_axis",
+            format!("indices must be integers, got {}", indices.dtype()),
+        );
     }
     let (source, indices, axis) = match axis {
-        None => (crate::ops::reshape(a, &[-1]), crate::ops::reshape(indices, &[-1]), 0),
+        None => (
+            crate::ops::reshape(a, &[-1]),
+            crate::ops::reshape(indices, &[-1]),
+            0,
+        ),
         Some(axis) => match normalize_axis(axis, a.ndim()) {
             Ok(ax) if indices.ndim() == a.ndim() => (a.clone(), indices.clone(), ax),
             Ok(_) => {
                 return Array::invalid(
                     "take_along_axis",
-                    format!("indices of shape {:?} must have as many dims as a {:?}", indices.shape(), a.shape()),
+                    format!(
+                        "indices of shape {:?} must have as many dims as a {:?}",
+                        indices.shape(),
+                        a.shape()
+                    ),
                 )
             }
             Err(reason) => return Array::invalid("take_along_axis", reason),
@@ -82,5 +101,10 @@ pub fn take_along_axis(a: &Array, indices: &Array, axis: Option<i32>) -> Array {
     let source = crate::ops::broadcast_to(&source, &a_target);
     let indices = crate::ops::broadcast_to(&indices, &i_target);
     let dtype = source.dtype();
-    Array::build1(Arc::new(TakeAlongAxis { axis }), vec![source, indices], i_target, dtype)
+    Array::build1(
+        Arc::new(TakeAlongAxis { axis }),
+        vec![source, indices],
+        i_target,
+        dtype,
+    )
 }

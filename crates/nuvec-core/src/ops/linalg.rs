@@ -22,21 +22,43 @@ pub fn matmul(a: &Array, b: &Array) -> Array {
         }
     }
     if a.ndim() == 0 || b.ndim() == 0 {
-        return Array::invalid("matmul", format!("operands must be at least 1-D, got {:?} and {:?}", a.shape(), b.shape()));
+        return Array::invalid(
+            "matmul",
+            format!(
+                "operands must be at least 1-D, got {:?} and {:?}",
+                a.shape(),
+                b.shape()
+            ),
+        );
     }
     let dtype = DType::promote(a.dtype(), b.dtype());
     if !dtype.is_float() {
-        return Array::invalid("matmul", format!("only floating point types are supported, got {dtype}"));
+        return Array::invalid(
+            "matmul",
+            format!("only floating point types are supported, got {dtype}"),
+        );
     }
-    let lhs = if a.ndim() == 1 { crate::ops::reshape(a, &[1, a.shape()[0]]) } else { a.clone() };
-    let rhs = if b.ndim() == 1 { crate::ops::reshape(b, &[b.shape()[0], 1]) } else { b.clone() };
+    let lhs = if a.ndim() == 1 {
+        crate::ops::reshape(a, &[1, a.shape()[0]])
+    } else {
+        a.clone()
+    };
+    let rhs = if b.ndim() == 1 {
+        crate::ops::reshape(b, &[b.shape()[0], 1])
+    } else {
+        b.clone()
+    };
     let (ln, rn) = (lhs.ndim(), rhs.ndim());
     let (m, k) = (lhs.shape()[ln - 2], lhs.shape()[ln - 1]);
     let (k2, n) = (rhs.shape()[rn - 2], rhs.shape()[rn - 1]);
     if k != k2 {
         return Array::invalid(
             "matmul",
-            format!("inner dimensions differ: {:?} @ {:?} ({k} != {k2})", a.shape(), b.shape()),
+            format!(
+                "inner dimensions differ: {:?} @ {:?} ({k} != {k2})",
+                a.shape(),
+                b.shape()
+            ),
         );
     }
     let batch = match broadcast_shapes(&lhs.shape()[..ln - 2], &rhs.shape()[..rn - 2]) {
@@ -45,7 +67,12 @@ pub fn matmul(a: &Array, b: &Array) -> Array {
     };
     let mut shape = batch;
     shape.extend([m, n]);
-    let out = Array::build1(Arc::new(Matmul), vec![lhs.astype(dtype), rhs.astype(dtype)], shape.clone(), dtype);
+    let out = Array::build1(
+        Arc::new(Matmul),
+        vec![lhs.astype(dtype), rhs.astype(dtype)],
+        shape.clone(),
+        dtype,
+    );
     let mut final_shape = shape;
     if b.ndim() == 1 {
         final_shape.pop();
@@ -61,7 +88,11 @@ pub fn matmul(a: &Array, b: &Array) -> Array {
 #[track_caller]
 pub fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Array {
     let product = matmul(a, b);
-    let scaled = if alpha == 1.0 { product } else { crate::ops::multiply(&product, f64::from(alpha)) };
+    let scaled = if alpha == 1.0 {
+        product
+    } else {
+        crate::ops::multiply(&product, f64::from(alpha))
+    };
     if beta == 0.0 {
         // c only contributes its shape (NaN * 0 must not leak in), as MLX.
         return match broadcast_shapes(c.shape(), scaled.shape()) {
@@ -69,5 +100,5 @@ pub fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Array {
             Err(reason) => Array::invalid("addmm", reason),
         };
     }
-    crate::ops::add(&scaled, &crate::ops::multiply(c, f64::from(beta)))
+    crate::ops::add(&scaled, crate::ops::multiply(c, f64::from(beta)))
 }

@@ -27,7 +27,9 @@ pub fn normalize_axis(axis: i32, ndim: usize) -> Result<usize, String> {
     let n = ndim as i32;
     let resolved = if axis < 0 { axis + n } else { axis };
     if resolved < 0 || resolved >= n {
-        Err(format!("axis {axis} is out of range for an array with {ndim} dimensions"))
+        Err(format!(
+            "axis {axis} is out of range for an array with {ndim} dimensions"
+        ))
     } else {
         Ok(resolved as usize)
     }
@@ -51,13 +53,25 @@ pub(crate) fn broadcast_shapes(a: &[i32], b: &[i32]) -> Result<Vec<i32>, String>
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
-            _ => return Err(format!("shapes {a:?} and {b:?} cannot be broadcast together")),
+            _ => {
+                return Err(format!(
+                    "shapes {a:?} and {b:?} cannot be broadcast together"
+                ))
+            }
         };
     }
     Ok(out)
@@ -69,6 +83,12 @@ pub(crate) fn broadcast_strides(shape: &[usize], target: &[usize]) -> Vec<isize>
     let own = nuvec_cpu::strided::contiguous_strides(shape);
     let offset = target.len() - shape.len();
     (0..target.len())
-        .map(|i| if i < offset || shape[i - offset] == 1 && target[i] != 1 { 0 } else { own[i - offset] })
+        .map(|i| {
+            if i < offset || shape[i - offset] == 1 && target[i] != 1 {
+                0
+            } else {
+                own[i - offset]
+            }
+        })
         .collect()
 }

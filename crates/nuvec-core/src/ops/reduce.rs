@@ -55,7 +55,12 @@ impl<const N: usize> IntoAxes for &[i32; N] {
 }
 
 /// Resolved axes and the output shape (with or without kept dims).
-fn plan(op: &str, a: &Array, axes: Option<Vec<i32>>, keepdims: bool) -> Result<(Vec<usize>, Vec<i32>), String> {
+fn plan(
+    op: &str,
+    a: &Array,
+    axes: Option<Vec<i32>>,
+    keepdims: bool,
+) -> Result<(Vec<usize>, Vec<i32>), String> {
     let mut resolved = match axes {
         None => (0..a.ndim()).collect(),
         Some(axes) => normalize_axes(&axes, a.ndim())?,
@@ -123,7 +128,13 @@ pub fn prod(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
 #[track_caller]
 pub fn max(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
     if a.size() == 0 {
-        return Array::invalid("max", format!("cannot take the max of an empty array of shape {:?}", a.shape()));
+        return Array::invalid(
+            "max",
+            format!(
+                "cannot take the max of an empty array of shape {:?}",
+                a.shape()
+            ),
+        );
     }
     reduce(ReduceOp::Max, a, axes.into_axes(), keepdims)
 }
@@ -132,7 +143,13 @@ pub fn max(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
 #[track_caller]
 pub fn min(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
     if a.size() == 0 {
-        return Array::invalid("min", format!("cannot take the min of an empty array of shape {:?}", a.shape()));
+        return Array::invalid(
+            "min",
+            format!(
+                "cannot take the min of an empty array of shape {:?}",
+                a.shape()
+            ),
+        );
     }
     reduce(ReduceOp::Min, a, axes.into_axes(), keepdims)
 }
@@ -163,20 +180,33 @@ fn count(a: &Array, axes: &Option<Vec<i32>>) -> f64 {
 #[track_caller]
 pub fn mean(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
     let axes = axes.into_axes();
-    let dtype = if a.dtype().is_float() { a.dtype() } else { DType::F32 };
+    let dtype = if a.dtype().is_float() {
+        a.dtype()
+    } else {
+        DType::F32
+    };
     let n = count(a, &axes);
-    crate::ops::divide(&reduce(ReduceOp::Sum, &a.astype(dtype), axes, keepdims), n)
+    crate::ops::divide(reduce(ReduceOp::Sum, &a.astype(dtype), axes, keepdims), n)
 }
 
 /// Variance over `axes`, dividing by `n - ddof`.
 #[track_caller]
 pub fn var(a: &Array, axes: impl IntoAxes, keepdims: bool, ddof: i32) -> Array {
     let axes = axes.into_axes();
-    let dtype = if a.dtype().is_float() { a.dtype() } else { DType::F32 };
+    let dtype = if a.dtype().is_float() {
+        a.dtype()
+    } else {
+        DType::F32
+    };
     let x = a.astype(dtype);
     let n = count(a, &axes);
-    let centered = crate::ops::subtract(&x, &mean(&x, Axes(axes.clone()), true));
-    let squares = reduce(ReduceOp::Sum, &crate::ops::square(&centered), axes, keepdims);
+    let centered = crate::ops::subtract(&x, mean(&x, Axes(axes.clone()), true));
+    let squares = reduce(
+        ReduceOp::Sum,
+        &crate::ops::square(&centered),
+        axes,
+        keepdims,
+    );
     crate::ops::divide(&squares, (n - f64::from(ddof)).max(0.0))
 }
 
@@ -190,14 +220,21 @@ pub fn std(a: &Array, axes: impl IntoAxes, keepdims: bool, ddof: i32) -> Array {
 #[track_caller]
 pub fn logsumexp(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
     let axes = axes.into_axes();
-    let dtype = if a.dtype().is_float() { a.dtype() } else { DType::F32 };
+    let dtype = if a.dtype().is_float() {
+        a.dtype()
+    } else {
+        DType::F32
+    };
     let x = a.astype(dtype);
     if x.size() == 0 {
-        return Array::invalid("logsumexp", format!("received an empty array of shape {:?}", a.shape()));
+        return Array::invalid(
+            "logsumexp",
+            format!("received an empty array of shape {:?}", a.shape()),
+        );
     }
     let peak = crate::ops::stop_gradient(&max(&x, Axes(axes.clone()), true));
     // An infinite peak would make x - peak NaN; shifting by 0 there gives the right inf.
-    let finite_peak = crate::ops::where_(&crate::ops::isinf(&peak), 0.0, &peak);
+    let finite_peak = crate::ops::where_(crate::ops::isinf(&peak), 0.0, &peak);
     let shifted = crate::ops::exp(&crate::ops::subtract(&x, &finite_peak));
     let total = crate::ops::log(&reduce(ReduceOp::Sum, &shifted, axes.clone(), true));
     let out = crate::ops::add(&total, &finite_peak);
@@ -215,14 +252,18 @@ pub fn logsumexp(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
 #[track_caller]
 pub fn softmax(a: &Array, axes: impl IntoAxes) -> Array {
     let axes = axes.into_axes();
-    let dtype = if a.dtype().is_float() { a.dtype() } else { DType::F32 };
+    let dtype = if a.dtype().is_float() {
+        a.dtype()
+    } else {
+        DType::F32
+    };
     let x = a.astype(dtype);
     if x.size() == 0 {
         return x;
     }
     let peak = crate::ops::stop_gradient(&max(&x, Axes(axes.clone()), true));
     let e = crate::ops::exp(&crate::ops::subtract(&x, &peak));
-    crate::ops::divide(&e, &reduce(ReduceOp::Sum, &e, axes, true))
+    crate::ops::divide(&e, reduce(ReduceOp::Sum, &e, axes, true))
 }
 
 #[track_caller]
@@ -232,7 +273,13 @@ fn arg_reduce(largest: bool, a: &Array, axis: Option<i32>, keepdims: bool) -> Ar
         return Array::failed(error);
     }
     if a.size() == 0 {
-        return Array::invalid(name, format!("cannot take the {name} of an empty array of shape {:?}", a.shape()));
+        return Array::invalid(
+            name,
+            format!(
+                "cannot take the {name} of an empty array of shape {:?}",
+                a.shape()
+            ),
+        );
     }
     let (source, axis) = match axis {
         None => (crate::ops::reshape(a, &[-1]), 0),
@@ -243,7 +290,12 @@ fn arg_reduce(largest: bool, a: &Array, axis: Option<i32>, keepdims: bool) -> Ar
     };
     let mut shape = source.shape().to_vec();
     shape[axis] = 1;
-    let out = Array::build1(Arc::new(ArgReduce { largest, axis }), vec![source], shape, DType::U32);
+    let out = Array::build1(
+        Arc::new(ArgReduce { largest, axis }),
+        vec![source],
+        shape,
+        DType::U32,
+    );
     match (keepdims, a.ndim()) {
         (true, n) if n > 0 => {
             let kept = vec![1; n];
@@ -287,10 +339,24 @@ fn scan(op: ReduceOp, a: &Array, axis: Option<i32>, reverse: bool, inclusive: bo
             Err(reason) => return Array::invalid(name, reason),
         },
     };
-    let dtype = if a.dtype() == DType::Bool && op == ReduceOp::Sum { DType::I32 } else { a.dtype() };
+    let dtype = if a.dtype() == DType::Bool && op == ReduceOp::Sum {
+        DType::I32
+    } else {
+        a.dtype()
+    };
     let input = source.astype(dtype);
     let shape = input.shape().to_vec();
-    Array::build1(Arc::new(Scan { op, axis, reverse, inclusive }), vec![input], shape, dtype)
+    Array::build1(
+        Arc::new(Scan {
+            op,
+            axis,
+            reverse,
+            inclusive,
+        }),
+        vec![input],
+        shape,
+        dtype,
+    )
 }
 
 /// Running sum along `axis`; `reverse` runs from the end, `inclusive = false` shifts by one.

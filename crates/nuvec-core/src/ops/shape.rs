@@ -32,19 +32,44 @@ macro_rules! check_input {
 pub fn reshape(a: &Array, shape: &[i32]) -> Array {
     check_input!(a);
     let mut resolved = shape.to_vec();
-    let inferred: Vec<usize> = shape.iter().enumerate().filter(|(_, &d)| d == -1).map(|(i, _)| i).collect();
+    let inferred: Vec<usize> = shape
+        .iter()
+        .enumerate()
+        .filter(|(_, &d)| d == -1)
+        .map(|(i, _)| i)
+        .collect();
     if inferred.len() > 1 || shape.iter().any(|&d| d < -1) {
-        return Array::invalid("reshape", format!("invalid shape {shape:?}: at most one -1 and no other negative dims"));
+        return Array::invalid(
+            "reshape",
+            format!("invalid shape {shape:?}: at most one -1 and no other negative dims"),
+        );
     }
-    let known: usize = shape.iter().filter(|&&d| d != -1).map(|&d| d as usize).product();
+    let known: usize = shape
+        .iter()
+        .filter(|&&d| d != -1)
+        .map(|&d| d as usize)
+        .product();
     if let Some(&i) = inferred.first() {
-        if known == 0 || a.size() % known != 0 {
-            return Array::invalid("reshape", format!("cannot reshape array of size {} into shape {shape:?}", a.size()));
+        if known == 0 || !a.size().is_multiple_of(known) {
+            return Array::invalid(
+                "reshape",
+                format!(
+                    "cannot reshape array of size {} into shape {shape:?}",
+                    a.size()
+                ),
+            );
         }
         resolved[i] = (a.size() / known) as i32;
     }
     if checked_size(&resolved) != Some(a.size()) {
-        return Array::invalid("reshape", format!("cannot reshape array of shape {:?} (size {}) into shape {shape:?}", a.shape(), a.size()));
+        return Array::invalid(
+            "reshape",
+            format!(
+                "cannot reshape array of shape {:?} (size {}) into shape {shape:?}",
+                a.shape(),
+                a.size()
+            ),
+        );
     }
     if resolved == a.shape() {
         return a.clone();
@@ -59,12 +84,18 @@ pub fn flatten(a: &Array, start_axis: i32, end_axis: i32) -> Array {
     if a.ndim() == 0 {
         return reshape(a, &[1]);
     }
-    let (start, end) = match (normalize_axis(start_axis, a.ndim()), normalize_axis(end_axis, a.ndim())) {
+    let (start, end) = match (
+        normalize_axis(start_axis, a.ndim()),
+        normalize_axis(end_axis, a.ndim()),
+    ) {
         (Ok(s), Ok(e)) => (s, e),
         (Err(reason), _) | (_, Err(reason)) => return Array::invalid("flatten", reason),
     };
     if start > end {
-        return Array::invalid("flatten", format!("start_axis {start_axis} comes after end_axis {end_axis}"));
+        return Array::invalid(
+            "flatten",
+            format!("start_axis {start_axis} comes after end_axis {end_axis}"),
+        );
     }
     let shape = a.shape();
     let mut new_shape = shape[..start].to_vec();
@@ -74,8 +105,23 @@ pub fn flatten(a: &Array, start_axis: i32, end_axis: i32) -> Array {
 }
 
 /// Strided copy of `a` into `shape` (the shared body of transpose, broadcast and slice).
-fn as_strided(op: &'static str, a: &Array, shape: Vec<i32>, strides: Vec<isize>, offset: isize) -> Array {
-    Array::build1(Arc::new(AsStrided { op, strides, offset }), vec![a.clone()], shape, a.dtype())
+fn as_strided(
+    op: &'static str,
+    a: &Array,
+    shape: Vec<i32>,
+    strides: Vec<isize>,
+    offset: isize,
+) -> Array {
+    Array::build1(
+        Arc::new(AsStrided {
+            op,
+            strides,
+            offset,
+        }),
+        vec![a.clone()],
+        shape,
+        a.dtype(),
+    )
 }
 
 /// Permutes the axes (`None`: reverses them).
@@ -87,7 +133,12 @@ pub fn transpose(a: &Array, axes: Option<&[i32]>) -> Array {
         None => (0..n).rev().collect(),
         Some(axes) => match normalize_axes(axes, n) {
             Ok(resolved) if resolved.len() == n => resolved,
-            Ok(_) => return Array::invalid("transpose", format!("axes {axes:?} must name each of the {n} axes once")),
+            Ok(_) => {
+                return Array::invalid(
+                    "transpose",
+                    format!("axes {axes:?} must name each of the {n} axes once"),
+                )
+            }
             Err(reason) => return Array::invalid("transpose", reason),
         },
     };
@@ -96,14 +147,23 @@ pub fn transpose(a: &Array, axes: Option<&[i32]>) -> Array {
     }
     let strides = contiguous_strides(&to_usize(a.shape()));
     let shape = axes.iter().map(|&i| a.shape()[i]).collect();
-    as_strided("transpose", a, shape, axes.iter().map(|&i| strides[i]).collect(), 0)
+    as_strided(
+        "transpose",
+        a,
+        shape,
+        axes.iter().map(|&i| strides[i]).collect(),
+        0,
+    )
 }
 
 /// Exchanges two axes.
 #[track_caller]
 pub fn swapaxes(a: &Array, axis1: i32, axis2: i32) -> Array {
     check_input!(a);
-    match (normalize_axis(axis1, a.ndim()), normalize_axis(axis2, a.ndim())) {
+    match (
+        normalize_axis(axis1, a.ndim()),
+        normalize_axis(axis2, a.ndim()),
+    ) {
         (Ok(x), Ok(y)) => {
             let mut perm: Vec<i32> = (0..a.ndim() as i32).collect();
             perm.swap(x, y);
@@ -117,7 +177,10 @@ pub fn swapaxes(a: &Array, axis1: i32, axis2: i32) -> Array {
 #[track_caller]
 pub fn moveaxis(a: &Array, source: i32, destination: i32) -> Array {
     check_input!(a);
-    match (normalize_axis(source, a.ndim()), normalize_axis(destination, a.ndim())) {
+    match (
+        normalize_axis(source, a.ndim()),
+        normalize_axis(destination, a.ndim()),
+    ) {
         (Ok(s), Ok(d)) => {
             let mut perm: Vec<i32> = (0..a.ndim() as i32).filter(|&i| i as usize != s).collect();
             perm.insert(d, s as i32);
@@ -137,7 +200,15 @@ pub fn expand_dims(a: &Array, axes: &[i32]) -> Array {
         Err(reason) => return Array::invalid("expand_dims", reason),
     };
     let mut source = a.shape().iter();
-    let shape: Vec<i32> = (0..out_ndim).map(|i| if resolved.contains(&i) { 1 } else { *source.next().unwrap_or(&1) }).collect();
+    let shape: Vec<i32> = (0..out_ndim)
+        .map(|i| {
+            if resolved.contains(&i) {
+                1
+            } else {
+                *source.next().unwrap_or(&1)
+            }
+        })
+        .collect();
     reshape(a, &shape)
 }
 
@@ -150,14 +221,20 @@ pub fn squeeze(a: &Array, axes: Option<&[i32]>) -> Array {
         Some(axes) => match normalize_axes(axes, a.ndim()) {
             Ok(r) => {
                 if let Some(&bad) = r.iter().find(|&&i| a.shape()[i] != 1) {
-                    return Array::invalid("squeeze", format!("cannot squeeze axis {bad} of length {}", a.shape()[bad]));
+                    return Array::invalid(
+                        "squeeze",
+                        format!("cannot squeeze axis {bad} of length {}", a.shape()[bad]),
+                    );
                 }
                 r
             }
             Err(reason) => return Array::invalid("squeeze", reason),
         },
     };
-    let shape: Vec<i32> = (0..a.ndim()).filter(|i| !remove.contains(i)).map(|i| a.shape()[i]).collect();
+    let shape: Vec<i32> = (0..a.ndim())
+        .filter(|i| !remove.contains(i))
+        .map(|i| a.shape()[i])
+        .collect();
     reshape(a, &shape)
 }
 
@@ -167,7 +244,12 @@ pub fn broadcast_to(a: &Array, shape: &[i32]) -> Array {
     check_input!(a);
     match broadcast_shapes(a.shape(), shape) {
         Ok(result) if result == shape => {}
-        _ => return Array::invalid("broadcast_to", format!("cannot broadcast shape {:?} to {shape:?}", a.shape())),
+        _ => {
+            return Array::invalid(
+                "broadcast_to",
+                format!("cannot broadcast shape {:?} to {shape:?}", a.shape()),
+            )
+        }
     }
     if a.shape() == shape {
         return a.clone();
@@ -196,7 +278,11 @@ pub fn concatenate(arrays: &[Array], axis: i32) -> Array {
         if !same_rank || (0..a.ndim()).any(|i| i != axis && a.shape()[i] != first.shape()[i]) {
             return Array::invalid(
                 "concatenate",
-                format!("all arrays must match except on axis {axis}: got {:?} and {:?}", first.shape(), a.shape()),
+                format!(
+                    "all arrays must match except on axis {axis}: got {:?} and {:?}",
+                    first.shape(),
+                    a.shape()
+                ),
             );
         }
         shape[axis] += a.shape()[axis];
@@ -212,8 +298,18 @@ pub fn stack(arrays: &[Array], axis: i32) -> Array {
     let Some(first) = arrays.first() else {
         return Array::invalid("stack", "needs at least one array");
     };
-    if let Some(a) = arrays.iter().find(|a| a.shape() != first.shape() && a.known_error().is_none()) {
-        return Array::invalid("stack", format!("all arrays must have one shape: got {:?} and {:?}", first.shape(), a.shape()));
+    if let Some(a) = arrays
+        .iter()
+        .find(|a| a.shape() != first.shape() && a.known_error().is_none())
+    {
+        return Array::invalid(
+            "stack",
+            format!(
+                "all arrays must have one shape: got {:?} and {:?}",
+                first.shape(),
+                a.shape()
+            ),
+        );
     }
     let expanded: Vec<Array> = arrays.iter().map(|a| expand_dims(a, &[axis])).collect();
     concatenate(&expanded, axis)
@@ -227,7 +323,10 @@ pub fn split(a: &Array, sections: i32, axis: i32) -> Vec<Array> {
         Err(reason) => return vec![Array::invalid("split", reason)],
     };
     if sections <= 0 || len % sections != 0 {
-        return vec![Array::invalid("split", format!("axis of length {len} cannot be split into {sections} equal sections"))];
+        return vec![Array::invalid(
+            "split",
+            format!("axis of length {len} cannot be split into {sections} equal sections"),
+        )];
     }
     let step = len / sections;
     let indices: Vec<i32> = (1..sections).map(|i| i * step).collect();
@@ -243,7 +342,11 @@ pub fn split_indices(a: &Array, indices: &[i32], axis: i32) -> Vec<Array> {
     };
     let len = a.shape()[ax];
     let mut bounds = vec![0];
-    bounds.extend(indices.iter().map(|&i| if i < 0 { (i + len).max(0) } else { i.min(len) }));
+    bounds.extend(
+        indices
+            .iter()
+            .map(|&i| if i < 0 { (i + len).max(0) } else { i.min(len) }),
+    );
     bounds.push(len);
     bounds
         .windows(2)
@@ -285,13 +388,29 @@ pub fn slice(a: &Array, start: &[i32], stop: &[i32], strides: &[i32]) -> Array {
         if step == 0 {
             return Array::invalid("slice", format!("stride of axis {axis} is 0"));
         }
-        let wrap = |v: i32| if v < 0 { i64::from(v) + n } else { i64::from(v) };
+        let wrap = |v: i32| {
+            if v < 0 {
+                i64::from(v) + n
+            } else {
+                i64::from(v)
+            }
+        };
         let (first, len) = if step > 0 {
             let (s, e) = (wrap(start[axis]).clamp(0, n), wrap(stop[axis]).clamp(0, n));
             (s, if e > s { (e - s + step - 1) / step } else { 0 })
         } else {
-            let (s, e) = (wrap(start[axis]).clamp(-1, n - 1), wrap(stop[axis]).clamp(-1, n - 1));
-            (s, if s > e { (s - e + (-step) - 1) / (-step) } else { 0 })
+            let (s, e) = (
+                wrap(start[axis]).clamp(-1, n - 1),
+                wrap(stop[axis]).clamp(-1, n - 1),
+            );
+            (
+                s,
+                if s > e {
+                    (s - e + (-step) - 1) / (-step)
+                } else {
+                    0
+                },
+            )
         };
         shape[axis] = len as i32;
         if len > 0 {
@@ -318,9 +437,19 @@ pub fn pad(a: &Array, pad_width: &[(i32, i32)], value: f64) -> Array {
     if a.ndim() == 0 || pad_width.iter().all(|&(l, h)| l == 0 && h == 0) {
         return a.clone();
     }
-    let shape: Vec<i32> = a.shape().iter().zip(pad_width).map(|(&d, &(l, h))| d + l + h).collect();
+    let shape: Vec<i32> = a
+        .shape()
+        .iter()
+        .zip(pad_width)
+        .map(|(&d, &(l, h))| d + l + h)
+        .collect();
     let low = pad_width.iter().map(|&(l, _)| l as usize).collect();
-    Array::build1(Arc::new(Pad { low, value }), vec![a.clone()], shape, a.dtype())
+    Array::build1(
+        Arc::new(Pad { low, value }),
+        vec![a.clone()],
+        shape,
+        a.dtype(),
+    )
 }
 
 /// Repeats each element `repeats` times along `axis` (`None`: of the flattened array).
@@ -359,9 +488,16 @@ pub fn tile(a: &Array, reps: &[i32]) -> Array {
     full_reps.extend_from_slice(reps);
     // Interleave a new axis of length reps[i] before every axis, broadcast, then merge pairs.
     let interleaved: Vec<i32> = shape.iter().flat_map(|&d| [1, d]).collect();
-    let target: Vec<i32> = shape.iter().zip(&full_reps).flat_map(|(&d, &r)| [r, d]).collect();
+    let target: Vec<i32> = shape
+        .iter()
+        .zip(&full_reps)
+        .flat_map(|(&d, &r)| [r, d])
+        .collect();
     let result_shape: Vec<i32> = shape.iter().zip(&full_reps).map(|(&d, &r)| d * r).collect();
-    reshape(&broadcast_to(&reshape(a, &interleaved), &target), &result_shape)
+    reshape(
+        &broadcast_to(&reshape(a, &interleaved), &target),
+        &result_shape,
+    )
 }
 
 /// Keeps the lower triangle (on and below diagonal `k`) of the last two axes, zeroing the rest.
@@ -380,7 +516,10 @@ pub fn triu(a: &Array, k: i32) -> Array {
 fn triangle(op: &str, a: &Array, k: i32, lower: bool) -> Array {
     check_input!(a);
     if a.ndim() < 2 {
-        return Array::invalid(op, format!("needs at least 2 dimensions, got shape {:?}", a.shape()));
+        return Array::invalid(
+            op,
+            format!("needs at least 2 dimensions, got shape {:?}", a.shape()),
+        );
     }
     let (n, m) = (a.shape()[a.ndim() - 2], a.shape()[a.ndim() - 1]);
     let mask = if lower {
@@ -388,7 +527,7 @@ fn triangle(op: &str, a: &Array, k: i32, lower: bool) -> Array {
     } else {
         crate::ops::logical_not(&crate::ops::tri(n, Some(m), k - 1, DType::Bool))
     };
-    crate::ops::where_(&mask, a, &crate::ops::zeros(&[], a.dtype()))
+    crate::ops::where_(&mask, a, crate::ops::zeros(&[], a.dtype()))
 }
 
 impl Array {

@@ -52,7 +52,10 @@ pub fn topk(a: &Array, k: i32, axis: Option<i32>) -> Array {
         Some(axis) => a.dim(axis).unwrap_or(0),
     };
     if k < 0 || k > len {
-        return Array::invalid("topk", format!("k = {k} must be between 0 and the axis length {len}"));
+        return Array::invalid(
+            "topk",
+            format!("k = {k} must be between 0 and the axis length {len}"),
+        );
     }
     sort_along("topk", SortKind::TopK(k as usize), a, axis)
 }

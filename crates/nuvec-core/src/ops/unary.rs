@@ -10,14 +10,20 @@ use std::sync::Arc;
 #[track_caller]
 fn unary(op: UnaryOp, a: &Array) -> Array {
     if op == UnaryOp::Negative && a.dtype() == DType::Bool {
-        return Array::invalid("negative", "not supported for bool, use logical_not instead");
+        return Array::invalid(
+            "negative",
+            "not supported for bool, use logical_not instead",
+        );
     }
     let dtype = if a.dtype().is_float() || op.keeps_integers() {
         a.dtype()
     } else {
         DType::F32
     };
-    if op.keeps_integers() && !a.dtype().is_float() && matches!(op, UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round) {
+    if op.keeps_integers()
+        && !a.dtype().is_float()
+        && matches!(op, UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round)
+    {
         return a.clone();
     }
     let input = a.astype(dtype);
@@ -94,7 +100,10 @@ pub fn round(a: &Array, decimals: i32) -> Array {
         return unary(UnaryOp::Round, a);
     }
     let scale = 10f64.powi(decimals);
-    crate::ops::divide(&unary(UnaryOp::Round, &crate::ops::multiply(a, scale)), scale)
+    crate::ops::divide(
+        unary(UnaryOp::Round, &crate::ops::multiply(a, scale)),
+        scale,
+    )
 }
 
 /// Converts to `dtype` as a C++ cast: floats truncate toward zero into integers, nonzero is true.
@@ -103,13 +112,18 @@ pub fn astype(a: &Array, dtype: DType) -> Array {
     if a.dtype() == dtype {
         return a.clone();
     }
-    Array::build1(Arc::new(AsType(dtype)), vec![a.clone()], a.shape().to_vec(), dtype)
+    Array::build1(
+        Arc::new(AsType(dtype)),
+        vec![a.clone()],
+        a.shape().to_vec(),
+        dtype,
+    )
 }
 
 /// The same values, cut off from gradients (evaluation is the identity).
 #[track_caller]
 pub fn stop_gradient(a: &Array) -> Array {
-    crate::ops::shape::reshape(a, &a.shape().to_vec())
+    crate::ops::shape::reshape(a, a.shape())
 }
 
 /// Whether each element is NaN.
@@ -127,25 +141,25 @@ pub fn isinf(a: &Array) -> Array {
     if !a.dtype().is_float() {
         return crate::ops::creation::full_like(a, 0.0, DType::Bool);
     }
-    crate::ops::equal(&abs(a), f64::INFINITY)
+    crate::ops::equal(abs(a), f64::INFINITY)
 }
 
 /// Whether each element is +inf.
 #[track_caller]
 pub fn isposinf(a: &Array) -> Array {
-    crate::ops::logical_and(&isinf(a), &crate::ops::greater(a, 0))
+    crate::ops::logical_and(isinf(a), crate::ops::greater(a, 0))
 }
 
 /// Whether each element is -inf.
 #[track_caller]
 pub fn isneginf(a: &Array) -> Array {
-    crate::ops::logical_and(&isinf(a), &crate::ops::less(a, 0))
+    crate::ops::logical_and(isinf(a), crate::ops::less(a, 0))
 }
 
 /// Logical not: true where the element is zero.
 #[track_caller]
 pub fn logical_not(a: &Array) -> Array {
-    crate::ops::equal(&a.astype(DType::Bool), false)
+    crate::ops::equal(a.astype(DType::Bool), false)
 }
 
 impl Array {

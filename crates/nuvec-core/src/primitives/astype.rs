@@ -31,7 +31,15 @@ impl Primitive for AsType {
         if input.dtype == self.0 {
             return Ok(vec![input.buffer().clone()]);
         }
-        with_dtype!(input.dtype, S, with_dtype!(self.0, D, output::<D>(&outputs[0], |out| convert(input.slice::<S>(), out))))
+        with_dtype!(
+            input.dtype,
+            S,
+            with_dtype!(
+                self.0,
+                D,
+                output::<D>(&outputs[0], |out| convert(input.slice::<S>(), out))
+            )
+        )
     }
 
     same_as!();

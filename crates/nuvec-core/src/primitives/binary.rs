@@ -28,8 +28,16 @@ impl Primitive for Binary {
                 let (x, y) = (a.slice::<T>(), b.slice::<T>());
                 output::<bool>(spec, |out| {
                     broadcast2(
-                        Operand { data: x, strides: &sa, offset: 0 },
-                        Operand { data: y, strides: &sb, offset: 0 },
+                        Operand {
+                            data: x,
+                            strides: &sa,
+                            offset: 0,
+                        },
+                        Operand {
+                            data: y,
+                            strides: &sb,
+                            offset: 0,
+                        },
                         &spec.shape,
                         out,
                         |p, q| op.test(p, q),
@@ -40,14 +48,33 @@ impl Primitive for Binary {
         with_dtype!(a.dtype, T, {
             let (x, y) = (a.slice::<T>(), b.slice::<T>());
             output::<T>(spec, |out| {
-                let (xa, ya) = (Operand { data: x, strides: &sa, offset: 0 }, Operand { data: y, strides: &sb, offset: 0 });
+                let (xa, ya) = (
+                    Operand {
+                        data: x,
+                        strides: &sa,
+                        offset: 0,
+                    },
+                    Operand {
+                        data: y,
+                        strides: &sb,
+                        offset: 0,
+                    },
+                );
                 // Separate closures per common op keep the inner loops free of the op `match`,
                 // so they vectorize.
                 match op {
-                    BinaryOp::Add => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| nuvec_cpu::Element::add(p, q)),
-                    BinaryOp::Subtract => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| nuvec_cpu::Element::sub(p, q)),
-                    BinaryOp::Multiply => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| nuvec_cpu::Element::mul(p, q)),
-                    BinaryOp::Divide => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| nuvec_cpu::Element::div(p, q)),
+                    BinaryOp::Add => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| {
+                        nuvec_cpu::Element::add(p, q)
+                    }),
+                    BinaryOp::Subtract => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| {
+                        nuvec_cpu::Element::sub(p, q)
+                    }),
+                    BinaryOp::Multiply => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| {
+                        nuvec_cpu::Element::mul(p, q)
+                    }),
+                    BinaryOp::Divide => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| {
+                        nuvec_cpu::Element::div(p, q)
+                    }),
                     _ => broadcast2(xa, ya, &spec.shape, out, |p, q| op.apply(p, q)),
                 }
             })

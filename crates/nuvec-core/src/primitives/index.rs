@@ -8,14 +8,25 @@ use std::sync::Arc;
 
 /// Reads the integer indices of `input` as `i64`.
 fn indices_of(input: &Input) -> Vec<i64> {
-    with_dtype!(input.dtype, T, input.slice::<T>().iter().map(|v| v.to_i128() as i64).collect())
+    with_dtype!(
+        input.dtype,
+        T,
+        input
+            .slice::<T>()
+            .iter()
+            .map(|v| v.to_i128() as i64)
+            .collect()
+    )
 }
 
 /// Wraps a negative index and checks the range.
 fn resolve(op: &str, index: i64, len: usize) -> Result<usize> {
     let resolved = if index < 0 { index + len as i64 } else { index };
     if resolved < 0 || resolved >= len as i64 {
-        return Err(Error::eval(op, format!("index {index} is out of range for an axis of length {len}")));
+        return Err(Error::eval(
+            op,
+            format!("index {index} is out of range for an axis of length {len}"),
+        ));
     }
     Ok(resolved as usize)
 }
@@ -49,8 +60,15 @@ impl Primitive for Take {
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let (a, idx) = (&inputs[0], &inputs[1]);
         let len = a.shape[self.axis];
-        let resolved = indices_of(idx).into_iter().map(|i| resolve("take", i, len)).collect::<Result<Vec<_>>>()?;
-        with_dtype!(a.dtype, T, output::<T>(&outputs[0], |out| take_into(a, self.axis, &resolved, out)))
+        let resolved = indices_of(idx)
+            .into_iter()
+            .map(|i| resolve("take", i, len))
+            .collect::<Result<Vec<_>>>()?;
+        with_dtype!(
+            a.dtype,
+            T,
+            output::<T>(&outputs[0], |out| take_into(a, self.axis, &resolved, out))
+        )
     }
 
     same_as!();

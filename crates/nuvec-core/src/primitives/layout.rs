@@ -25,7 +25,17 @@ impl Primitive for AsStrided {
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let spec = &outputs[0];
         let input = &inputs[0];
-        with_dtype!(spec.dtype, T, output::<T>(spec, |out| gather(input.slice::<T>(), self.offset, &spec.shape, &self.strides, out)))
+        with_dtype!(
+            spec.dtype,
+            T,
+            output::<T>(spec, |out| gather(
+                input.slice::<T>(),
+                self.offset,
+                &spec.shape,
+                &self.strides,
+                out
+            ))
+        )
     }
 
     same_as!();
@@ -56,12 +66,16 @@ pub(crate) struct Concatenate {
 fn concat_into<T: Element>(inputs: &[Input], axis: usize, out: &mut [T]) {
     let outer: usize = inputs[0].shape[..axis].iter().product();
     let mut column = 0;
-    let out_row: usize = inputs.iter().map(|i| i.shape[axis..].iter().product::<usize>()).sum();
+    let out_row: usize = inputs
+        .iter()
+        .map(|i| i.shape[axis..].iter().product::<usize>())
+        .sum();
     for input in inputs {
         let row: usize = input.shape[axis..].iter().product();
         let data = input.slice::<T>();
         for o in 0..outer {
-            out[o * out_row + column..o * out_row + column + row].copy_from_slice(&data[o * row..(o + 1) * row]);
+            out[o * out_row + column..o * out_row + column + row]
+                .copy_from_slice(&data[o * row..(o + 1) * row]);
         }
         column += row;
     }
@@ -74,7 +88,11 @@ impl Primitive for Concatenate {
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let spec = &outputs[0];
-        with_dtype!(spec.dtype, T, output::<T>(spec, |out| concat_into(inputs, self.axis, out)))
+        with_dtype!(
+            spec.dtype,
+            T,
+            output::<T>(spec, |out| concat_into(inputs, self.axis, out))
+        )
     }
 
     same_as!();
@@ -87,17 +105,32 @@ pub(crate) struct Pad {
     pub(crate) value: f64,
 }
 
-fn pad_into<T: Element>(input: &Input, low: &[usize], value: T, out_shape: &[usize], out: &mut [T]) {
+fn pad_into<T: Element>(
+    input: &Input,
+    low: &[usize],
+    value: T,
+    out_shape: &[usize],
+    out: &mut [T],
+) {
     out.fill(value);
     if input.size() == 0 {
         return;
     }
     let out_strides = contiguous_strides(out_shape);
-    let offset: isize = low.iter().zip(&out_strides).map(|(&l, &s)| l as isize * s).sum();
+    let offset: isize = low
+        .iter()
+        .zip(&out_strides)
+        .map(|(&l, &s)| l as isize * s)
+        .sum();
     // Scatter rows of the input into the interior of the output.
     let n = input.shape.len();
     let inner = input.shape[n - 1];
-    let rows = nuvec_cpu::strided::RowOffsets::new(&input.shape[..n - 1], &out_strides[..n - 1], offset, 0);
+    let rows = nuvec_cpu::strided::RowOffsets::new(
+        &input.shape[..n - 1],
+        &out_strides[..n - 1],
+        offset,
+        0,
+    );
     let data = input.slice::<T>();
     for (row, start) in data.chunks(inner).zip(rows) {
         let start = start as usize;
@@ -113,7 +146,17 @@ impl Primitive for Pad {
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let spec = &outputs[0];
         let input = &inputs[0];
-        with_dtype!(spec.dtype, T, output::<T>(spec, |out| pad_into(input, &self.low, T::from_f64(self.value), &spec.shape, out)))
+        with_dtype!(
+            spec.dtype,
+            T,
+            output::<T>(spec, |out| pad_into(
+                input,
+                &self.low,
+                T::from_f64(self.value),
+                &spec.shape,
+                out
+            ))
+        )
     }
 
     same_as!();

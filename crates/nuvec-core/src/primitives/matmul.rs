@@ -19,13 +19,19 @@ fn batch_offsets(shape: &[usize], batch: &[usize]) -> Vec<usize> {
     let n = shape.len();
     let matrix: usize = shape[n - 2..].iter().product();
     let batch_shape: Vec<usize> = shape[..n - 2].to_vec();
-    let own: Vec<isize> = broadcast_strides(&batch_shape, batch).iter().map(|s| s * matrix as isize).collect();
+    let own: Vec<isize> = broadcast_strides(&batch_shape, batch)
+        .iter()
+        .map(|s| s * matrix as isize)
+        .collect();
     let count: usize = batch.iter().product();
     if batch.is_empty() {
         return vec![0; count.max(1)];
     }
     // Each batch entry is one "row" of the batch shape; the iterator yields its offset.
-    RowOffsets::new(batch, &own, 0, 0).map(|o| o as usize).take(count).collect()
+    RowOffsets::new(batch, &own, 0, 0)
+        .map(|o| o as usize)
+        .take(count)
+        .collect()
 }
 
 impl Primitive for Matmul {
@@ -38,14 +44,30 @@ impl Primitive for Matmul {
         let (a, b) = (&inputs[0], &inputs[1]);
         let n_out = spec.shape.len();
         let batch = &spec.shape[..n_out - 2];
-        let dims = MatmulDims { m: spec.shape[n_out - 2], n: spec.shape[n_out - 1], k: a.shape[a.shape.len() - 1] };
+        let dims = MatmulDims {
+            m: spec.shape[n_out - 2],
+            n: spec.shape[n_out - 1],
+            k: a.shape[a.shape.len() - 1],
+        };
         let a_offsets = batch_offsets(&a.shape, batch);
         let b_offsets = batch_offsets(&b.shape, batch);
         with_float_dtype!(
             spec.dtype,
             T,
-            output::<T>(spec, |out| matmul(a.slice::<T>(), &a_offsets, b.slice::<T>(), &b_offsets, dims, 1.0, 0.0, out)),
-            Err(crate::Error::eval("matmul", format!("unsupported dtype {}", spec.dtype)))
+            output::<T>(spec, |out| matmul(
+                a.slice::<T>(),
+                &a_offsets,
+                b.slice::<T>(),
+                &b_offsets,
+                dims,
+                1.0,
+                0.0,
+                out
+            )),
+            Err(crate::Error::eval(
+                "matmul",
+                format!("unsupported dtype {}", spec.dtype)
+            ))
         )
     }
 

@@ -19,7 +19,10 @@ use nuvec_cpu::{Buffer, Element};
 use std::sync::Arc;
 
 /// Allocates the buffer of `spec` and fills it through `fill` as a slice of `T`.
-pub(crate) fn output<T: Element>(spec: &OutputSpec, fill: impl FnOnce(&mut [T])) -> Result<Vec<Arc<Buffer>>> {
+pub(crate) fn output<T: Element>(
+    spec: &OutputSpec,
+    fill: impl FnOnce(&mut [T]),
+) -> Result<Vec<Arc<Buffer>>> {
     let mut buffer = spec.alloc();
     fill(&mut buffer.as_mut_slice::<T>()[..spec.size()]);
     Ok(vec![Arc::new(buffer)])

@@ -22,11 +22,20 @@ impl Primitive for RandomBits {
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let key_words = inputs[0].slice::<u32>();
         let [k0, k1] = key_words else {
-            return Err(Error::eval("random_bits", format!("a key has 2 uint32 words, got {}", key_words.len())));
+            return Err(Error::eval(
+                "random_bits",
+                format!("a key has 2 uint32 words, got {}", key_words.len()),
+            ));
         };
         let spec = &outputs[0];
         let bytes = random_bits([*k0, *k1], spec.size(), self.width);
-        output::<u8>(&OutputSpec { shape: vec![spec.bytes()], dtype: nuvec_cpu::DType::U8 }, |out| out.copy_from_slice(&bytes))
+        output::<u8>(
+            &OutputSpec {
+                shape: vec![spec.bytes()],
+                dtype: nuvec_cpu::DType::U8,
+            },
+            |out| out.copy_from_slice(&bytes),
+        )
     }
 
     same_as!();

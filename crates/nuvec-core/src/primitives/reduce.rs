@@ -39,7 +39,9 @@ fn reduce_any_axes<T: Element>(op: ReduceOp, input: &Input, axes: &[usize], out:
         return;
     }
     // Scattered axes: move the kept axes first and the reduced ones last, then reduce rows.
-    let kept: Vec<usize> = (0..input.shape.len()).filter(|a| !axes.contains(a)).collect();
+    let kept: Vec<usize> = (0..input.shape.len())
+        .filter(|a| !axes.contains(a))
+        .collect();
     let permutation: Vec<usize> = kept.iter().chain(axes).copied().collect();
     let strides = contiguous_strides(&input.shape);
     let shape: Vec<usize> = permutation.iter().map(|&a| input.shape[a]).collect();
@@ -48,7 +50,16 @@ fn reduce_any_axes<T: Element>(op: ReduceOp, input: &Input, axes: &[usize], out:
     gather(data, 0, &shape, &permuted_strides, &mut moved);
     let outer: usize = kept.iter().map(|&a| input.shape[a]).product();
     let len: usize = axes.iter().map(|&a| input.shape[a]).product();
-    reduce(op, &moved, Layout3 { outer, len, inner: 1 }, out);
+    reduce(
+        op,
+        &moved,
+        Layout3 {
+            outer,
+            len,
+            inner: 1,
+        },
+        out,
+    );
 }
 
 impl Primitive for Reduce {
@@ -59,7 +70,11 @@ impl Primitive for Reduce {
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let spec = &outputs[0];
         let input = &inputs[0];
-        with_dtype!(spec.dtype, T, output::<T>(spec, |out| reduce_any_axes(self.op, input, &self.axes, out)))
+        with_dtype!(
+            spec.dtype,
+            T,
+            output::<T>(spec, |out| reduce_any_axes(self.op, input, &self.axes, out))
+        )
     }
 
     same_as!();
@@ -83,13 +98,30 @@ impl Primitive for ArgReduce {
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let input = &inputs[0];
-        let layout = layout_of(&input.shape, &[self.axis]).unwrap_or(Layout3 { outer: 1, len: 1, inner: 1 });
-        with_dtype!(input.dtype, T, output::<u32>(&outputs[0], |out| arg_reduce(self.largest, input.slice::<T>(), layout, out)))
+        let layout = layout_of(&input.shape, &[self.axis]).unwrap_or(Layout3 {
+            outer: 1,
+            len: 1,
+            inner: 1,
+        });
+        with_dtype!(
+            input.dtype,
+            T,
+            output::<u32>(&outputs[0], |out| arg_reduce(
+                self.largest,
+                input.slice::<T>(),
+                layout,
+                out
+            ))
+        )
     }
 
     same_as!();
 }
 
 pub(crate) fn axis_layout(shape: &[usize], axis: usize) -> Layout3 {
-    layout_of(shape, &[axis]).unwrap_or(Layout3 { outer: 1, len: 1, inner: 1 })
+    layout_of(shape, &[axis]).unwrap_or(Layout3 {
+        outer: 1,
+        len: 1,
+        inner: 1,
+    })
 }

@@ -31,14 +31,18 @@ impl Primitive for Scan {
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let input = &inputs[0];
         let layout = axis_layout(&input.shape, self.axis);
-        with_dtype!(input.dtype, T, output::<T>(&outputs[0], |out| scan(
-            self.op,
-            self.reverse,
-            self.inclusive,
-            input.slice::<T>(),
-            layout,
-            out
-        )))
+        with_dtype!(
+            input.dtype,
+            T,
+            output::<T>(&outputs[0], |out| scan(
+                self.op,
+                self.reverse,
+                self.inclusive,
+                input.slice::<T>(),
+                layout,
+                out
+            ))
+        )
     }
 
     same_as!();

@@ -29,9 +29,21 @@ impl Primitive for Select {
         with_dtype!(spec.dtype, T, {
             output::<T>(spec, |out| {
                 broadcast3(
-                    Operand { data: cond, strides: &sc, offset: 0 },
-                    Operand { data: x.slice::<T>(), strides: &sx, offset: 0 },
-                    Operand { data: y.slice::<T>(), strides: &sy, offset: 0 },
+                    Operand {
+                        data: cond,
+                        strides: &sc,
+                        offset: 0,
+                    },
+                    Operand {
+                        data: x.slice::<T>(),
+                        strides: &sx,
+                        offset: 0,
+                    },
+                    Operand {
+                        data: y.slice::<T>(),
+                        strides: &sy,
+                        offset: 0,
+                    },
                     &spec.shape,
                     out,
                     |pick, p, q| if pick { p } else { q },

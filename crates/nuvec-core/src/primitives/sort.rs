@@ -35,14 +35,20 @@ impl Primitive for SortLast {
         let input = &inputs[0];
         let spec = &outputs[0];
         let row = input.shape.last().copied().unwrap_or(1);
-        with_dtype!(input.dtype, T, match self.0 {
-            SortKind::Sort => output::<T>(spec, |out| {
-                out.copy_from_slice(input.slice::<T>());
-                sort_rows(out, row);
-            }),
-            SortKind::ArgSort => output::<u32>(spec, |out| argsort_rows(input.slice::<T>(), row, out)),
-            SortKind::TopK(k) => output::<T>(spec, |out| topk_rows(input.slice::<T>(), row, k, out)),
-        })
+        with_dtype!(
+            input.dtype,
+            T,
+            match self.0 {
+                SortKind::Sort => output::<T>(spec, |out| {
+                    out.copy_from_slice(input.slice::<T>());
+                    sort_rows(out, row);
+                }),
+                SortKind::ArgSort =>
+                    output::<u32>(spec, |out| argsort_rows(input.slice::<T>(), row, out)),
+                SortKind::TopK(k) =>
+                    output::<T>(spec, |out| topk_rows(input.slice::<T>(), row, k, out)),
+            }
+        )
     }
 
     same_as!();

@@ -25,7 +25,11 @@ impl Primitive for Unary {
                 spec.dtype,
                 T,
                 unary_float_in_place(op, owned.as_mut_slice::<T>()),
-                with_dtype!(spec.dtype, T, parallel::map_in_place(owned.as_mut_slice::<T>(), |x| op.apply_exact(x)))
+                with_dtype!(
+                    spec.dtype,
+                    T,
+                    parallel::map_in_place(owned.as_mut_slice::<T>(), |x| op.apply_exact(x))
+                )
             );
             return Ok(vec![Arc::new(owned)]);
         }
@@ -33,7 +37,11 @@ impl Primitive for Unary {
             spec.dtype,
             T,
             output::<T>(spec, |out| unary_float(op, input.slice::<T>(), out)),
-            with_dtype!(spec.dtype, T, output::<T>(spec, |out| unary_exact(op, input.slice::<T>(), out)))
+            with_dtype!(
+                spec.dtype,
+                T,
+                output::<T>(spec, |out| unary_exact(op, input.slice::<T>(), out))
+            )
         )
     }
 
