@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 /// read or [`Array::eval`] is called.
 ///
 /// ```
-/// use nuvec_core::{array, Array};
+/// use nuvec_core::array;
 /// let a = array![1.0, 2.0, 3.0];
 /// let b = &a * 2.0;
 /// assert_eq!(b.shape(), [3]);
