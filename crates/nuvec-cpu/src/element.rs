@@ -423,7 +423,7 @@ impl Float for bf16 {
 /// Runs `$body` with `$T` bound to the Rust type of the dtype `$dt`.
 ///
 /// ```
-/// use nuvec_cpu::{with_dtype, DType, Element};
+/// use nuvec_cpu::{with_dtype, DType};
 /// let size = with_dtype!(DType::BF16, T, std::mem::size_of::<T>());
 /// assert_eq!(size, 2);
 /// ```
