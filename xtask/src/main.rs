@@ -1,1 +1,67 @@
-fn main() {}
+//! Project automation, run as `cargo xtask <task>`.
+//!
+//! - `ci`: what CI checks: formatting, clippy with warnings denied, the whole test suite.
+//! - `demo`: the main job (the README's first command).
+//! - `golden`: regenerates the MLX fixtures with `scripts/golden/make_fixtures.py`.
+//! - `bench-core`: nuvec's core kernels against numpy, side by side.
+//! - `tidy`: repository hygiene (also run as a test: `cargo test -p xtask`).
+
+mod bench_core;
+mod tidy;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("demo") => run("cargo", &["run", "--release", "-p", "nuvec", "--example", "demo"]),
+        Some("golden") => golden(),
+        Some("bench-core") => bench_core::run(&args[1..]),
+        Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),
+        _ => Err("usage: cargo xtask <ci | demo | golden | bench-core | tidy>".to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (the parent of this crate's folder).
+pub(crate) fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// Runs a command in the workspace root, failing with its status.
+pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
+    eprintln!("$ {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{program} {} failed with {status}", args.join(" ")))
+    }
+}
+
+fn ci() -> Result<(), String> {
+    run("cargo", &["fmt", "--all", "--check"])?;
+    run("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    run("cargo", &["test", "--workspace"])
+}
+
+fn golden() -> Result<(), String> {
+    let venv_python = workspace_root().join(".venv-mlx/bin/python");
+    if !venv_python.exists() {
+        run("python3", &["-m", "venv", ".venv-mlx"])?;
+        run(".venv-mlx/bin/pip", &["install", "mlx[cpu]==0.32.4", "numpy"])?;
+    }
+    run(".venv-mlx/bin/python", &["scripts/golden/make_fixtures.py"])
+}

@@ -27,3 +27,8 @@ pub mod prelude {
     pub use nuvec_core::ops::{self, IntoAxes};
     pub use nuvec_core::{array, eval, Array, DType, Error, Result};
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+mod readme {}
