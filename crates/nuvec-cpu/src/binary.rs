@@ -275,3 +275,50 @@ mod tests {
         assert_eq!(out, [11, 22, 33, 14, 25, 36]);
     }
 }
+
+/// `out[i] = f(out[i], b[i])` over `shape`: a binary op computed in place in its first
+/// operand's buffer (donation), with `b` broadcast by strides.
+pub fn broadcast_assign<T: Copy + Sync + Send>(
+    out: &mut [T],
+    b: Operand<'_, T>,
+    shape: &[usize],
+    f: impl Fn(T, T) -> T + Sync,
+) {
+    if out.is_empty() {
+        return;
+    }
+    let own = crate::strided::contiguous_strides(shape);
+    let (shape, strides) = collapse(shape, &[&own, b.strides]);
+    let sb = &strides[1];
+    let n = shape.len();
+    let inner = shape[n - 1];
+    let ib = sb[n - 1];
+    let body = |start: usize, part: &mut [T]| {
+        let mut rows_b = RowOffsets::new(&shape[..n - 1], &sb[..n - 1], b.offset, start / inner);
+        for row in part.chunks_mut(inner) {
+            let ob = rows_b.next().unwrap_or(0);
+            if ib == 1 {
+                let ob = ob as usize;
+                for (o, y) in row.iter_mut().zip(&b.data[ob..ob + inner]) {
+                    *o = f(*o, *y);
+                }
+            } else {
+                for (i, o) in row.iter_mut().enumerate() {
+                    *o = f(*o, b.data[(ob + i as isize * ib) as usize]);
+                }
+            }
+        }
+    };
+    if out.len() >= parallel::MIN_PARALLEL_ELEMENTS {
+        use rayon::prelude::*;
+        let rows_per_chunk = (out.len() / inner)
+            .div_ceil(rayon::current_num_threads() * 4)
+            .max(1);
+        let chunk = rows_per_chunk * inner;
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(k, part)| body(k * chunk, part));
+    } else {
+        body(0, out);
+    }
+}

@@ -29,10 +29,15 @@ fn main() -> Result<()> {
         }
     }
     println!("learned weights: {}", weights.reshape(&[3]));
-    let error = ops::abs(&(&weights - &true_weights)).max(None, false).item::<f32>()?;
+    let error = ops::abs(&(&weights - &true_weights))
+        .max(None, false)
+        .item::<f32>()?;
     println!("largest error against the true weights: {error:.4}");
     if error > 0.01 {
-        return Err(Error::Eval { op: "demo".into(), reason: format!("did not converge (error {error})") });
+        return Err(Error::Eval {
+            op: "demo".into(),
+            reason: format!("did not converge (error {error})"),
+        });
     }
     Ok(())
 }

@@ -4,8 +4,8 @@ use super::{output, same_as};
 use crate::ops::broadcast_strides;
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{DType, Result};
-use nuvec_cpu::binary::{broadcast2, BinaryOp, Operand};
-use nuvec_cpu::{with_dtype, Buffer};
+use nuvec_cpu::binary::{broadcast2, broadcast_assign, BinaryOp, Operand};
+use nuvec_cpu::{with_dtype, Buffer, Element};
 use std::sync::Arc;
 
 /// `out = op(a, b)` for inputs of one dtype whose shapes broadcast to the output's.
@@ -45,6 +45,35 @@ impl Primitive for Binary {
                 })
             });
         }
+        if a.shape == spec.shape && a.dtype == spec.dtype {
+            // The first operand's buffer, when nothing else holds it, receives the result.
+            let (first, rest) = inputs.split_at_mut(1);
+            if let Some(mut owned) = first[0].take_owned(spec.bytes()) {
+                let b = &rest[0];
+                with_dtype!(spec.dtype, T, {
+                    let y = Operand {
+                        data: b.slice::<T>(),
+                        strides: &sb,
+                        offset: 0,
+                    };
+                    let out = &mut owned.as_mut_slice::<T>()[..spec.size()];
+                    match op {
+                        BinaryOp::Add => {
+                            broadcast_assign(out, y, &spec.shape, |p: T, q: T| Element::add(p, q))
+                        }
+                        BinaryOp::Subtract => {
+                            broadcast_assign(out, y, &spec.shape, |p: T, q: T| Element::sub(p, q))
+                        }
+                        BinaryOp::Multiply => {
+                            broadcast_assign(out, y, &spec.shape, |p: T, q: T| Element::mul(p, q))
+                        }
+                        _ => broadcast_assign(out, y, &spec.shape, |p, q| op.apply(p, q)),
+                    }
+                });
+                return Ok(vec![Arc::new(owned)]);
+            }
+        }
+        let (a, b) = (&inputs[0], &inputs[1]);
         with_dtype!(a.dtype, T, {
             let (x, y) = (a.slice::<T>(), b.slice::<T>());
             output::<T>(spec, |out| {
@@ -63,18 +92,18 @@ impl Primitive for Binary {
                 // Separate closures per common op keep the inner loops free of the op `match`,
                 // so they vectorize.
                 match op {
-                    BinaryOp::Add => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| {
-                        nuvec_cpu::Element::add(p, q)
-                    }),
-                    BinaryOp::Subtract => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| {
-                        nuvec_cpu::Element::sub(p, q)
-                    }),
-                    BinaryOp::Multiply => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| {
-                        nuvec_cpu::Element::mul(p, q)
-                    }),
-                    BinaryOp::Divide => broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| {
-                        nuvec_cpu::Element::div(p, q)
-                    }),
+                    BinaryOp::Add => {
+                        broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| Element::add(p, q))
+                    }
+                    BinaryOp::Subtract => {
+                        broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| Element::sub(p, q))
+                    }
+                    BinaryOp::Multiply => {
+                        broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| Element::mul(p, q))
+                    }
+                    BinaryOp::Divide => {
+                        broadcast2(xa, ya, &spec.shape, out, |p: T, q: T| Element::div(p, q))
+                    }
                     _ => broadcast2(xa, ya, &spec.shape, out, |p, q| op.apply(p, q)),
                 }
             })
