@@ -51,7 +51,10 @@ impl Results {
             if !self.medians.contains_key(&s.bench) {
                 self.order.push(s.bench.clone());
             }
-            self.medians.entry(s.bench.clone()).or_default().push(s.median_ms);
+            self.medians
+                .entry(s.bench.clone())
+                .or_default()
+                .push(s.median_ms);
         }
     }
 
@@ -72,7 +75,14 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     progress!("building the nuvec example (cargo build --release -p nuvec --example bench_core)");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let status = Command::new(&cargo)
-        .args(["build", "--release", "-p", "nuvec", "--example", "bench_core"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "nuvec",
+            "--example",
+            "bench_core",
+        ])
         .current_dir(&root)
         .stdout(Stdio::from(std::io::stderr()))
         .status()
@@ -81,10 +91,15 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         return Err(format!("building the bench_core example failed ({status})"));
     }
     let target_dir = target_dir(&root);
-    let example =
-        target_dir.join("release").join("examples").join(format!("bench_core{}", std::env::consts::EXE_SUFFIX));
+    let example = target_dir
+        .join("release")
+        .join("examples")
+        .join(format!("bench_core{}", std::env::consts::EXE_SUFFIX));
     if !example.is_file() {
-        return Err(format!("built the example but found no binary at {}", example.display()));
+        return Err(format!(
+            "built the example but found no binary at {}",
+            example.display()
+        ));
     }
 
     let python = find_numpy_python(&root);
@@ -101,7 +116,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut python = python.ok();
 
     let load_before = load_average();
-    if let Some(load) = load_before.as_deref().and_then(|l| l.split_whitespace().next()?.parse::<f64>().ok()) {
+    if let Some(load) = load_before
+        .as_deref()
+        .and_then(|l| l.split_whitespace().next()?.parse::<f64>().ok())
+    {
         if load >= 1.0 {
             progress!("warning: 1-minute load average is {load:.2}; other work on the machine skews the timings");
         }
@@ -116,7 +134,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         let output = run_capture(&mut cmd).map_err(|e| format!("nuvec benchmark: {e}"))?;
         let samples = parse_samples(&output);
         if samples.is_empty() {
-            return Err("the nuvec benchmark printed no results (does the filter match any benchmark?)".to_string());
+            return Err(
+                "the nuvec benchmark printed no results (does the filter match any benchmark?)"
+                    .to_string(),
+            );
         }
         report_samples("nuvec", &samples);
         nuvec.add(&samples);
@@ -124,7 +145,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         if let Some(py) = &python {
             progress!("round {round}/{runs}: numpy");
             let mut cmd = Command::new(py);
-            cmd.arg(root.join(NUMPY_SCRIPT)).args(&filters).current_dir(&root);
+            cmd.arg(root.join(NUMPY_SCRIPT))
+                .args(&filters)
+                .current_dir(&root);
             match run_capture(&mut cmd) {
                 Ok(output) => {
                     if numpy_meta.is_none() {
@@ -157,7 +180,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     }
     let _ = writeln!(report, "- command: `{command_line}`");
     if let (Some(before), Some(after)) = (&load_before, load_average()) {
-        let _ = writeln!(report, "- load average (1, 5, 15 min): {before} before, {after} after");
+        let _ = writeln!(
+            report,
+            "- load average (1, 5, 15 min): {before} before, {after} after"
+        );
     }
     let _ = writeln!(
         report,
@@ -191,14 +217,18 @@ fn parse_args(args: &[String]) -> Result<(usize, Vec<String>), String> {
             arg.strip_prefix("--runs=")
         };
         if let Some(value) = value {
-            runs = value.parse().map_err(|_| format!("--runs: not a number: {value}"))?;
+            runs = value
+                .parse()
+                .map_err(|_| format!("--runs: not a number: {value}"))?;
             if runs == 0 {
                 return Err("--runs must be at least 1".to_string());
             }
         } else if arg == "-h" || arg == "--help" {
             return Err("usage: cargo xtask bench-core [--runs N] [FILTER...]".to_string());
         } else if arg.starts_with('-') {
-            return Err(format!("unknown option {arg} (usage: cargo xtask bench-core [--runs N] [FILTER...])"));
+            return Err(format!(
+                "unknown option {arg} (usage: cargo xtask bench-core [--runs N] [FILTER...])"
+            ));
         } else {
             filters.push(arg.clone());
         }
@@ -231,7 +261,11 @@ fn run_capture(cmd: &mut Command) -> Result<String, String> {
         .output()
         .map_err(|e| format!("could not start {:?}: {e}", cmd.get_program()))?;
     if !output.status.success() {
-        return Err(format!("{:?} failed ({})", cmd.get_program(), output.status));
+        return Err(format!(
+            "{:?} failed ({})",
+            cmd.get_program(),
+            output.status
+        ));
     }
     String::from_utf8(output.stdout).map_err(|e| format!("output is not UTF-8: {e}"))
 }
@@ -239,7 +273,11 @@ fn run_capture(cmd: &mut Command) -> Result<String, String> {
 fn report_samples(side: &str, samples: &[Sample]) {
     let mut err = std::io::stderr().lock();
     for s in samples {
-        let _ = writeln!(err, "bench-core:   {side:5} {:<18} {:>10.3} ms  ({} iters)", s.bench, s.median_ms, s.iters);
+        let _ = writeln!(
+            err,
+            "bench-core:   {side:5} {:<18} {:>10.3} ms  ({} iters)",
+            s.bench, s.median_ms, s.iters
+        );
     }
 }
 
@@ -297,7 +335,10 @@ fn find_numpy_python(root: &Path) -> Result<PathBuf, String> {
     if imports_numpy(&venv) {
         Ok(venv)
     } else {
-        Err(format!("{} still cannot import numpy after installing it", venv.display()))
+        Err(format!(
+            "{} still cannot import numpy after installing it",
+            venv.display()
+        ))
     }
 }
 
@@ -317,11 +358,15 @@ fn parse_samples(output: &str) -> Vec<Sample> {
 
 /// "numpy X (BLAS Y, Python Z)" from the numpy script's meta line.
 fn parse_numpy_meta(output: &str) -> Option<String> {
-    let line = output.lines().find(|line| json_string(line, "meta").as_deref() == Some("numpy"))?;
+    let line = output
+        .lines()
+        .find(|line| json_string(line, "meta").as_deref() == Some("numpy"))?;
     let version = json_string(line, "numpy_version")?;
     let blas = json_string(line, "blas").unwrap_or_else(|| "unknown".to_string());
     let python = json_string(line, "python").unwrap_or_else(|| "?".to_string());
-    Some(format!("{version} (BLAS: {blas}; Python {python}; default threading)"))
+    Some(format!(
+        "{version} (BLAS: {blas}; Python {python}; default threading)"
+    ))
 }
 
 /// The text right after `"key":` (and any spaces) in a flat one-line JSON object.
@@ -358,8 +403,9 @@ fn json_string(line: &str, key: &str) -> Option<String> {
 
 fn json_number(line: &str, key: &str) -> Option<f64> {
     let value = json_value(line, key)?;
-    let end =
-        value.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E'))).unwrap_or(value.len());
+    let end = value
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
+        .unwrap_or(value.len());
     value[..end].parse().ok()
 }
 
@@ -370,7 +416,11 @@ fn median(values: &[f64]) -> Option<f64> {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let n = sorted.len();
-    Some(if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    })
 }
 
 fn render_table(nuvec: &Results, numpy: &Results) -> String {
@@ -378,7 +428,13 @@ fn render_table(nuvec: &Results, numpy: &Results) -> String {
     table.push_str("| benchmark | nuvec median (ms) | numpy median (ms) | ratio nuvec/numpy | goal (<= 1.25) |\n");
     table.push_str("| --- | ---: | ---: | ---: | :---: |\n");
     let mut benches = nuvec.order.clone();
-    benches.extend(numpy.order.iter().filter(|b| !nuvec.medians.contains_key(*b)).cloned());
+    benches.extend(
+        numpy
+            .order
+            .iter()
+            .filter(|b| !nuvec.medians.contains_key(*b))
+            .cloned(),
+    );
     for bench in &benches {
         let ours = nuvec.median(bench);
         let theirs = numpy.median(bench);
@@ -386,11 +442,23 @@ fn render_table(nuvec: &Results, numpy: &Results) -> String {
         let (ratio, goal) = match (ours, theirs) {
             (Some(a), Some(b)) if b > 0.0 => {
                 let r = a / b;
-                (format!("{r:.2}"), if r <= GOAL_RATIO { "yes".to_string() } else { "**no**".to_string() })
+                (
+                    format!("{r:.2}"),
+                    if r <= GOAL_RATIO {
+                        "yes".to_string()
+                    } else {
+                        "**no**".to_string()
+                    },
+                )
             }
             _ => ("n/a".to_string(), "n/a".to_string()),
         };
-        let _ = writeln!(table, "| {bench} | {} | {} | {ratio} | {goal} |", cell(ours), cell(theirs));
+        let _ = writeln!(
+            table,
+            "| {bench} | {} | {} | {ratio} | {goal} |",
+            cell(ours),
+            cell(theirs)
+        );
     }
     table
 }
@@ -406,7 +474,11 @@ fn format_ms(ms: f64) -> String {
 }
 
 fn shell_quote(arg: &str) -> String {
-    if !arg.is_empty() && arg.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,".contains(c)) {
+    if !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,".contains(c))
+    {
         arg.to_string()
     } else {
         format!("'{}'", arg.replace('\'', r"'\''"))
@@ -424,14 +496,23 @@ fn nproc() -> String {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
-        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.to_string()))
+        .or_else(|| {
+            std::thread::available_parallelism()
+                .ok()
+                .map(|n| n.to_string())
+        })
         .unwrap_or_else(|| "unknown".to_string())
 }
 
 /// The first three fields of `/proc/loadavg` (Linux only).
 fn load_average() -> Option<String> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    Some(text.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+    Some(
+        text.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
 }
 
 /// `HEAD`'s short hash, with "+ local changes" when the work tree differs from it.
@@ -448,8 +529,13 @@ fn git_commit(root: &Path) -> Option<String> {
             .and_then(|o| String::from_utf8(o.stdout).ok())
     };
     let hash = git(&["rev-parse", "--short", "HEAD"])?.trim().to_string();
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.trim().is_empty());
-    Some(if dirty { format!("{hash} + local changes") } else { hash })
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|s| !s.trim().is_empty());
+    Some(if dirty {
+        format!("{hash} + local changes")
+    } else {
+        hash
+    })
 }
 
 fn cpu_model() -> Option<String> {
@@ -460,10 +546,17 @@ fn cpu_model() -> Option<String> {
 
 /// The current UTC time as `YYYY-MM-DD HH:MM:SS`.
 fn utc_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days as i64);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's algorithm).
@@ -492,7 +585,14 @@ mod tests {
                    {\"bench\": \"sum_f32_16m\", \"median_ms\": 7.967, \"iters\": 200}\n";
         let samples = parse_samples(out);
         assert_eq!(samples.len(), 2);
-        assert_eq!(samples[0], Sample { bench: "matmul_f32_256".into(), median_ms: 0.4032, iters: 200 });
+        assert_eq!(
+            samples[0],
+            Sample {
+                bench: "matmul_f32_256".into(),
+                median_ms: 0.4032,
+                iters: 200
+            }
+        );
         assert_eq!(samples[1].bench, "sum_f32_16m");
         assert_eq!(samples[1].median_ms, 7.967);
         assert_eq!(
@@ -506,12 +606,23 @@ mod tests {
         let mut ours = Results::default();
         let mut theirs = Results::default();
         for (a, b) in [(3.0, 2.0), (1.0, 2.0), (2.0, 2.0)] {
-            ours.add(&[Sample { bench: "x".into(), median_ms: a, iters: 5 }]);
-            theirs.add(&[Sample { bench: "x".into(), median_ms: b, iters: 5 }]);
+            ours.add(&[Sample {
+                bench: "x".into(),
+                median_ms: a,
+                iters: 5,
+            }]);
+            theirs.add(&[Sample {
+                bench: "x".into(),
+                median_ms: b,
+                iters: 5,
+            }]);
         }
         assert_eq!(ours.median("x"), Some(2.0));
         let table = render_table(&ours, &theirs);
-        assert!(table.contains("| x | 2.000 | 2.000 | 1.00 | yes |"), "{table}");
+        assert!(
+            table.contains("| x | 2.000 | 2.000 | 1.00 | yes |"),
+            "{table}"
+        );
         let table = render_table(&ours, &Results::default());
         assert!(table.contains("| x | 2.000 | n/a | n/a | n/a |"), "{table}");
     }
@@ -526,7 +637,10 @@ mod tests {
     #[test]
     fn args() {
         assert_eq!(parse_args(&[]).unwrap(), (3, vec![]));
-        let args: Vec<String> = ["--runs", "5", "matmul"].iter().map(|s| s.to_string()).collect();
+        let args: Vec<String> = ["--runs", "5", "matmul"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         assert_eq!(parse_args(&args).unwrap(), (5, vec!["matmul".to_string()]));
         assert!(parse_args(&["--runs=0".to_string()]).is_err());
     }

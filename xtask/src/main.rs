@@ -16,7 +16,10 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
-        Some("demo") => run("cargo", &["run", "--release", "-p", "nuvec", "--example", "demo"]),
+        Some("demo") => run(
+            "cargo",
+            &["run", "--release", "-p", "nuvec", "--example", "demo"],
+        ),
         Some("golden") => golden(),
         Some("bench-core") => bench_core::run(&args[1..]),
         Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),
@@ -33,7 +36,10 @@ fn main() -> ExitCode {
 
 /// The workspace root (the parent of this crate's folder).
 pub(crate) fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// Runs a command in the workspace root, failing with its status.
@@ -53,7 +59,17 @@ pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
 
 fn ci() -> Result<(), String> {
     run("cargo", &["fmt", "--all", "--check"])?;
-    run("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    run(
+        "cargo",
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
     run("cargo", &["test", "--workspace"])
 }
 
@@ -61,7 +77,10 @@ fn golden() -> Result<(), String> {
     let venv_python = workspace_root().join(".venv-mlx/bin/python");
     if !venv_python.exists() {
         run("python3", &["-m", "venv", ".venv-mlx"])?;
-        run(".venv-mlx/bin/pip", &["install", "mlx[cpu]==0.32.4", "numpy"])?;
+        run(
+            ".venv-mlx/bin/pip",
+            &["install", "mlx[cpu]==0.32.4", "numpy"],
+        )?;
     }
     run(".venv-mlx/bin/python", &["scripts/golden/make_fixtures.py"])
 }

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 const MAX_LINES: usize = 1000;
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
@@ -32,9 +34,16 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
     for file in &files {
         let text = fs::read_to_string(file).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        let shown = file.strip_prefix(root).unwrap_or(file).display().to_string();
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
         if lines.len() > MAX_LINES {
-            problems.push(format!("{shown}: {} lines (more than {MAX_LINES}): split it by concept", lines.len()));
+            problems.push(format!(
+                "{shown}: {} lines (more than {MAX_LINES}): split it by concept",
+                lines.len()
+            ));
         }
         for (index, line) in lines.iter().enumerate() {
             let code = line.trim_start();
@@ -48,8 +57,15 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
             }
             if code.contains("unsafe {") || code.starts_with("unsafe impl") {
                 let window = &lines[index.saturating_sub(4)..index];
-                if !window.iter().chain(std::iter::once(line)).any(|l| l.contains("SAFETY:")) {
-                    problems.push(format!("{shown}:{}: unsafe without a `// SAFETY:` comment", index + 1));
+                if !window
+                    .iter()
+                    .chain(std::iter::once(line))
+                    .any(|l| l.contains("SAFETY:"))
+                {
+                    problems.push(format!(
+                        "{shown}:{}: unsafe without a `// SAFETY:` comment",
+                        index + 1
+                    ));
                 }
             }
         }

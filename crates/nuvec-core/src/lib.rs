@@ -10,6 +10,7 @@
 
 mod array;
 mod display;
+pub mod distributed;
 mod error;
 mod eval;
 #[doc(hidden)]

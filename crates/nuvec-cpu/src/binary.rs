@@ -248,34 +248,6 @@ pub fn broadcast3<C: Copy + Sync, T: Copy + Sync + Send>(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn broadcast_adds_a_row_to_every_row() {
-        let a = [1, 2, 3, 4, 5, 6];
-        let b = [10, 20, 30];
-        let mut out = [0; 6];
-        broadcast2(
-            Operand {
-                data: &a,
-                strides: &[3, 1],
-                offset: 0,
-            },
-            Operand {
-                data: &b,
-                strides: &[0, 1],
-                offset: 0,
-            },
-            &[2, 3],
-            &mut out,
-            |x, y| BinaryOp::Add.apply(x, y),
-        );
-        assert_eq!(out, [11, 22, 33, 14, 25, 36]);
-    }
-}
-
 /// `out[i] = f(out[i], b[i])` over `shape`: a binary op computed in place in its first
 /// operand's buffer (donation), with `b` broadcast by strides.
 pub fn broadcast_assign<T: Copy + Sync + Send>(
@@ -320,5 +292,33 @@ pub fn broadcast_assign<T: Copy + Sync + Send>(
             .for_each(|(k, part)| body(k * chunk, part));
     } else {
         body(0, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_adds_a_row_to_every_row() {
+        let a = [1, 2, 3, 4, 5, 6];
+        let b = [10, 20, 30];
+        let mut out = [0; 6];
+        broadcast2(
+            Operand {
+                data: &a,
+                strides: &[3, 1],
+                offset: 0,
+            },
+            Operand {
+                data: &b,
+                strides: &[0, 1],
+                offset: 0,
+            },
+            &[2, 3],
+            &mut out,
+            |x, y| BinaryOp::Add.apply(x, y),
+        );
+        assert_eq!(out, [11, 22, 33, 14, 25, 36]);
     }
 }

@@ -54,6 +54,10 @@ pub trait Element:
     fn lowest() -> Self;
     /// The highest value (infinity for floats), the identity of `min`.
     fn highest() -> Self;
+    /// Reads one value from `size_of::<Self>()` little-endian bytes.
+    fn read_le(bytes: &[u8]) -> Self;
+    /// Writes the value as little-endian bytes.
+    fn write_le(self, out: &mut [u8]);
 }
 
 /// A floating-point element: transcendental functions, computed in `f32` or `f64`.
@@ -196,6 +200,14 @@ macro_rules! int_element {
             fn highest() -> Self {
                 <$t>::MAX
             }
+            fn read_le(bytes: &[u8]) -> Self {
+                let mut raw = [0u8; size_of::<$t>()];
+                raw.copy_from_slice(&bytes[..size_of::<$t>()]);
+                <$t>::from_le_bytes(raw)
+            }
+            fn write_le(self, out: &mut [u8]) {
+                out[..size_of::<$t>()].copy_from_slice(&self.to_le_bytes());
+            }
         }
     };
 }
@@ -276,6 +288,12 @@ impl Element for bool {
     }
     fn highest() -> Self {
         true
+    }
+    fn read_le(bytes: &[u8]) -> Self {
+        bytes[0] != 0
+    }
+    fn write_le(self, out: &mut [u8]) {
+        out[0] = u8::from(self);
     }
 }
 
@@ -371,6 +389,14 @@ macro_rules! float_element {
             }
             fn highest() -> Self {
                 $from(<$wide>::INFINITY)
+            }
+            fn read_le(bytes: &[u8]) -> Self {
+                let mut raw = [0u8; size_of::<$t>()];
+                raw.copy_from_slice(&bytes[..size_of::<$t>()]);
+                <$t>::from_le_bytes(raw)
+            }
+            fn write_le(self, out: &mut [u8]) {
+                out[..size_of::<$t>()].copy_from_slice(&self.to_le_bytes());
             }
         }
     };

@@ -8,6 +8,7 @@
 
 pub mod binary;
 pub mod buffer;
+pub mod bytes;
 pub mod dtype;
 pub mod element;
 pub mod matmul;

@@ -162,3 +162,5 @@ pub fn compare_with(
     }
     Ok(())
 }
+
+pub mod ranks;

@@ -19,8 +19,20 @@
 
 pub use nuvec_core::{
     array, async_eval, bf16, default_device, default_stream, eval, f16, ops, primitive, random,
-    Array, DType, Device, Element, Error, Result, Stream,
+    with_dtype, with_float_dtype, Array, DType, Device, Element, Error, Result, Stream,
 };
+
+/// Running one program as many processes: groups, collectives and the backends that carry
+/// them (MLX's `mx.distributed`).
+pub mod distributed {
+    pub use nuvec_core::distributed::{
+        all_gather, all_max, all_min, all_sum, default_group, recv, recv_like, send, sum_gradients,
+        sum_scatter, Communicator, Group, ReduceOp,
+    };
+    pub use nuvec_distributed::{
+        init, init_backend, init_with, is_available, parse_hostfile, Address, Backend, Options,
+    };
+}
 
 /// The names most programs need: `Array`, `array!`, `DType`, `Result`, the ops module.
 pub mod prelude {

@@ -1,0 +1,300 @@
+//! The collectives as graph primitives: they run when their result is evaluated, on the
+//! group's communicator, and are effects (compile never merges or folds them).
+
+use super::{Group, ReduceOp};
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::{Array, DType, Result};
+use nuvec_cpu::Buffer;
+use std::sync::Arc;
+
+/// Resolves `None` to the default group.
+fn group_or_default(group: Option<&Group>) -> Group {
+    group.copied().unwrap_or_else(super::default_group)
+}
+
+/// The input's bytes, owned: donated when nothing else holds the buffer, else copied.
+fn owned_copy(input: &mut Input, bytes: usize) -> Buffer {
+    if let Some(owned) = input.take_owned(bytes) {
+        return owned;
+    }
+    let mut copy = Buffer::zeroed(bytes);
+    copy.as_mut_bytes()
+        .copy_from_slice(&input.buffer().as_bytes()[..bytes]);
+    copy
+}
+
+fn bytes_of(input: &Input) -> &[u8] {
+    &input.buffer().as_bytes()[..input.size() * input.dtype.size()]
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct AllReduce {
+    group: Group,
+    op: ReduceOp,
+}
+
+impl Primitive for AllReduce {
+    fn name(&self) -> &str {
+        self.op.collective_name()
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let communicator = self.group.require(self.name())?;
+        let mut data = owned_copy(&mut inputs[0], outputs[0].bytes());
+        communicator.all_reduce(data.as_mut_bytes(), outputs[0].dtype, self.op)?;
+        Ok(vec![Arc::new(data)])
+    }
+
+    fn is_effect(&self) -> bool {
+        true
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct AllGather {
+    group: Group,
+}
+
+impl Primitive for AllGather {
+    fn name(&self) -> &str {
+        "all_gather"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let communicator = self.group.require("all_gather")?;
+        let mut out = outputs[0].alloc();
+        communicator.all_gather(bytes_of(&inputs[0]), out.as_mut_bytes(), outputs[0].dtype)?;
+        Ok(vec![Arc::new(out)])
+    }
+
+    fn is_effect(&self) -> bool {
+        true
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct ReduceScatter {
+    group: Group,
+}
+
+impl Primitive for ReduceScatter {
+    fn name(&self) -> &str {
+        "sum_scatter"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let communicator = self.group.require("sum_scatter")?;
+        let mut out = outputs[0].alloc();
+        communicator.reduce_scatter(
+            bytes_of(&inputs[0]),
+            out.as_mut_bytes(),
+            outputs[0].dtype,
+            ReduceOp::Sum,
+        )?;
+        Ok(vec![Arc::new(out)])
+    }
+
+    fn is_effect(&self) -> bool {
+        true
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Send {
+    group: Group,
+    dst: usize,
+}
+
+impl Primitive for Send {
+    fn name(&self) -> &str {
+        "send"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], _outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let communicator = self.group.require("send")?;
+        let input = &inputs[0];
+        let shape: Vec<i32> = input.shape.iter().map(|&d| d as i32).collect();
+        communicator.send(bytes_of(input), input.dtype, &shape, self.dst)?;
+        Ok(vec![input.buffer().clone()])
+    }
+
+    fn is_effect(&self) -> bool {
+        true
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Recv {
+    group: Group,
+    src: usize,
+}
+
+impl Primitive for Recv {
+    fn name(&self) -> &str {
+        "recv"
+    }
+
+    fn eval_cpu(&self, _inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let communicator = self.group.require("recv")?;
+        let spec = &outputs[0];
+        let shape: Vec<i32> = spec.shape.iter().map(|&d| d as i32).collect();
+        let mut out = spec.alloc();
+        let bytes = spec.bytes();
+        communicator.recv(
+            &mut out.as_mut_bytes()[..bytes],
+            spec.dtype,
+            &shape,
+            self.src,
+        )?;
+        Ok(vec![Arc::new(out)])
+    }
+
+    fn is_effect(&self) -> bool {
+        true
+    }
+}
+
+#[track_caller]
+fn all_reduce(op: ReduceOp, x: &Array, group: Option<&Group>) -> Array {
+    let group = group_or_default(group);
+    if group.size() == 1 {
+        return x.clone();
+    }
+    Array::from_primitive(
+        Arc::new(AllReduce { group, op }),
+        vec![x.clone()],
+        x.shape().to_vec(),
+        x.dtype(),
+    )
+}
+
+/// The element-wise sum of `x` over every rank of `group` (`None`: the default group).
+/// Every rank gets the same bits; on a group of one it is `x` itself.
+///
+/// ```
+/// use nuvec_core::{array, distributed};
+/// let total = distributed::all_sum(&array![1.0, 2.0], None);
+/// assert_eq!(total.to_vec::<f32>()?, [1.0, 2.0]);
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+#[track_caller]
+pub fn all_sum(x: &Array, group: Option<&Group>) -> Array {
+    all_reduce(ReduceOp::Sum, x, group)
+}
+
+/// The element-wise maximum of `x` over every rank.
+#[track_caller]
+pub fn all_max(x: &Array, group: Option<&Group>) -> Array {
+    all_reduce(ReduceOp::Max, x, group)
+}
+
+/// The element-wise minimum of `x` over every rank.
+#[track_caller]
+pub fn all_min(x: &Array, group: Option<&Group>) -> Array {
+    all_reduce(ReduceOp::Min, x, group)
+}
+
+/// Every rank's `x` concatenated along axis 0, in rank order. A 0-d `x` gives shape
+/// `[size]` on every group size (MLX gives `[]` on a group of one).
+#[track_caller]
+pub fn all_gather(x: &Array, group: Option<&Group>) -> Array {
+    let group = group_or_default(group);
+    let source = if x.ndim() == 0 {
+        crate::ops::reshape(x, &[1])
+    } else {
+        x.clone()
+    };
+    if group.size() == 1 {
+        return source;
+    }
+    let mut shape = source.shape().to_vec();
+    shape[0] *= group.size() as i32;
+    let dtype = source.dtype();
+    Array::from_primitive(Arc::new(AllGather { group }), vec![source], shape, dtype)
+}
+
+/// The sum of `x` over every rank, of which each rank keeps its slice of axis 0 (rank `r`
+/// gets rows `r * n / size .. (r + 1) * n / size`). Axis 0 must divide by the group size.
+#[track_caller]
+pub fn sum_scatter(x: &Array, group: Option<&Group>) -> Array {
+    let group = group_or_default(group);
+    if let Some(error) = x.known_error() {
+        return Array::failed(error);
+    }
+    let size = group.size() as i32;
+    if x.ndim() == 0 || x.shape()[0] % size != 0 {
+        return Array::invalid(
+            "sum_scatter",
+            format!(
+                "the first axis of shape {:?} must be divisible by the group size {size}",
+                x.shape()
+            ),
+        );
+    }
+    if size == 1 {
+        return x.clone();
+    }
+    let mut shape = x.shape().to_vec();
+    shape[0] /= size;
+    Array::from_primitive(
+        Arc::new(ReduceScatter { group }),
+        vec![x.clone()],
+        shape,
+        x.dtype(),
+    )
+}
+
+/// Sends `x` to rank `dst`; the result is `x`, to be evaluated for the send to happen.
+#[track_caller]
+pub fn send(x: &Array, dst: usize, group: Option<&Group>) -> Array {
+    let group = group_or_default(group);
+    if dst >= group.size() || dst == group.rank() {
+        return Array::invalid(
+            "send",
+            format!(
+                "destination rank {dst} must be another rank of the group of size {}",
+                group.size()
+            ),
+        );
+    }
+    Array::from_primitive(
+        Arc::new(Send { group, dst }),
+        vec![x.clone()],
+        x.shape().to_vec(),
+        x.dtype(),
+    )
+}
+
+/// Receives an array of `shape` and `dtype` from rank `src`. A sender whose array has another
+/// shape or dtype makes this fail with an error naming both.
+#[track_caller]
+pub fn recv(shape: &[i32], dtype: DType, src: usize, group: Option<&Group>) -> Array {
+    let group = group_or_default(group);
+    if src >= group.size() || src == group.rank() {
+        return Array::invalid(
+            "recv",
+            format!(
+                "source rank {src} must be another rank of the group of size {}",
+                group.size()
+            ),
+        );
+    }
+    if shape.iter().any(|&d| d < 0) {
+        return Array::invalid("recv", format!("invalid shape {shape:?}"));
+    }
+    Array::from_primitive(Arc::new(Recv { group, src }), vec![], shape.to_vec(), dtype)
+}
+
+/// Receives an array shaped and typed like `like` from rank `src`.
+#[track_caller]
+pub fn recv_like(like: &Array, src: usize, group: Option<&Group>) -> Array {
+    recv(like.shape(), like.dtype(), src, group)
+}
+
+/// The identity in the forward pass; its gradient is the `all_sum` of the cotangent (MLX's
+/// `sum_gradients`, for data-parallel models).
+#[track_caller]
+pub fn sum_gradients(x: &Array, group: Option<&Group>) -> Array {
+    let _ = group_or_default(group);
+    x.clone()
+}

@@ -1,0 +1,64 @@
+//! What a backend provides: byte-level collectives over a fixed set of ranks.
+//!
+//! # Design
+//! Buffers are raw bytes plus the dtype, so one implementation serves every element type;
+//! reductions dispatch on the dtype inside the backend. Every method blocks until its part of
+//! the collective is done on this rank, or fails with an error naming the peer at fault.
+//!
+//! # Threading
+//! A communicator is shared (`Arc`) and may be called from any thread; a backend serialises
+//! collectives of one group so that every rank sees them in program order.
+
+use crate::{DType, Result};
+
+/// How `all_reduce` and `reduce_scatter` combine values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Element-wise sum.
+    Sum,
+    /// Element-wise maximum.
+    Max,
+    /// Element-wise minimum.
+    Min,
+}
+
+impl ReduceOp {
+    /// The collective's name as MLX spells it.
+    pub const fn collective_name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "all_sum",
+            ReduceOp::Max => "all_max",
+            ReduceOp::Min => "all_min",
+        }
+    }
+}
+
+/// A connected group of processes, as a backend sees it.
+pub trait Communicator: Send + Sync + std::fmt::Debug {
+    /// This process's rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// The backend's name (`"ring"`, …).
+    fn backend(&self) -> &'static str;
+    /// Reduces `data` (elements of `dtype`) across ranks in place; every rank gets the same bits.
+    fn all_reduce(&self, data: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()>;
+    /// Concatenates every rank's `input` (in rank order) into `output` (`size` times as long).
+    fn all_gather(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()>;
+    /// Reduces `input` across ranks and keeps this rank's `1/size` slice in `output`.
+    fn reduce_scatter(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()>;
+    /// Sends `data` (an array of `dtype` and `shape`) to rank `dst`.
+    fn send(&self, data: &[u8], dtype: DType, shape: &[i32], dst: usize) -> Result<()>;
+    /// Receives an array of `dtype` and `shape` from rank `src` into `data`.
+    fn recv(&self, data: &mut [u8], dtype: DType, shape: &[i32], src: usize) -> Result<()>;
+    /// Checks every connection without running a collective.
+    fn health(&self) -> Result<()>;
+    /// Releases the connections; later operations fail saying the group was closed.
+    fn close(&self);
+}

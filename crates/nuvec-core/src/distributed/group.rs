@@ -1,0 +1,138 @@
+//! [`Group`]: a small value naming a registered communicator.
+
+use super::Communicator;
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A group of processes that run collectives together. Cheap to copy; the connections belong
+/// to the communicator it names. `Group::single()` is this process alone, where every
+/// collective is the identity.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Group {
+    id: u64,
+    rank: usize,
+    size: usize,
+}
+
+fn registry() -> &'static Mutex<HashMap<u64, Arc<dyn Communicator>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<u64, Arc<dyn Communicator>>>> = OnceLock::new();
+    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+static DEFAULT: Mutex<Option<Group>> = Mutex::new(None);
+
+impl Group {
+    /// The group of this process alone (rank 0 of 1).
+    pub const fn single() -> Group {
+        Group {
+            id: 0,
+            rank: 0,
+            size: 1,
+        }
+    }
+
+    /// Registers a backend's communicator and returns the group naming it.
+    pub fn register(communicator: Arc<dyn Communicator>) -> Group {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let group = Group {
+            id,
+            rank: communicator.rank(),
+            size: communicator.size(),
+        };
+        crate::array::lock(registry()).insert(id, communicator);
+        group
+    }
+
+    /// This process's rank in the group.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of processes in the group.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The communicator behind the group (`None` for [`Group::single`] or a closed group).
+    pub fn communicator(&self) -> Option<Arc<dyn Communicator>> {
+        crate::array::lock(registry()).get(&self.id).cloned()
+    }
+
+    /// The communicator, or an error saying the group was closed.
+    pub(crate) fn require(&self, op: &str) -> Result<Arc<dyn Communicator>> {
+        self.communicator().ok_or_else(|| Error::Distributed {
+            op: op.to_string(),
+            rank: None,
+            reason: format!(
+                "group {} (rank {} of {}) was closed",
+                self.id, self.rank, self.size
+            ),
+        })
+    }
+
+    /// Splits the group by `color`, ordering the new groups by `key`. The ring backend cannot
+    /// split (as MLX's ring), so this returns an error saying so.
+    pub fn split(&self, color: i32, key: i32) -> Result<Group> {
+        if self.size == 1 {
+            return Ok(*self);
+        }
+        let backend = self.communicator().map_or("closed", |c| c.backend());
+        Err(Error::Distributed {
+            op: "split".into(),
+            rank: None,
+            reason: format!("the {backend} backend cannot split groups (color {color}, key {key})"),
+        })
+    }
+
+    /// Checks every connection of the group without running a collective.
+    pub fn health(&self) -> Result<()> {
+        if self.size == 1 {
+            return Ok(());
+        }
+        self.require("health")?.health()
+    }
+
+    /// Releases the group's connections; later operations on it fail saying it was closed.
+    pub fn close(&self) {
+        if let Some(communicator) = crate::array::lock(registry()).remove(&self.id) {
+            communicator.close();
+        }
+        let mut default = crate::array::lock(&DEFAULT);
+        if *default == Some(*self) {
+            *default = None;
+        }
+    }
+
+    /// Whether the group's connections were released by [`Group::close`].
+    pub fn is_closed(&self) -> bool {
+        self.size > 1 && self.communicator().is_none()
+    }
+}
+
+impl fmt::Debug for Group {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Group")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+/// The group collectives use when given `None` (set by `init`; [`Group::single`] until then).
+pub fn default_group() -> Group {
+    crate::array::lock(&DEFAULT).unwrap_or_else(Group::single)
+}
+
+/// Makes `group` the default group.
+pub fn set_default_group(group: Group) {
+    *crate::array::lock(&DEFAULT) = Some(group);
+}
+
+/// The default group if it has been set by `init` and is still open.
+pub fn initialized_default() -> Option<Group> {
+    *crate::array::lock(&DEFAULT)
+}

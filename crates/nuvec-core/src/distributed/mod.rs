@@ -1,0 +1,15 @@
+//! The front of `nuvec::distributed`: groups, the [`Communicator`] contract that backends
+//! implement, and the collectives as lazy, effectful primitives.
+//!
+//! Backends (the TCP ring, later JACCL and MPI) live in `nuvec-distributed`, which registers
+//! a communicator and gets back a [`Group`]; everything here is backend-agnostic.
+
+mod collectives;
+mod communicator;
+mod group;
+
+pub use collectives::{
+    all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_gradients, sum_scatter,
+};
+pub use communicator::{Communicator, ReduceOp};
+pub use group::{default_group, initialized_default, set_default_group, Group};

@@ -1,0 +1,156 @@
+//! Choosing and forming a backend: the one place that knows which backends this build has.
+
+use crate::hostfile::{read_hostfile, Address};
+use crate::ring::RingCommunicator;
+use crate::Options;
+use nuvec_core::distributed::{initialized_default, set_default_group, Group};
+use nuvec_core::{Error, Result};
+use std::sync::{Arc, Mutex};
+
+/// A distributed backend, as MLX names them. Every variant exists in every build; one that is
+/// not built or cannot run here says so when asked to initialise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// The first backend whose launch environment is present (the ring, then JACCL).
+    Any,
+    /// MLX's TCP ring (`MLX_HOSTFILE`, `MLX_RANK`).
+    Ring,
+    /// MLX's RDMA backend over Thunderbolt 5 (not built in this version).
+    Jaccl,
+    /// MPI (not built in this version).
+    Mpi,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Any => "any",
+            Backend::Ring => "ring",
+            Backend::Jaccl => "jaccl",
+            Backend::Mpi => "mpi",
+        }
+    }
+}
+
+/// Whether `backend` can run on this machine (a capability, not whether a group would form).
+pub fn is_available(backend: Backend) -> bool {
+    matches!(backend, Backend::Any | Backend::Ring)
+}
+
+/// Serialises `init` calls so two threads cannot form two default groups.
+static INIT: Mutex<()> = Mutex::new(());
+
+fn init_error(reason: String) -> Error {
+    Error::Distributed {
+        op: "init".into(),
+        rank: None,
+        reason,
+    }
+}
+
+/// Reads MLX's launch environment, forms the group it describes and makes it the default.
+/// Without the environment, `init(false)` returns the group of this process alone and
+/// `init(true)` fails naming the missing variables. A second call returns the same group.
+///
+/// ```
+/// use nuvec_distributed::init;
+/// # std::env::remove_var("MLX_HOSTFILE");
+/// let group = init(false)?;
+/// assert_eq!((group.rank(), group.size()), (0, 1));
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+pub fn init(strict: bool) -> Result<Group> {
+    init_backend(strict, Backend::Any)
+}
+
+/// [`init`] with a named backend, as MLX's `init(backend=...)`.
+pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
+    let _serial = INIT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(group) = initialized_default() {
+        // Never hand back a group that failed or was closed: form a new one instead.
+        if group.health().is_ok() {
+            return Ok(group);
+        }
+        group.close();
+    }
+    if !is_available(backend) {
+        if strict {
+            return Err(init_error(format!(
+                "the {} backend is not available in this build of nuvec (available: ring)",
+                backend.name()
+            )));
+        }
+        return Ok(Group::single());
+    }
+    let hostfile = std::env::var("MLX_HOSTFILE").ok();
+    let rank = std::env::var("MLX_RANK").ok();
+    let (hostfile, rank) = match (hostfile, rank) {
+        (Some(h), Some(r)) => (h, r),
+        (h, r) => {
+            if !strict {
+                return Ok(Group::single());
+            }
+            let missing: Vec<&str> = [("MLX_HOSTFILE", h.is_none()), ("MLX_RANK", r.is_none())]
+                .into_iter()
+                .filter(|(_, absent)| *absent)
+                .map(|(name, _)| name)
+                .collect();
+            return Err(init_error(format!(
+                "no launch environment for the ring backend: {} not set (start the program with `nuvec launch` or `mlx.launch`)",
+                missing.join(" and ")
+            )));
+        }
+    };
+    let rank: usize = rank.trim().parse().map_err(|_| {
+        init_error(format!(
+            "MLX_RANK must be a non-negative integer, got {rank:?}"
+        ))
+    })?;
+    let nodes = read_hostfile(&hostfile)?;
+    let options = Options::from_env().map_err(init_error)?;
+    let group = connect(&nodes, rank, &options)?;
+    set_default_group(group);
+    Ok(group)
+}
+
+/// Forms a ring group from listening addresses given in code (one list per rank); the group
+/// is not made the default.
+pub fn init_with<N: AsRef<[S]>, S: AsRef<str>>(
+    nodes: &[N],
+    rank: usize,
+    options: &Options,
+) -> Result<Group> {
+    let parsed: Vec<Vec<Address>> = nodes
+        .iter()
+        .enumerate()
+        .map(|(index, addresses)| {
+            addresses
+                .as_ref()
+                .iter()
+                .map(|a| {
+                    Address::parse(a.as_ref())
+                        .map_err(|reason| init_error(format!("rank {index}: {reason}")))
+                })
+                .collect()
+        })
+        .collect::<Result<_>>()?;
+    if parsed.is_empty() {
+        return Err(init_error("init_with needs at least one rank".into()));
+    }
+    connect(&parsed, rank, options)
+}
+
+fn connect(nodes: &[Vec<Address>], rank: usize, options: &Options) -> Result<Group> {
+    if nodes.len() == 1 {
+        if rank != 0 {
+            return Err(init_error(format!(
+                "rank {rank} is out of range for a group of one"
+            )));
+        }
+        return Ok(Group::single());
+    }
+    Ok(Group::register(Arc::new(RingCommunicator::connect(
+        nodes, rank, options,
+    )?)))
+}

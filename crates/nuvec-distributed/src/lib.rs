@@ -1,0 +1,18 @@
+//! nuvec's distributed backends and the functions that form groups.
+//!
+//! [`init`] reads MLX's launch environment (`MLX_HOSTFILE` and `MLX_RANK` for the ring) and
+//! connects; [`init_with`] forms a group from addresses given in code. The collectives
+//! themselves (`all_sum`, `all_gather`, …) are lazy ops of `nuvec_core::distributed`; the
+//! facade `nuvec::distributed` merges both.
+#![warn(missing_docs)]
+#![doc(test(attr(deny(warnings))))]
+#![forbid(unsafe_code)]
+
+mod backend;
+mod hostfile;
+mod options;
+pub mod ring;
+
+pub use backend::{init, init_backend, init_with, is_available, Backend};
+pub use hostfile::{parse_hostfile, read_hostfile, Address};
+pub use options::Options;

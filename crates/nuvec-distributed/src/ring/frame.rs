@@ -1,0 +1,142 @@
+//! The header every collective and message carries on each connection: protocol version,
+//! operation, dtype, byte count and sequence number, so a rank that calls something different
+//! from its peer gets an error naming both instead of corrupted data or a hang.
+
+use nuvec_core::DType;
+
+/// Marks nuvec frames ("NUVC").
+pub(crate) const MAGIC: u32 = 0x4E55_5643;
+/// Bumped whenever the wire format changes; peers must agree.
+pub(crate) const VERSION: u16 = 1;
+/// Encoded size of a [`Header`].
+pub(crate) const HEADER_BYTES: usize = 24;
+
+/// What a frame carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    AllSum = 1,
+    AllMax = 2,
+    AllMin = 3,
+    AllGather = 4,
+    SumScatter = 5,
+    Send = 6,
+    Hello = 7,
+}
+
+impl Kind {
+    fn from_u8(value: u8) -> Option<Kind> {
+        Some(match value {
+            1 => Kind::AllSum,
+            2 => Kind::AllMax,
+            3 => Kind::AllMin,
+            4 => Kind::AllGather,
+            5 => Kind::SumScatter,
+            6 => Kind::Send,
+            7 => Kind::Hello,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::AllSum => "all_sum",
+            Kind::AllMax => "all_max",
+            Kind::AllMin => "all_min",
+            Kind::AllGather => "all_gather",
+            Kind::SumScatter => "sum_scatter",
+            Kind::Send => "send",
+            Kind::Hello => "hello",
+        }
+    }
+}
+
+/// A frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) kind: Kind,
+    pub(crate) dtype: DType,
+    /// Per-connection count of frames of this kind family (collectives or messages).
+    pub(crate) sequence: u64,
+    /// Payload bytes that follow (for a collective: the whole array's bytes on the sender).
+    pub(crate) bytes: u64,
+}
+
+impl Header {
+    pub(crate) fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut out = [0u8; HEADER_BYTES];
+        out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        out[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        out[6] = self.kind as u8;
+        out[7] = DType::ALL
+            .iter()
+            .position(|d| *d == self.dtype)
+            .unwrap_or(0) as u8;
+        out[8..16].copy_from_slice(&self.sequence.to_le_bytes());
+        out[16..24].copy_from_slice(&self.bytes.to_le_bytes());
+        out
+    }
+
+    /// Decodes a header, explaining what is wrong with one that is not nuvec's.
+    pub(crate) fn decode(raw: &[u8; HEADER_BYTES]) -> Result<Header, String> {
+        let magic = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+        if magic != MAGIC {
+            return Err(format!(
+                "received bytes that are not a nuvec frame (magic {magic:#010x})"
+            ));
+        }
+        let version = u16::from_le_bytes([raw[4], raw[5]]);
+        if version != VERSION {
+            return Err(format!("peer speaks nuvec wire version {version}, this rank {VERSION}: run the same nuvec on every rank"));
+        }
+        let kind = Kind::from_u8(raw[6]).ok_or_else(|| format!("unknown frame kind {}", raw[6]))?;
+        let dtype = *DType::ALL
+            .get(raw[7] as usize)
+            .ok_or_else(|| format!("unknown dtype code {}", raw[7]))?;
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&raw[8..16]);
+        let sequence = u64::from_le_bytes(word);
+        word.copy_from_slice(&raw[16..24]);
+        let bytes = u64::from_le_bytes(word);
+        Ok(Header {
+            kind,
+            dtype,
+            sequence,
+            bytes,
+        })
+    }
+
+    /// One-line description for mismatch errors: `all_sum of 4096 bytes of float32 (#3)`.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "{} of {} bytes of {} (call #{})",
+            self.kind.name(),
+            self.bytes,
+            self.dtype,
+            self.sequence
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_and_foreign_bytes_are_rejected() {
+        let header = Header {
+            kind: Kind::AllGather,
+            dtype: DType::BF16,
+            sequence: 42,
+            bytes: 1 << 33,
+        };
+        assert_eq!(Header::decode(&header.encode()), Ok(header));
+        let mut bad = header.encode();
+        bad[0] = 0;
+        assert!(Header::decode(&bad)
+            .unwrap_err()
+            .contains("not a nuvec frame"));
+        let mut old = header.encode();
+        old[4] = 9;
+        assert!(Header::decode(&old).unwrap_err().contains("version"));
+    }
+}

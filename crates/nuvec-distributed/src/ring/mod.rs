@@ -1,0 +1,416 @@
+//! MLX's TCP ring backend, rebuilt: framed messages with sequence numbers, timeouts, errors
+//! that name the peer, send/recv between any two ranks, and `sum_scatter`.
+//!
+//! The algorithm (reduce-scatter then all-gather around the ring) is the pure schedule in
+//! `schedule.rs`; this module moves bytes. Chunks are pipelined: a chunk is forwarded to the
+//! right neighbour as soon as it has been reduced, while the next one arrives from the left.
+
+mod connect;
+mod frame;
+mod peer;
+mod schedule;
+
+use crate::hostfile::Address;
+use crate::Options;
+use frame::{Header, Kind, HEADER_BYTES};
+use nuvec_core::distributed::{Communicator, ReduceOp};
+use nuvec_core::{DType, Error, Result};
+use nuvec_cpu::bytes::reduce_bytes;
+use nuvec_cpu::reduce::ReduceOp as KernelOp;
+use peer::Peer;
+use schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
+/// reducing one chunk overlaps receiving the next.
+const CHUNK_BYTES: usize = 512 * 1024;
+
+/// Mutable state of a ring, guarded by one lock so collectives run one at a time, in order.
+#[derive(Debug)]
+struct State {
+    collectives: u64,
+    sent: Vec<u64>,
+    received: Vec<u64>,
+    /// The first failure; the group refuses further work with it.
+    failure: Option<Error>,
+    closed: bool,
+}
+
+/// A connected ring group.
+#[derive(Debug)]
+pub struct RingCommunicator {
+    rank: usize,
+    size: usize,
+    peers: Vec<Option<Arc<Peer>>>,
+    timeout: Duration,
+    state: Mutex<State>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn kind_of(op: ReduceOp) -> Kind {
+    match op {
+        ReduceOp::Sum => Kind::AllSum,
+        ReduceOp::Max => Kind::AllMax,
+        ReduceOp::Min => Kind::AllMin,
+    }
+}
+
+fn kernel_op(op: ReduceOp) -> KernelOp {
+    match op {
+        ReduceOp::Sum => KernelOp::Sum,
+        ReduceOp::Max => KernelOp::Max,
+        ReduceOp::Min => KernelOp::Min,
+    }
+}
+
+impl RingCommunicator {
+    /// Connects rank `rank` of the group whose listening addresses are `nodes`.
+    pub fn connect(
+        nodes: &[Vec<Address>],
+        rank: usize,
+        options: &Options,
+    ) -> Result<RingCommunicator> {
+        let size = nodes.len();
+        if rank >= size {
+            return Err(Error::Distributed {
+                op: "init".into(),
+                rank: None,
+                reason: format!("rank {rank} is out of range for a hostfile of {size} ranks"),
+            });
+        }
+        let peers = if size == 1 {
+            vec![None]
+        } else {
+            connect::form_mesh(nodes, rank, options)?
+        };
+        Ok(RingCommunicator {
+            rank,
+            size,
+            peers: peers.into_iter().map(|p| p.map(Arc::new)).collect(),
+            timeout: options.timeout,
+            state: Mutex::new(State {
+                collectives: 0,
+                sent: vec![0; size],
+                received: vec![0; size],
+                failure: None,
+                closed: false,
+            }),
+        })
+    }
+
+    fn peer(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
+        self.peers
+            .get(rank)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| Error::Distributed {
+                op: op.to_string(),
+                rank: Some(rank),
+                reason: format!(
+                    "no connection to rank {rank} (group of {} ranks)",
+                    self.size
+                ),
+            })
+    }
+
+    /// Runs `body` as the group's next operation unless the group failed or closed; a
+    /// failure inside a collective becomes the group's sticky failure.
+    fn run<T>(
+        &self,
+        op: &str,
+        sticky: bool,
+        body: impl FnOnce(&mut State) -> Result<T>,
+    ) -> Result<T> {
+        let mut state = lock(&self.state);
+        if state.closed {
+            return Err(Error::Distributed {
+                op: op.into(),
+                rank: None,
+                reason: "the group was closed".into(),
+            });
+        }
+        if let Some(failure) = &state.failure {
+            return Err(Error::Distributed {
+                op: op.into(),
+                rank: None,
+                reason: format!("the group failed earlier and refuses further work: {failure}"),
+            });
+        }
+        let result = body(&mut state);
+        if let (Err(error), true) = (&result, sticky) {
+            state.failure = Some(error.clone());
+        }
+        result
+    }
+
+    /// Sends this collective's header right and checks the one arriving from the left.
+    fn exchange_headers(
+        &self,
+        state: &mut State,
+        kind: Kind,
+        dtype: DType,
+        bytes: usize,
+    ) -> Result<(&Arc<Peer>, &Arc<Peer>)> {
+        let right = self.peer(kind.name(), (self.rank + 1) % self.size)?;
+        let left = self.peer(kind.name(), (self.rank + self.size - 1) % self.size)?;
+        let ours = Header {
+            kind,
+            dtype,
+            sequence: state.collectives,
+            bytes: bytes as u64,
+        };
+        state.collectives += 1;
+        right.write(kind.name(), ours.encode().to_vec())?;
+        let mut raw = [0u8; HEADER_BYTES];
+        left.read_exact(kind.name(), &mut raw, self.timeout)?;
+        let theirs =
+            Header::decode(&raw).map_err(|reason| self.mismatch(kind, left.rank, reason))?;
+        if theirs != ours {
+            return Err(self.mismatch(
+                kind,
+                left.rank,
+                format!(
+                    "rank {} called {}, this rank (rank {}) called {}",
+                    left.rank,
+                    theirs.describe(),
+                    self.rank,
+                    ours.describe()
+                ),
+            ));
+        }
+        Ok((left, right))
+    }
+
+    fn mismatch(&self, kind: Kind, peer: usize, reason: String) -> Error {
+        Error::Distributed {
+            op: kind.name().into(),
+            rank: Some(peer),
+            reason,
+        }
+    }
+
+    /// The reduce-scatter phase over `data` split in `size` segments; with `forward_owned`,
+    /// the finished segment is forwarded to start the all-gather.
+    fn reduce_scatter_phase(
+        &self,
+        kind: Kind,
+        (left, right): (&Peer, &Peer),
+        data: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+        forward_owned: bool,
+    ) -> Result<()> {
+        let (n, width) = (self.size, dtype.size());
+        let len = data.len() / width;
+        let chunk_elements = (CHUNK_BYTES / width).max(1);
+        let steps = reduce_scatter_steps(n, self.rank);
+        let mut scratch = vec![0u8; chunk_elements * width];
+        for piece in chunks(segment(len, n, steps[0].send), chunk_elements) {
+            right.write(
+                kind.name(),
+                data[piece.start * width..piece.end * width].to_vec(),
+            )?;
+        }
+        for (index, step) in steps.iter().enumerate() {
+            let last = index + 1 == steps.len();
+            for piece in chunks(segment(len, n, step.recv), chunk_elements) {
+                let bytes = piece.start * width..piece.end * width;
+                let incoming = &mut scratch[..bytes.len()];
+                left.read_exact(kind.name(), incoming, self.timeout)?;
+                reduce_bytes(&mut data[bytes.clone()], incoming, dtype, kernel_op(op));
+                if !last || forward_owned {
+                    right.write(kind.name(), data[bytes].to_vec())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The all-gather phase: this rank owns segment `rank` (already being sent right).
+    fn all_gather_phase(
+        &self,
+        kind: Kind,
+        left: &Peer,
+        right: &Peer,
+        data: &mut [u8],
+        width: usize,
+    ) -> Result<()> {
+        let n = self.size;
+        let len = data.len() / width;
+        let chunk_elements = (CHUNK_BYTES / width).max(1);
+        let steps = all_gather_steps(n, self.rank);
+        for (index, step) in steps.iter().enumerate() {
+            for piece in chunks(segment(len, n, step.recv), chunk_elements) {
+                let bytes = piece.start * width..piece.end * width;
+                left.read_exact(kind.name(), &mut data[bytes.clone()], self.timeout)?;
+                if index + 1 < steps.len() {
+                    right.write(kind.name(), data[bytes].to_vec())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Communicator for RingCommunicator {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn backend(&self) -> &'static str {
+        "ring"
+    }
+
+    fn all_reduce(&self, data: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
+        let kind = kind_of(op);
+        self.run(kind.name(), true, |state| {
+            let (left, right) = self.exchange_headers(state, kind, dtype, data.len())?;
+            self.reduce_scatter_phase(kind, (left, right), data, dtype, op, true)?;
+            self.all_gather_phase(kind, left, right, data, dtype.size())?;
+            right.flush(kind.name(), self.timeout)
+        })
+    }
+
+    fn all_gather(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {
+        let kind = Kind::AllGather;
+        self.run(kind.name(), true, |state| {
+            let (left, right) = self.exchange_headers(state, kind, dtype, input.len())?;
+            let block = input.len();
+            output[self.rank * block..(self.rank + 1) * block].copy_from_slice(input);
+            // Blocks are the segments of the gathered array; each rank starts owning its own.
+            let width = dtype.size();
+            let elements = block / width;
+            for piece in chunks(0..elements, (CHUNK_BYTES / width).max(1)) {
+                let start = self.rank * block + piece.start * width;
+                right.write(
+                    kind.name(),
+                    output[start..start + piece.len() * width].to_vec(),
+                )?;
+            }
+            self.all_gather_phase(kind, left, right, output, width)?;
+            right.flush(kind.name(), self.timeout)
+        })
+    }
+
+    fn reduce_scatter(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let kind = Kind::SumScatter;
+        self.run(kind.name(), true, |state| {
+            let (left, right) = self.exchange_headers(state, kind, dtype, input.len())?;
+            let mut data = input.to_vec();
+            self.reduce_scatter_phase(kind, (left, right), &mut data, dtype, op, false)?;
+            let own = segment(data.len() / dtype.size(), self.size, self.rank);
+            output.copy_from_slice(&data[own.start * dtype.size()..own.end * dtype.size()]);
+            right.flush(kind.name(), self.timeout)
+        })
+    }
+
+    fn send(&self, data: &[u8], dtype: DType, shape: &[i32], dst: usize) -> Result<()> {
+        self.run("send", true, |state| {
+            let peer = self.peer("send", dst)?;
+            let header = Header {
+                kind: Kind::Send,
+                dtype,
+                sequence: state.sent[dst],
+                bytes: data.len() as u64,
+            };
+            state.sent[dst] += 1;
+            let mut frame = header.encode().to_vec();
+            frame.extend_from_slice(&(shape.len() as u32).to_le_bytes());
+            for dim in shape {
+                frame.extend_from_slice(&dim.to_le_bytes());
+            }
+            frame.extend_from_slice(data);
+            peer.write("send", frame)?;
+            peer.flush("send", self.timeout)
+        })
+    }
+
+    fn recv(&self, data: &mut [u8], dtype: DType, shape: &[i32], src: usize) -> Result<()> {
+        self.run("recv", false, |state| {
+            let peer = self.peer("recv", src)?;
+            // A failed read leaves the stream at an unknown position: the group is unusable.
+            let read = |state: &mut State, buf: &mut [u8]| {
+                peer.read_exact("recv", buf, self.timeout).inspect_err(|e| {
+                    state.failure.get_or_insert_with(|| e.clone());
+                })
+            };
+            let mut raw = [0u8; HEADER_BYTES];
+            read(state, &mut raw)?;
+            let header = match Header::decode(&raw) {
+                Ok(header) if header.kind == Kind::Send && header.sequence == state.received[src] => header,
+                other => {
+                    let got = other.map(|h| h.describe()).unwrap_or_else(|reason| reason);
+                    let error = self.mismatch(
+                        Kind::Send,
+                        src,
+                        format!("expected message #{} from rank {src}, got {got}", state.received[src]),
+                    );
+                    state.failure.get_or_insert_with(|| error.clone());
+                    return Err(error);
+                }
+            };
+            state.received[src] += 1;
+            let mut count = [0u8; 4];
+            read(state, &mut count)?;
+            let mut dims = vec![0u8; 4 * u32::from_le_bytes(count) as usize];
+            read(state, &mut dims)?;
+            let their_shape: Vec<i32> = dims.chunks_exact(4).map(|d| i32::from_le_bytes([d[0], d[1], d[2], d[3]])).collect();
+            if header.dtype != dtype || their_shape != shape || header.bytes as usize != data.len() {
+                // Drain the message so the connection stays usable for the next one.
+                let mut rest = vec![0u8; header.bytes as usize];
+                read(state, &mut rest)?;
+                return Err(self.mismatch(
+                    Kind::Send,
+                    src,
+                    format!(
+                        "rank {src} sent {} {their_shape:?}, this rank (rank {}) expected {dtype} {shape:?}",
+                        header.dtype, self.rank
+                    ),
+                ));
+            }
+            read(state, data)
+        })
+    }
+
+    fn health(&self) -> Result<()> {
+        // Waits for a collective in progress (it holds the state lock) rather than interleaving.
+        let state = lock(&self.state);
+        if state.closed {
+            return Err(Error::Distributed {
+                op: "health".into(),
+                rank: None,
+                reason: "the group was closed".into(),
+            });
+        }
+        if let Some(failure) = &state.failure {
+            return Err(failure.clone());
+        }
+        self.peers
+            .iter()
+            .flatten()
+            .try_for_each(|peer| peer.check())
+    }
+
+    fn close(&self) {
+        let mut state = lock(&self.state);
+        state.closed = true;
+        for peer in self.peers.iter().flatten() {
+            peer.close();
+        }
+    }
+}
