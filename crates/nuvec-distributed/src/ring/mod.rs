@@ -25,6 +25,8 @@ use std::time::Duration;
 /// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
 /// reducing one chunk overlaps receiving the next.
 const CHUNK_BYTES: usize = 512 * 1024;
+/// How long a failing operation waits for its queued bytes to leave, best effort.
+const FLUSH_ON_ERROR: Duration = Duration::from_millis(500);
 
 /// Mutable state of a ring, guarded by one lock so collectives run one at a time, in order.
 #[derive(Debug)]
@@ -142,8 +144,15 @@ impl RingCommunicator {
             });
         }
         let result = body(&mut state);
-        if let (Err(error), true) = (&result, sticky) {
-            state.failure = Some(error.clone());
+        if let Err(error) = &result {
+            // Hand what was queued (our header, say) to the kernel, so peers learn what this
+            // rank called even if the process exits right after the error.
+            for peer in self.peers.iter().flatten() {
+                let _ = peer.flush(op, FLUSH_ON_ERROR);
+            }
+            if sticky {
+                state.failure = Some(error.clone());
+            }
         }
         result
     }
