@@ -1,12 +1,13 @@
 //! Project automation, run as `cargo xtask <task>`.
 //!
 //! - `ci`: what CI checks: formatting, clippy with warnings denied, the whole test suite.
-//! - `demo`: the main job (the README's first command).
+//! - `demo`: the main job (the README's first command): 4 ranks on loopback.
 //! - `golden`: regenerates the MLX fixtures with `scripts/golden/make_fixtures.py`.
 //! - `bench-core`: nuvec's core kernels against numpy, side by side.
 //! - `tidy`: repository hygiene (also run as a test: `cargo test -p xtask`).
 
 mod bench_core;
+mod demo;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -16,10 +17,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
-        Some("demo") => run(
-            "cargo",
-            &["run", "--release", "-p", "nuvec", "--example", "demo"],
-        ),
+        Some("demo") => demo::run(),
         Some("golden") => golden(),
         Some("bench-core") => bench_core::run(&args[1..]),
         Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),

@@ -23,7 +23,23 @@ pub use nuvec_core::{
 };
 
 /// Running one program as many processes: groups, collectives and the backends that carry
-/// them (MLX's `mx.distributed`).
+/// them (MLX's `mx.distributed`). See `docs/distributed.md` for the environment, the
+/// hostfile and the wire format.
+///
+/// ```
+/// use nuvec::prelude::*;
+/// use nuvec::distributed;
+///
+/// # fn main() -> Result<()> {
+/// let group = distributed::init(false)?;
+/// let x = array![1.0, 2.0, 3.0];
+/// let total = distributed::all_sum(&x, None); // the element-wise sum over every rank
+/// let all = distributed::all_gather(&x, None); // every rank's x, in rank order
+/// assert_eq!(total.shape(), [3]);
+/// assert_eq!(all.shape(), [3 * group.size() as i32]);
+/// # Ok(())
+/// # }
+/// ```
 pub mod distributed {
     pub use nuvec_core::distributed::{
         all_gather, all_max, all_min, all_sum, default_group, recv, recv_like, send, sum_gradients,

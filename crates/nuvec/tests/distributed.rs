@@ -347,3 +347,49 @@ fn init_with_forms_a_group_from_addresses_in_code() {
         assert!(closed.contains("closed"), "{closed}");
     }
 }
+
+#[test]
+fn the_spec_first_example_runs_on_4_ranks() {
+    // `cargo test` builds the examples with the tests; a filtered run may not have, so build it.
+    let exe = std::env::current_exe().expect("test binary path");
+    let example = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir")
+        .join("examples/spec_first_example");
+    if !example.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-p", "nuvec", "--example", "spec_first_example"])
+            .status()
+            .expect("running cargo");
+        assert!(status.success(), "building the example failed");
+    }
+    assert!(example.exists(), "{} was not built", example.display());
+    let ports = nuvec_test_support::ranks::free_ports(4);
+    let hostfile = nuvec_test_support::ranks::write_hostfile(&ports);
+    let children: Vec<_> = (0..4)
+        .map(|rank| {
+            let mut command = std::process::Command::new(&example);
+            command
+                .env("MLX_RANK", rank.to_string())
+                .env("MLX_HOSTFILE", &hostfile)
+                .env("NUVEC_DISTRIBUTED_TIMEOUT", "30");
+            std::thread::spawn(move || command.output())
+        })
+        .collect();
+    for (rank, child) in children.into_iter().enumerate() {
+        let output = child
+            .join()
+            .expect("rank thread")
+            .expect("running the example");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "rank {rank}: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(stdout.contains(&format!("rank {rank} of 4")), "{stdout}");
+    }
+    let _ = std::fs::remove_file(hostfile);
+}

@@ -1,0 +1,23 @@
+//! The first example of the distributed specification, as a program: run it alone (a group of
+//! one) or under a launcher (`mlx.launch --backend ring -n 4 -- target/release/examples/spec_first_example`).
+
+use nuvec::distributed;
+use nuvec::prelude::*;
+
+fn main() -> Result<()> {
+    let group = distributed::init(false)?;
+    let x = array![1.0, 2.0, 3.0];
+    let total = distributed::all_sum(&x, None); // the element-wise sum over every rank
+    let all = distributed::all_gather(&x, None); // every rank's x, in rank order
+    assert_eq!(total.shape(), [3]);
+    assert_eq!(all.shape(), [3 * group.size() as i32]);
+    let n = group.size() as f32;
+    assert_eq!(total.to_vec::<f32>()?, [n, 2.0 * n, 3.0 * n]);
+    println!(
+        "rank {} of {}: all_sum = {total}, all_gather has shape {:?}",
+        group.rank(),
+        group.size(),
+        all.shape()
+    );
+    Ok(())
+}
