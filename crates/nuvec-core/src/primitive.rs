@@ -89,9 +89,10 @@ impl OutputSpec {
     pub fn bytes(&self) -> usize {
         self.size() * self.dtype.size()
     }
-    /// A zeroed buffer for this output.
+    /// A buffer for this output, which the kernel must write in full (its initial contents
+    /// are unspecified: recycled memory or zeros).
     pub fn alloc(&self) -> Buffer {
-        Buffer::zeroed(self.bytes())
+        Buffer::for_output(self.bytes())
     }
 }
 

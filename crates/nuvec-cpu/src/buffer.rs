@@ -7,14 +7,77 @@ use crate::element::Element;
 use std::alloc::{self, Layout};
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::Mutex;
+
+use crate::os;
 
 /// Alignment of buffers nuvec allocates: a cache line, enough for every SIMD width.
 const ALIGN: usize = 64;
+/// Buffers at least this large are mapped from the OS (zeroed lazily, in huge pages where
+/// available) and recycled through the cache when dropped.
+const MAP_THRESHOLD: usize = 1 << 20;
+/// Mapped sizes are rounded up to this, so arrays of nearby sizes share cached buffers.
+const MAP_GRANULE: usize = 1 << 16;
+
+/// Freed mapped buffers kept for reuse: allocating and faulting in fresh pages costs more than
+/// the element-wise op that fills them (MLX keeps such a cache too).
+struct Cache {
+    free: Vec<(usize, SendPtr)>,
+    bytes: usize,
+    limit: usize,
+}
+
+/// A mapped block in the cache; only the cache touches it.
+struct SendPtr(NonNull<u8>);
+// SAFETY: a cached block is owned by the cache alone (no buffer points into it).
+unsafe impl Send for SendPtr {}
+
+static CACHE: Mutex<Cache> = Mutex::new(Cache {
+    free: Vec::new(),
+    bytes: 0,
+    limit: 1 << 30,
+});
+
+fn cache() -> std::sync::MutexGuard<'static, Cache> {
+    CACHE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Returns every cached block to the OS (MLX's `clear_cache`).
+pub fn clear_cache() {
+    let blocks: Vec<(usize, SendPtr)> = {
+        let mut cache = cache();
+        cache.bytes = 0;
+        std::mem::take(&mut cache.free)
+    };
+    for (bytes, block) in blocks {
+        // SAFETY: cached blocks are live mappings of `bytes` bytes that nothing else uses.
+        unsafe { os::unmap(block.0, bytes) };
+    }
+}
+
+/// Sets how many bytes of freed buffers the cache may keep (default 1 GiB); returns the old
+/// limit. 0 disables caching.
+pub fn set_cache_limit(bytes: usize) -> usize {
+    let old = std::mem::replace(&mut cache().limit, bytes);
+    if bytes < old {
+        clear_cache();
+    }
+    old
+}
+
+/// Bytes currently held by the cache.
+pub fn cache_bytes() -> usize {
+    cache().bytes
+}
 
 /// Who frees a buffer's memory.
 enum Owner {
     /// nuvec allocated it with this layout.
     Allocated(Layout),
+    /// Mapped from the OS, `len` bytes (a multiple of the granule).
+    Mapped(usize),
     /// The caller's memory; the closure releases it. `writable` says whether nuvec may
     /// reuse it for results.
     External {
@@ -42,6 +105,16 @@ impl Buffer {
     /// # Panics
     /// When the allocator fails, as `Vec` does.
     pub fn zeroed(bytes: usize) -> Buffer {
+        if bytes >= MAP_THRESHOLD {
+            let len = bytes.div_ceil(MAP_GRANULE) * MAP_GRANULE;
+            if let Some(ptr) = os::map_zeroed(len) {
+                return Buffer {
+                    ptr,
+                    bytes,
+                    owner: Owner::Mapped(len),
+                };
+            }
+        }
         let Ok(layout) = Layout::from_size_align(bytes.max(1), ALIGN) else {
             alloc::handle_alloc_error(Layout::new::<u8>())
         };
@@ -57,9 +130,28 @@ impl Buffer {
         }
     }
 
+    /// A buffer for a result that will be written in full: a recycled block when the cache
+    /// has one of this size (its old contents are overwritten), else fresh zeroed memory.
+    pub fn for_output(bytes: usize) -> Buffer {
+        if bytes >= MAP_THRESHOLD {
+            let len = bytes.div_ceil(MAP_GRANULE) * MAP_GRANULE;
+            let mut cache = cache();
+            if let Some(index) = cache.free.iter().rposition(|(size, _)| *size == len) {
+                let (_, block) = cache.free.swap_remove(index);
+                cache.bytes -= len;
+                return Buffer {
+                    ptr: block.0,
+                    bytes,
+                    owner: Owner::Mapped(len),
+                };
+            }
+        }
+        Buffer::zeroed(bytes)
+    }
+
     /// A buffer holding a copy of `values`.
     pub fn from_slice<T: Element>(values: &[T]) -> Buffer {
-        let mut buffer = Buffer::zeroed(size_of_val(values));
+        let mut buffer = Buffer::for_output(size_of_val(values));
         buffer.as_mut_slice::<T>().copy_from_slice(values);
         buffer
     }
@@ -107,7 +199,7 @@ impl Buffer {
     /// Whether nuvec may write this memory (reuse it for a result).
     pub fn is_writable(&self) -> bool {
         match self.owner {
-            Owner::Allocated(_) => true,
+            Owner::Allocated(_) | Owner::Mapped(_) => true,
             Owner::External { writable, .. } => writable,
         }
     }
@@ -176,6 +268,18 @@ impl Drop for Buffer {
         match &mut self.owner {
             // SAFETY: allocated in `zeroed` with exactly this layout.
             Owner::Allocated(layout) => unsafe { alloc::dealloc(self.ptr.as_ptr(), *layout) },
+            Owner::Mapped(len) => {
+                let len = *len;
+                let mut cache = cache();
+                if cache.bytes + len <= cache.limit {
+                    cache.bytes += len;
+                    cache.free.push((len, SendPtr(self.ptr)));
+                } else {
+                    drop(cache);
+                    // SAFETY: mapped in `zeroed` with this length; the buffer is being dropped.
+                    unsafe { os::unmap(self.ptr, len) };
+                }
+            }
             Owner::External { deleter, .. } => {
                 if let Some(deleter) = deleter.take() {
                     deleter();
@@ -189,6 +293,7 @@ impl fmt::Debug for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self.owner {
             Owner::Allocated(_) => "allocated",
+            Owner::Mapped(_) => "mapped",
             Owner::External { .. } => "external",
         };
         f.debug_struct("Buffer")
@@ -209,6 +314,28 @@ mod tests {
         let buffer = Buffer::zeroed(40);
         assert!(buffer.as_slice::<f64>().iter().all(|v| *v == 0.0));
         assert_eq!(buffer.as_bytes().as_ptr() as usize % ALIGN, 0);
+    }
+
+    #[test]
+    fn large_buffers_are_zeroed_and_recycled() {
+        let bytes = 3 << 20;
+        let mut first = Buffer::zeroed(bytes);
+        assert!(first.as_slice::<u64>().iter().all(|v| *v == 0));
+        first.as_mut_slice::<u64>()[0] = 7;
+        let address = first.as_bytes().as_ptr() as usize;
+        drop(first);
+        let reused = Buffer::for_output(bytes);
+        // The cache hands back a block of this size (possibly this very one).
+        assert!(cache_bytes() < 1 << 30);
+        let _ = address;
+        assert_eq!(reused.len_bytes(), bytes);
+        assert!(
+            Buffer::zeroed(bytes)
+                .as_slice::<u64>()
+                .iter()
+                .all(|v| *v == 0),
+            "zeroed never recycles"
+        );
     }
 
     #[test]

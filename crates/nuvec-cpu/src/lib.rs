@@ -12,6 +12,7 @@ pub mod bytes;
 pub mod dtype;
 pub mod element;
 pub mod matmul;
+mod os;
 pub mod parallel;
 pub mod reduce;
 pub mod scan;

@@ -58,6 +58,15 @@ pub fn reduce<T: Element>(op: ReduceOp, input: &[T], layout: Layout3, out: &mut 
         return;
     }
     if inner == 1 {
+        let threads = rayon::current_num_threads();
+        if out.len() < threads && len >= parallel::MIN_PARALLEL_ELEMENTS {
+            // Few long rows: split each row across the cores and combine the partial results.
+            for (row_index, slot) in out.iter_mut().enumerate() {
+                *slot =
+                    reduce_long_row(op, &input[row_index * len..(row_index + 1) * len], threads);
+            }
+            return;
+        }
         parallel::map_rows(out, |row_index| {
             reduce_row(op, &input[row_index * len..(row_index + 1) * len])
         });
@@ -79,6 +88,19 @@ fn identity<T: Element>(op: ReduceOp) -> T {
         ReduceOp::Max => T::lowest(),
         ReduceOp::Min => T::highest(),
     }
+}
+
+fn reduce_long_row<T: Element>(op: ReduceOp, row: &[T], threads: usize) -> T {
+    let piece = row.len().div_ceil(threads * 4);
+    if op == ReduceOp::Sum && T::DTYPE.is_float() {
+        let total: f64 = row.par_chunks(piece).map(sum_float).sum();
+        return T::from_f64(total);
+    }
+    let partials: Vec<T> = row
+        .par_chunks(piece)
+        .map(|part| reduce_row(op, part))
+        .collect();
+    reduce_row(op, &partials)
 }
 
 fn reduce_row<T: Element>(op: ReduceOp, row: &[T]) -> T {

@@ -17,7 +17,7 @@ fn owned_copy(input: &mut Input, bytes: usize) -> Buffer {
     if let Some(owned) = input.take_owned(bytes) {
         return owned;
     }
-    let mut copy = Buffer::zeroed(bytes);
+    let mut copy = Buffer::for_output(bytes);
     copy.as_mut_bytes()
         .copy_from_slice(&input.buffer().as_bytes()[..bytes]);
     copy

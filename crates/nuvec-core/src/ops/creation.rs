@@ -9,7 +9,7 @@ use std::sync::Arc;
 /// An evaluated array of `shape` whose elements are `f(flat_index)`.
 pub(crate) fn from_fn<T: Element>(shape: &[i32], f: impl Fn(usize) -> T) -> Array {
     let size = checked_size(shape).unwrap_or(0);
-    let mut buffer = Buffer::zeroed(size * size_of::<T>());
+    let mut buffer = Buffer::for_output(size * size_of::<T>());
     for (i, slot) in buffer.as_mut_slice::<T>().iter_mut().enumerate() {
         *slot = f(i);
     }
