@@ -41,7 +41,7 @@ fn trim_zeros(s: &str) -> &str {
 
 fn format_element<T: Element>(v: T) -> String {
     match T::DTYPE {
-        nuvec_cpu::DType::Bool => if v.truthy() { "true" } else { "false" }.into(),
+        nuvec_cpu::DType::Bool => if v.truthy() { "True" } else { "False" }.into(),
         d if d.is_float() => format_g(v.to_f64()),
         _ => v.to_i128().to_string(),
     }
@@ -105,7 +105,7 @@ mod tests {
             array![[1.5, 2.0], [0.1, 1e-7]].to_string(),
             "array([[1.5, 2],\n       [0.1, 1e-07]], dtype=float32)"
         );
-        assert_eq!(Array::scalar(true).to_string(), "array(true, dtype=bool)");
+        assert_eq!(Array::scalar(true).to_string(), "array(True, dtype=bool)");
     }
 
     #[test]
