@@ -7,6 +7,7 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod binary;
+pub mod blas;
 pub mod buffer;
 pub mod bytes;
 pub mod dtype;

@@ -93,6 +93,12 @@ fn native<T: Element>(
         }
         let lhs = &a[ao..ao + m * k];
         let rhs = &b[bo..bo + k * n];
+        if !read_out
+            && m * n * k >= crate::blas::MIN_BLAS_FLOPS
+            && try_blas(m, n, k, lhs, rhs, dst, alpha)
+        {
+            continue;
+        }
         // SAFETY: `dst`, `lhs` and `rhs` are live slices of exactly m*n, m*k and k*n
         // elements, and the strides below describe row-major matrices of those shapes, so
         // every element gemm touches lies inside them; `dst` does not alias the inputs.
@@ -122,6 +128,59 @@ fn native<T: Element>(
     }
 }
 
+/// Reads `T` slices as `U` slices when they are the same type (checked through the dtype).
+fn same_type<T: Element, U: Element>(values: &[T]) -> Option<&[U]> {
+    // SAFETY: T and U have the same dtype, and each dtype has exactly one Rust type, so this
+    // is a cast from a type to itself.
+    (T::DTYPE == U::DTYPE)
+        .then(|| unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<U>(), values.len()) })
+}
+
+/// [`same_type`] for a mutable slice.
+fn same_type_mut<T: Element, U: Element>(values: &mut [T]) -> Option<&mut [U]> {
+    // SAFETY: as in `same_type`; the borrow of `values` is moved into the result.
+    (T::DTYPE == U::DTYPE).then(|| unsafe {
+        std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<U>(), values.len())
+    })
+}
+
+/// Runs an f32/f64 product through the system BLAS when one is loaded; false otherwise.
+fn try_blas<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: &[T],
+    rhs: &[T],
+    dst: &mut [T],
+    alpha: T,
+) -> bool {
+    let Some(blas) = crate::blas::blas() else {
+        return false;
+    };
+    if alpha != T::one() {
+        return false;
+    }
+    match T::DTYPE {
+        DType::F32 => match (
+            same_type::<T, f32>(lhs),
+            same_type::<T, f32>(rhs),
+            same_type_mut::<T, f32>(dst),
+        ) {
+            (Some(a), Some(b), Some(out)) => blas.sgemm(m, n, k, a, b, out),
+            _ => false,
+        },
+        DType::F64 => match (
+            same_type::<T, f64>(lhs),
+            same_type::<T, f64>(rhs),
+            same_type_mut::<T, f64>(dst),
+        ) {
+            (Some(a), Some(b), Some(out)) => blas.dgemm(m, n, k, a, b, out),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// Whether `gemm` can run a product of this dtype.
 pub fn supports(dtype: DType) -> bool {
     matches!(dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
@@ -148,6 +207,45 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, [4.0, 5.0, 10.0, 11.0]);
+    }
+
+    #[test]
+    fn system_blas_and_gemm_agree_on_a_large_product() {
+        let Some(blas) = crate::blas::blas() else {
+            assert!(
+                std::env::var_os("NUVEC_REQUIRE_BLAS").is_none(),
+                "NUVEC_REQUIRE_BLAS is set but no BLAS loads"
+            );
+            eprintln!(
+                "skipped: no system BLAS could be loaded (install libopenblas0 or set NUVEC_BLAS)"
+            );
+            return;
+        };
+        let (m, n, k) = (130, 70, 300);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
+        let mut with_blas = vec![0.0f32; m * n];
+        assert!(
+            blas.sgemm(m, n, k, &a, &b, &mut with_blas),
+            "{} refused the product",
+            blas.name
+        );
+        let mut with_gemm = vec![0.0f32; m * n];
+        native(
+            &a,
+            &[0],
+            &b,
+            &[0],
+            MatmulDims { m, n, k },
+            1.0,
+            0.0,
+            false,
+            &mut with_gemm,
+        );
+        assert_eq!(
+            with_blas, with_gemm,
+            "integer-valued products are exact in both"
+        );
     }
 
     #[test]
