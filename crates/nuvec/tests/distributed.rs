@@ -393,3 +393,76 @@ fn the_spec_first_example_runs_on_4_ranks() {
     }
     let _ = std::fs::remove_file(hostfile);
 }
+
+#[test]
+fn a_peer_that_leaves_fails_pending_collectives_naming_it() {
+    run_ranks(
+        "a_peer_that_leaves_fails_pending_collectives_naming_it",
+        3,
+        Duration::from_secs(20),
+        |group| {
+            let x = ops::ones(&[1 << 16], DType::F32);
+            if group.rank() == 2 {
+                // Leaving the group closes this rank's connections, as an exiting process does.
+                group.close();
+                return;
+            }
+            let start = std::time::Instant::now();
+            let error = distributed::all_sum(&x, Some(&group))
+                .check()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "the failure took {:?}",
+                start.elapsed()
+            );
+            assert!(
+                error.contains("all_sum") && error.contains("rank "),
+                "{error}"
+            );
+            if group.rank() == 0 {
+                // Rank 0 reads from rank 2, the one that left.
+                assert!(error.contains("rank 2"), "{error}");
+            }
+            let later = distributed::all_gather(&x, Some(&group))
+                .check()
+                .unwrap_err()
+                .to_string();
+            assert!(later.contains("failed earlier"), "{later}");
+            assert!(group.health().is_err());
+        },
+    );
+}
+
+#[test]
+fn a_stalled_peer_times_out_with_an_error_naming_it() {
+    run_ranks(
+        "a_stalled_peer_times_out_with_an_error_naming_it",
+        2,
+        Duration::from_secs(2),
+        |group| {
+            let x = ops::ones(&[16], DType::F32);
+            if group.rank() == 1 {
+                // Busy elsewhere for longer than the timeout, then too late.
+                std::thread::sleep(Duration::from_secs(8));
+                assert!(distributed::all_sum(&x, Some(&group)).check().is_err());
+                return;
+            }
+            let start = std::time::Instant::now();
+            let error = distributed::all_sum(&x, Some(&group))
+                .check()
+                .unwrap_err()
+                .to_string();
+            let waited = start.elapsed();
+            assert!(
+                error.contains("rank 1") && error.contains("timed out"),
+                "{error}"
+            );
+            assert!(
+                waited >= Duration::from_millis(1900) && waited < Duration::from_secs(7),
+                "waited {waited:?}"
+            );
+        },
+    );
+}

@@ -152,6 +152,11 @@ impl RingCommunicator {
             }
             if sticky {
                 state.failure = Some(error.clone());
+                // Tell every peer at once (they see this rank end its connection) instead of
+                // letting them wait out their timeouts for data that will never come.
+                for peer in self.peers.iter().flatten() {
+                    peer.end_writes();
+                }
             }
         }
         result

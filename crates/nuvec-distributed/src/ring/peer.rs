@@ -174,6 +174,12 @@ impl Peer {
         })
     }
 
+    /// Ends this side's writing (the peer reads end-of-stream after everything sent so far);
+    /// reading continues to work.
+    pub(crate) fn end_writes(&self) {
+        let _ = self.control.shutdown(Shutdown::Write);
+    }
+
     /// Closes the connection and stops the writer thread.
     pub(crate) fn close(&self) {
         let _ = self.control.shutdown(Shutdown::Both);
