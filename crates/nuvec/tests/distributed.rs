@@ -466,3 +466,61 @@ fn a_stalled_peer_times_out_with_an_error_naming_it() {
         },
     );
 }
+
+/// MLX's own launcher, from `NUVEC_MLX_LAUNCH` or the workspace's `.venv-mlx` (which
+/// `cargo xtask golden` and CI create with `pip install "mlx[cpu]==0.32.4"`).
+fn mlx_launch() -> Option<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os("NUVEC_MLX_LAUNCH") {
+        return Some(path.into());
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let venv = root.join(".venv-mlx/bin/mlx.launch");
+    venv.exists().then_some(venv)
+}
+
+#[test]
+fn programs_started_by_mlx_launch_form_a_group() {
+    let Some(launcher) = mlx_launch() else {
+        assert!(
+            std::env::var_os("NUVEC_REQUIRE_MLX_LAUNCH").is_none(),
+            "NUVEC_REQUIRE_MLX_LAUNCH is set but mlx.launch was not found"
+        );
+        eprintln!("skipped: mlx.launch not found (pip install \"mlx[cpu]==0.32.4\" into .venv-mlx, or set NUVEC_MLX_LAUNCH)");
+        return;
+    };
+    let exe = std::env::current_exe().expect("test binary path");
+    let example = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir")
+        .join("examples/spec_first_example");
+    if !example.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-p", "nuvec", "--example", "spec_first_example"])
+            .status()
+            .expect("running cargo");
+        assert!(status.success(), "building the example failed");
+    }
+    for ranks in [2, 4] {
+        let output = std::process::Command::new(&launcher)
+            .args(["--backend", "ring", "-n", &ranks.to_string(), "--"])
+            .arg(&example)
+            .env("NUVEC_DISTRIBUTED_TIMEOUT", "30")
+            .output()
+            .expect("running mlx.launch");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for rank in 0..ranks {
+            let line = format!(
+                "rank {rank} of {ranks}: all_sum = array([{ranks}, {}, {}], dtype=float32)",
+                2 * ranks,
+                3 * ranks
+            );
+            assert!(
+                stdout.contains(&line),
+                "mlx.launch -n {ranks}: no {line:?} in\n{stdout}\n{stderr}"
+            );
+        }
+    }
+}

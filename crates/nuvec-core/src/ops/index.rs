@@ -27,12 +27,9 @@ pub fn take(a: &Array, indices: &Array, axis: Option<i32>) -> Array {
             format!("indices must be integers, got {}", indices.dtype()),
         );
     }
-    let (source, axis) = match axis {
-        None => (crate::ops::reshape(a, &[-1]), 0),
-        Some(axis) => match normalize_axis(axis, a.ndim()) {
-            Ok(ax) => (a.clone(), ax),
-            Err(reason) => return Array::invalid("take", reason),
-        },
+    let (source, axis) = match super::axis_or_flattened("take", a, axis) {
+        Ok(resolved) => resolved,
+        Err(failed) => return failed,
     };
     if source.shape()[axis] == 0 && indices.size() > 0 {
         return Array::invalid("take", "cannot take from an empty axis");

@@ -35,6 +35,23 @@ pub fn normalize_axis(axis: i32, ndim: usize) -> Result<usize, String> {
     }
 }
 
+/// The array and axis an axis-wise op works on: `None` means axis 0 of the flattened array.
+/// An axis out of range gives the failed array to return.
+#[track_caller]
+pub(crate) fn axis_or_flattened(
+    op: &str,
+    a: &crate::Array,
+    axis: Option<i32>,
+) -> Result<(crate::Array, usize), crate::Array> {
+    match axis {
+        None => Ok((reshape(a, &[-1]), 0)),
+        Some(axis) => match normalize_axis(axis, a.ndim()) {
+            Ok(resolved) => Ok((a.clone(), resolved)),
+            Err(reason) => Err(crate::Array::invalid(op, reason)),
+        },
+    }
+}
+
 /// Resolves a list of axes, rejecting repeats.
 pub(crate) fn normalize_axes(axes: &[i32], ndim: usize) -> Result<Vec<usize>, String> {
     let mut resolved = Vec::with_capacity(axes.len());

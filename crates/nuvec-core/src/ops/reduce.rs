@@ -1,7 +1,7 @@
 //! Reductions (`sum`, `mean`, `max`, `argmax`, `var`, `logsumexp`, `all`, …), scans
 //! (`cumsum`, …) and `softmax`.
 
-use super::{normalize_axes, normalize_axis};
+use super::normalize_axes;
 use crate::primitives::reduce::{ArgReduce, Reduce};
 use crate::primitives::scan::Scan;
 use crate::{Array, DType};
@@ -281,12 +281,9 @@ fn arg_reduce(largest: bool, a: &Array, axis: Option<i32>, keepdims: bool) -> Ar
             ),
         );
     }
-    let (source, axis) = match axis {
-        None => (crate::ops::reshape(a, &[-1]), 0),
-        Some(axis) => match normalize_axis(axis, a.ndim()) {
-            Ok(ax) => (a.clone(), ax),
-            Err(reason) => return Array::invalid(name, reason),
-        },
+    let (source, axis) = match super::axis_or_flattened(name, a, axis) {
+        Ok(resolved) => resolved,
+        Err(failed) => return failed,
     };
     let mut shape = source.shape().to_vec();
     shape[axis] = 1;
@@ -332,12 +329,9 @@ fn scan(op: ReduceOp, a: &Array, axis: Option<i32>, reverse: bool, inclusive: bo
     if let Some(error) = a.known_error() {
         return Array::failed(error);
     }
-    let (source, axis) = match axis {
-        None => (crate::ops::reshape(a, &[-1]), 0),
-        Some(axis) => match normalize_axis(axis, a.ndim()) {
-            Ok(ax) => (a.clone(), ax),
-            Err(reason) => return Array::invalid(name, reason),
-        },
+    let (source, axis) = match super::axis_or_flattened(name, a, axis) {
+        Ok(resolved) => resolved,
+        Err(failed) => return failed,
     };
     let dtype = if a.dtype() == DType::Bool && op == ReduceOp::Sum {
         DType::I32

@@ -1,6 +1,5 @@
 //! Sorting: `sort`, `argsort`, `topk` along any axis.
 
-use super::normalize_axis;
 use crate::primitives::sort::{SortKind, SortLast};
 use crate::{Array, DType};
 use std::sync::Arc;
@@ -11,12 +10,9 @@ fn sort_along(name: &str, kind: SortKind, a: &Array, axis: Option<i32>) -> Array
     if let Some(error) = a.known_error() {
         return Array::failed(error);
     }
-    let (source, axis) = match axis {
-        None => (crate::ops::reshape(a, &[-1]), 0),
-        Some(axis) => match normalize_axis(axis, a.ndim()) {
-            Ok(ax) => (a.clone(), ax),
-            Err(reason) => return Array::invalid(name, reason),
-        },
+    let (source, axis) = match super::axis_or_flattened(name, a, axis) {
+        Ok(resolved) => resolved,
+        Err(failed) => return failed,
     };
     let last = source.ndim() as i32 - 1;
     let moved = crate::ops::swapaxes(&source, axis as i32, last);
