@@ -68,6 +68,10 @@ impl Drop for Op {
     }
 }
 
+/// A pending node's primitive, its op's inputs, and every output of the op (`None` for an
+/// output nobody holds any more).
+pub(crate) type PendingParts = (Arc<dyn Primitive>, Vec<Array>, Vec<Option<Array>>);
+
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic inside a kernel is caught and turned into a failed node, so a poisoned lock only
     // means another thread panicked elsewhere while holding it; the state itself is consistent.
@@ -157,6 +161,31 @@ impl Array {
         outputs
             .pop()
             .unwrap_or_else(|| Array::failed(Error::eval("build", "primitive produced no output")))
+    }
+
+    /// For an unevaluated array: its primitive, its op's inputs and all the op's outputs
+    /// (siblings included, in order). `None` once evaluated or failed.
+    pub(crate) fn pending_parts(&self) -> Option<PendingParts> {
+        let op = match &*lock(&self.node.state) {
+            State::Pending { op } => op.clone(),
+            _ => return None,
+        };
+        let inputs = lock(&op.inputs).clone();
+        let outputs = op
+            .outputs
+            .get()
+            .map(|all| {
+                all.iter()
+                    .map(|weak| weak.upgrade().map(|node| Array { node }))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some((op.primitive.clone(), inputs, outputs))
+    }
+
+    /// A key identifying the node (for maps keyed by graph node).
+    pub(crate) fn node_key(&self) -> usize {
+        Arc::as_ptr(&self.node) as usize
     }
 
     /// The error of an array known to have failed, without evaluating anything.

@@ -20,6 +20,7 @@ pub mod primitive;
 mod primitives;
 pub mod random;
 mod stream;
+pub mod transforms;
 
 pub use array::Array;
 pub use error::{Error, Result, SourceLocation};

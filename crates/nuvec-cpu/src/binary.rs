@@ -5,7 +5,7 @@ use crate::{parallel, Element};
 
 /// A binary element-wise function, as MLX names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
+/// Exhaustive on purpose: every rule that matches on it must handle a new variant.
 pub enum BinaryOp {
     /// `a + b`.
     Add,

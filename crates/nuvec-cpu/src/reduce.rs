@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 /// How values are combined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
+/// Exhaustive on purpose: every rule that matches on it must handle a new variant.
 pub enum ReduceOp {
     /// Sum (integers wrap, exactly as their type; floats accumulate in wider precision).
     Sum,

@@ -6,7 +6,7 @@ use crate::parallel;
 
 /// A unary element-wise function, as MLX names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
+/// Exhaustive on purpose: every rule that matches on it must handle a new variant.
 pub enum UnaryOp {
     /// `|x|`.
     Abs,

@@ -19,7 +19,7 @@
 
 pub use nuvec_core::{
     array, async_eval, bf16, default_device, default_stream, eval, f16, ops, primitive, random,
-    with_dtype, with_float_dtype, Array, DType, Device, Element, Error, Result, Stream,
+    transforms, with_dtype, with_float_dtype, Array, DType, Device, Element, Error, Result, Stream,
 };
 
 /// Running one program as many processes: groups, collectives and the backends that carry

@@ -524,3 +524,73 @@ fn programs_started_by_mlx_launch_form_a_group() {
         }
     }
 }
+
+#[test]
+fn gradients_flow_through_collectives_with_mlx_rules() {
+    run_ranks(
+        "gradients_flow_through_collectives_with_mlx_rules",
+        2,
+        TIMEOUT,
+        |group| {
+            use nuvec::transforms::grad;
+            let rank = group.rank() as f32;
+            let x = Array::from_vec(vec![1.0f32 + rank, 2.0 + rank], &[2]);
+            let weights = array![3.0, 5.0];
+            // all_sum passes the cotangent through: each rank's loss is its own.
+            let through_sum = grad(|v: &[Array]| {
+                ops::sum(
+                    &(distributed::all_sum(&v[0], Some(&group)) * &weights),
+                    None,
+                    false,
+                )
+            })(std::slice::from_ref(&x))
+            .unwrap();
+            assert_eq!(through_sum[0].to_vec::<f32>().unwrap(), [3.0, 5.0]);
+            // all_gather: this rank's rows of the cotangent.
+            let gather_weights = array![1.0, 2.0, 3.0, 4.0];
+            let through_gather = grad(|v: &[Array]| {
+                ops::sum(
+                    &(distributed::all_gather(&v[0], Some(&group)) * &gather_weights),
+                    None,
+                    false,
+                )
+            })(std::slice::from_ref(&x))
+            .unwrap();
+            let expected: Vec<f32> = if group.rank() == 0 {
+                vec![1.0, 2.0]
+            } else {
+                vec![3.0, 4.0]
+            };
+            assert_eq!(through_gather[0].to_vec::<f32>().unwrap(), expected);
+            // sum_scatter: the cotangent in this rank's rows, zero elsewhere.
+            let through_scatter = grad(|v: &[Array]| {
+                ops::sum(
+                    &(distributed::sum_scatter(&v[0], Some(&group)) * 7.0),
+                    None,
+                    false,
+                )
+            })(std::slice::from_ref(&x))
+            .unwrap();
+            let expected: Vec<f32> = if group.rank() == 0 {
+                vec![7.0, 0.0]
+            } else {
+                vec![0.0, 7.0]
+            };
+            assert_eq!(through_scatter[0].to_vec::<f32>().unwrap(), expected);
+            // sum_gradients: identity forward, all_sum of the cotangent backward.
+            let own_weights = Array::from_vec(vec![1.0f32 + rank, 10.0 * (1.0 + rank)], &[2]);
+            let through_sum_gradients = grad(|v: &[Array]| {
+                ops::sum(
+                    &(distributed::sum_gradients(&v[0], Some(&group)) * &own_weights),
+                    None,
+                    false,
+                )
+            })(std::slice::from_ref(&x))
+            .unwrap();
+            assert_eq!(
+                through_sum_gradients[0].to_vec::<f32>().unwrap(),
+                [3.0, 30.0]
+            );
+        },
+    );
+}

@@ -45,6 +45,17 @@ impl Primitive for AllReduce {
         Ok(vec![Arc::new(data)])
     }
 
+    /// MLX's rule: the cotangent passes through (each rank's loss is its own).
+    fn vjp(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![cotangents[0].clone()])
+    }
+
     fn is_effect(&self) -> bool {
         true
     }
@@ -65,6 +76,24 @@ impl Primitive for AllGather {
         let mut out = outputs[0].alloc();
         communicator.all_gather(bytes_of(&inputs[0]), out.as_mut_bytes(), outputs[0].dtype)?;
         Ok(vec![Arc::new(out)])
+    }
+
+    /// This rank's rows of the cotangent.
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let rows = inputs[0].shape()[0];
+        let start = rows * self.group.rank() as i32;
+        Ok(vec![crate::ops::slice(
+            &cotangents[0],
+            &[start],
+            &[start + rows],
+            &[1],
+        )])
     }
 
     fn is_effect(&self) -> bool {
@@ -92,6 +121,23 @@ impl Primitive for ReduceScatter {
             ReduceOp::Sum,
         )?;
         Ok(vec![Arc::new(out)])
+    }
+
+    /// The cotangent in this rank's rows and zero elsewhere (MLX has no rule).
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let c = &cotangents[0];
+        let rows = c.shape()[0];
+        let before = rows * self.group.rank() as i32;
+        let after = inputs[0].shape()[0] - before - rows;
+        let mut widths = vec![(before, after)];
+        widths.extend(std::iter::repeat_n((0, 0), c.ndim() - 1));
+        Ok(vec![crate::ops::pad(c, &widths, 0.0)])
     }
 
     fn is_effect(&self) -> bool {
@@ -291,10 +337,44 @@ pub fn recv_like(like: &Array, src: usize, group: Option<&Group>) -> Array {
     recv(like.shape(), like.dtype(), src, group)
 }
 
+/// Identity forward; the cotangent is summed over the group backward.
+#[derive(Debug, Clone, PartialEq)]
+struct SumGradients {
+    group: Group,
+}
+
+impl Primitive for SumGradients {
+    fn name(&self) -> &str {
+        "sum_gradients"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], _outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        Ok(vec![inputs[0].buffer().clone()])
+    }
+
+    fn vjp(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![all_sum(&cotangents[0], Some(&self.group))])
+    }
+}
+
 /// The identity in the forward pass; its gradient is the `all_sum` of the cotangent (MLX's
-/// `sum_gradients`, for data-parallel models).
+/// `sum_gradients`, for data-parallel models). On a group of one it is `x` itself.
 #[track_caller]
 pub fn sum_gradients(x: &Array, group: Option<&Group>) -> Array {
-    let _ = group_or_default(group);
-    x.clone()
+    let group = group_or_default(group);
+    if group.size() == 1 {
+        return x.clone();
+    }
+    Array::from_primitive(
+        Arc::new(SumGradients { group }),
+        vec![x.clone()],
+        x.shape().to_vec(),
+        x.dtype(),
+    )
 }

@@ -3,7 +3,7 @@
 
 use super::{broadcast_shapes, normalize_axes, normalize_axis};
 use crate::array::checked_size;
-use crate::primitives::layout::{AsStrided, Concatenate, Pad, Reshape};
+use crate::primitives::layout::{AsStrided, Concatenate, Pad, Reshape, View};
 use crate::{Array, DType};
 use nuvec_cpu::strided::contiguous_strides;
 use std::sync::Arc;
@@ -105,16 +105,10 @@ pub fn flatten(a: &Array, start_axis: i32, end_axis: i32) -> Array {
 }
 
 /// Strided copy of `a` into `shape` (the shared body of transpose, broadcast and slice).
-fn as_strided(
-    op: &'static str,
-    a: &Array,
-    shape: Vec<i32>,
-    strides: Vec<isize>,
-    offset: isize,
-) -> Array {
+fn as_strided(view: View, a: &Array, shape: Vec<i32>, strides: Vec<isize>, offset: isize) -> Array {
     Array::build1(
         Arc::new(AsStrided {
-            op,
+            view,
             strides,
             offset,
         }),
@@ -148,7 +142,7 @@ pub fn transpose(a: &Array, axes: Option<&[i32]>) -> Array {
     let strides = contiguous_strides(&to_usize(a.shape()));
     let shape = axes.iter().map(|&i| a.shape()[i]).collect();
     as_strided(
-        "transpose",
+        View::Transpose(axes.clone()),
         a,
         shape,
         axes.iter().map(|&i| strides[i]).collect(),
@@ -255,7 +249,7 @@ pub fn broadcast_to(a: &Array, shape: &[i32]) -> Array {
         return a.clone();
     }
     let strides = super::broadcast_strides(&to_usize(a.shape()), &to_usize(shape));
-    as_strided("broadcast_to", a, shape.to_vec(), strides, 0)
+    as_strided(View::Broadcast, a, shape.to_vec(), strides, 0)
 }
 
 /// Joins arrays along `axis`; dtypes promote, the other dims must match.
@@ -382,6 +376,7 @@ pub fn slice(a: &Array, start: &[i32], stop: &[i32], strides: &[i32]) -> Array {
     let mut shape = a.shape().to_vec();
     let mut out_strides = own.clone();
     let mut offset = 0isize;
+    let mut firsts: Vec<i64> = Vec::with_capacity(start.len());
     for axis in 0..start.len() {
         let n = i64::from(a.shape()[axis]);
         let step = i64::from(strides[axis]);
@@ -413,6 +408,7 @@ pub fn slice(a: &Array, start: &[i32], stop: &[i32], strides: &[i32]) -> Array {
             )
         };
         shape[axis] = len as i32;
+        firsts.push(first);
         if len > 0 {
             offset += first as isize * own[axis];
         }
@@ -421,7 +417,16 @@ pub fn slice(a: &Array, start: &[i32], stop: &[i32], strides: &[i32]) -> Array {
     if shape == a.shape() && strides.iter().all(|&s| s == 1) {
         return a.clone();
     }
-    as_strided("slice", a, shape, out_strides, offset)
+    as_strided(
+        View::Slice {
+            first: firsts,
+            steps: strides.iter().map(|&s| i64::from(s)).collect(),
+        },
+        a,
+        shape,
+        out_strides,
+        offset,
+    )
 }
 
 /// Pads every axis with `pad_width[axis] = (low, high)` elements of `value`.

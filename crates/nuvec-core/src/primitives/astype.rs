@@ -2,7 +2,7 @@
 
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::{DType, Result};
+use crate::{Array, DType, Result};
 use nuvec_cpu::{parallel, with_dtype, Buffer, Element};
 use std::sync::Arc;
 
@@ -40,6 +40,16 @@ impl Primitive for AsType {
                 output::<D>(&outputs[0], |out| convert(input.slice::<S>(), out))
             )
         )
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![cotangents[0].astype(inputs[0].dtype())])
     }
 
     same_as!();

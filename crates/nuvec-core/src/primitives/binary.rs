@@ -3,7 +3,7 @@
 use super::{output, same_as};
 use crate::ops::broadcast_strides;
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::{DType, Result};
+use crate::{Array, DType, Result};
 use nuvec_cpu::binary::{broadcast2, broadcast_assign, BinaryOp, Operand};
 use nuvec_cpu::{with_dtype, Buffer, Element};
 use std::sync::Arc;
@@ -108,6 +108,53 @@ impl Primitive for Binary {
                 }
             })
         })
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        use crate::ops::*;
+        let (a, b, out, c) = (&inputs[0], &inputs[1], &outputs[0], &cotangents[0]);
+        let (da, db) = match self.0 {
+            BinaryOp::Add => (c.clone(), c.clone()),
+            BinaryOp::Subtract => (c.clone(), negative(c)),
+            BinaryOp::Multiply => (multiply(c, b), multiply(c, a)),
+            BinaryOp::Divide => (divide(c, b), negative(&divide(multiply(c, out), b))),
+            BinaryOp::Power => (
+                multiply(c, multiply(b, power(a, subtract(b, 1.0)))),
+                multiply(c, multiply(out, log(&where_(greater(a, 0.0), a, 1.0)))),
+            ),
+            BinaryOp::Remainder => (c.clone(), negative(&multiply(c, floor_divide(a, b)))),
+            BinaryOp::Maximum | BinaryOp::Minimum => {
+                let pick_a = if self.0 == BinaryOp::Maximum {
+                    greater_equal(a, b)
+                } else {
+                    less_equal(a, b)
+                };
+                (where_(&pick_a, c, 0.0), where_(&pick_a, 0.0, c))
+            }
+            BinaryOp::LogAddExp => (
+                multiply(c, sigmoid(&subtract(a, b))),
+                multiply(c, sigmoid(&subtract(b, a))),
+            ),
+            BinaryOp::ArcTan2 => {
+                let norm = add(square(a), square(b));
+                (
+                    multiply(c, divide(b, &norm)),
+                    negative(&multiply(c, divide(a, &norm))),
+                )
+            }
+            _ => (zeros_like(a), zeros_like(b)),
+        };
+        let grads = [da, db];
+        Ok(argnums
+            .iter()
+            .map(|&i| crate::transforms::sum_to_shape(&grads[i], inputs[i].shape()))
+            .collect())
     }
 
     same_as!();

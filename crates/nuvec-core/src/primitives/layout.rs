@@ -3,7 +3,7 @@
 
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::Result;
+use crate::{Array, Error, Result};
 use nuvec_cpu::strided::{contiguous_strides, gather};
 use nuvec_cpu::{with_dtype, Buffer, Element};
 use std::sync::Arc;
@@ -12,14 +12,73 @@ use std::sync::Arc;
 /// the one primitive behind `broadcast_to`, `transpose` and `slice`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AsStrided {
-    pub(crate) op: &'static str,
+    pub(crate) view: View,
     pub(crate) strides: Vec<isize>,
     pub(crate) offset: isize,
 }
 
+/// Which op a strided view implements (its gradient rule depends on it).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum View {
+    /// Axes permuted: output axis `i` is input axis `perm[i]`.
+    Transpose(Vec<usize>),
+    /// Axes added or stretched.
+    Broadcast,
+    /// Python slicing: per axis, the first index taken and the step.
+    Slice { first: Vec<i64>, steps: Vec<i64> },
+}
+
 impl Primitive for AsStrided {
     fn name(&self) -> &str {
-        self.op
+        match self.view {
+            View::Transpose(_) => "transpose",
+            View::Broadcast => "broadcast_to",
+            View::Slice { .. } => "slice",
+        }
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let (x, c) = (&inputs[0], &cotangents[0]);
+        let grad = match &self.view {
+            View::Transpose(perm) => {
+                let mut inverse = vec![0i32; perm.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    inverse[p] = i as i32;
+                }
+                crate::ops::transpose(c, Some(&inverse))
+            }
+            View::Broadcast => crate::transforms::sum_to_shape(c, x.shape()),
+            View::Slice { first, steps } => {
+                if steps.iter().any(|&s| s != 1) {
+                    return Err(Error::Transform {
+                        transform: "vjp",
+                        reason: "slices with a step other than 1 have no vjp rule yet".into(),
+                    });
+                }
+                let widths: Vec<(i32, i32)> = (0..x.ndim())
+                    .map(|axis| {
+                        let low = first.get(axis).copied().unwrap_or(0) as i32;
+                        let high = x.shape()[axis] - low - c.shape()[axis];
+                        (
+                            if c.shape()[axis] == 0 { 0 } else { low },
+                            if c.shape()[axis] == 0 {
+                                x.shape()[axis]
+                            } else {
+                                high
+                            },
+                        )
+                    })
+                    .collect();
+                crate::ops::pad(c, &widths, 0.0)
+            }
+        };
+        Ok(vec![grad])
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
@@ -48,6 +107,16 @@ pub(crate) struct Reshape;
 impl Primitive for Reshape {
     fn name(&self) -> &str {
         "reshape"
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![crate::ops::reshape(&cotangents[0], inputs[0].shape())])
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], _outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
@@ -84,6 +153,22 @@ fn concat_into<T: Element>(inputs: &[Input], axis: usize, out: &mut [T]) {
 impl Primitive for Concatenate {
     fn name(&self) -> &str {
         "concatenate"
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let mut bounds = vec![0i32];
+        for input in inputs {
+            bounds.push(bounds[bounds.len() - 1] + input.shape()[self.axis]);
+        }
+        let parts =
+            crate::ops::split_indices(&cotangents[0], &bounds[1..inputs.len()], self.axis as i32);
+        Ok(argnums.iter().map(|&i| parts[i].clone()).collect())
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
@@ -141,6 +226,24 @@ fn pad_into<T: Element>(
 impl Primitive for Pad {
     fn name(&self) -> &str {
         "pad"
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let x = &inputs[0];
+        let start: Vec<i32> = self.low.iter().map(|&l| l as i32).collect();
+        let stop: Vec<i32> = start.iter().zip(x.shape()).map(|(s, d)| s + d).collect();
+        Ok(vec![crate::ops::slice(
+            &cotangents[0],
+            &start,
+            &stop,
+            &vec![1; x.ndim()],
+        )])
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {

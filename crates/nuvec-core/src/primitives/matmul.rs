@@ -3,7 +3,7 @@
 use super::{output, same_as};
 use crate::ops::broadcast_strides;
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::Result;
+use crate::{Array, Result};
 use nuvec_cpu::matmul::{matmul, MatmulDims};
 use nuvec_cpu::strided::RowOffsets;
 use nuvec_cpu::{with_float_dtype, Buffer};
@@ -69,6 +69,28 @@ impl Primitive for Matmul {
                 format!("unsupported dtype {}", spec.dtype)
             ))
         )
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        use crate::ops::{matmul, swapaxes};
+        let (a, b, c) = (&inputs[0], &inputs[1], &cotangents[0]);
+        Ok(argnums
+            .iter()
+            .map(|&i| {
+                let full = if i == 0 {
+                    matmul(c, &swapaxes(b, -1, -2))
+                } else {
+                    matmul(&swapaxes(a, -1, -2), c)
+                };
+                crate::transforms::sum_to_shape(&full, inputs[i].shape())
+            })
+            .collect())
     }
 
     same_as!();

@@ -2,7 +2,7 @@
 
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::{Error, Result};
+use crate::{Array, Error, Result};
 use nuvec_cpu::threefry::random_bits;
 use nuvec_cpu::Buffer;
 use std::sync::Arc;
@@ -36,6 +36,16 @@ impl Primitive for RandomBits {
             },
             |out| out.copy_from_slice(&bytes),
         )
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        _cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![crate::ops::zeros_like(&inputs[0])])
     }
 
     same_as!();

@@ -2,7 +2,7 @@
 
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::Result;
+use crate::{Array, Result};
 use nuvec_cpu::reduce::{arg_reduce, reduce, Layout3, ReduceOp};
 use nuvec_cpu::strided::{contiguous_strides, gather};
 use nuvec_cpu::{with_dtype, Buffer, Element};
@@ -62,9 +62,44 @@ fn reduce_any_axes<T: Element>(op: ReduceOp, input: &Input, axes: &[usize], out:
     );
 }
 
+/// The reduced result reshaped with its reduced axes kept (as length 1).
+fn with_kept_axes(value: &Array, input_shape: &[i32], axes: &[usize]) -> Array {
+    let kept: Vec<i32> = input_shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+        .collect();
+    crate::ops::reshape(value, &kept)
+}
+
 impl Primitive for Reduce {
     fn name(&self) -> &str {
         self.op.name()
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        use crate::ops::*;
+        let x = &inputs[0];
+        let c = with_kept_axes(&cotangents[0], x.shape(), &self.axes);
+        let out = with_kept_axes(&outputs[0], x.shape(), &self.axes);
+        let grad = match self.op {
+            ReduceOp::Sum => broadcast_to(&c, x.shape()),
+            ReduceOp::Prod => multiply(&c, divide(&out, x)),
+            ReduceOp::Max | ReduceOp::Min => {
+                // Ties share the cotangent equally, as MLX.
+                let mask = equal(x, &out).astype(c.dtype());
+                let axes: Vec<i32> = self.axes.iter().map(|&a| a as i32).collect();
+                multiply(&c, divide(&mask, sum(&mask, axes, true)))
+            }
+            _ => zeros_like(x),
+        };
+        Ok(vec![grad])
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
@@ -94,6 +129,16 @@ impl Primitive for ArgReduce {
         } else {
             "argmin"
         }
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        _cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![crate::ops::zeros_like(&inputs[0])])
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {

@@ -3,7 +3,7 @@
 use super::reduce::axis_layout;
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::Result;
+use crate::{Array, Error, Result};
 use nuvec_cpu::reduce::ReduceOp;
 use nuvec_cpu::scan::scan;
 use nuvec_cpu::{with_dtype, Buffer};
@@ -43,6 +43,28 @@ impl Primitive for Scan {
                 out
             ))
         )
+    }
+
+    fn vjp(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        if self.op != ReduceOp::Sum {
+            return Err(Error::Transform {
+                transform: "vjp",
+                reason: format!("{} has no vjp rule yet", self.name()),
+            });
+        }
+        // Each input feeds every later running sum: the cotangents summed the other way.
+        Ok(vec![crate::ops::cumsum(
+            &cotangents[0],
+            Some(self.axis as i32),
+            !self.reverse,
+            self.inclusive,
+        )])
     }
 
     same_as!();

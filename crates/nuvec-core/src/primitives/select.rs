@@ -3,7 +3,7 @@
 use super::{output, same_as};
 use crate::ops::broadcast_strides;
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::Result;
+use crate::{Array, Result};
 use nuvec_cpu::binary::{broadcast3, Operand};
 use nuvec_cpu::{with_dtype, Buffer};
 use std::sync::Arc;
@@ -50,6 +50,22 @@ impl Primitive for Select {
                 )
             })
         })
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        use crate::ops::*;
+        let (cond, c) = (&inputs[0], &cotangents[0]);
+        let grads = [zeros_like(cond), where_(cond, c, 0.0), where_(cond, 0.0, c)];
+        Ok(argnums
+            .iter()
+            .map(|&i| crate::transforms::sum_to_shape(&grads[i], inputs[i].shape()))
+            .collect())
     }
 
     same_as!();

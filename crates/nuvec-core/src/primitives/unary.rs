@@ -2,7 +2,7 @@
 
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::Result;
+use crate::{Array, Result};
 use nuvec_cpu::unary::{unary_exact, unary_float, unary_float_in_place, UnaryOp};
 use nuvec_cpu::{parallel, with_dtype, with_float_dtype, Buffer};
 use std::sync::Arc;
@@ -43,6 +43,46 @@ impl Primitive for Unary {
                 output::<T>(spec, |out| unary_exact(op, input.slice::<T>(), out))
             )
         )
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        use crate::ops::*;
+        let (x, out, c) = (&inputs[0], &outputs[0], &cotangents[0]);
+        let grad = match self.0 {
+            UnaryOp::Abs => multiply(c, sign(x)),
+            UnaryOp::Negative => negative(c),
+            UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => zeros_like(x),
+            UnaryOp::Square => multiply(c, multiply(x, 2.0)),
+            UnaryOp::Sqrt => divide(c, multiply(out, 2.0)),
+            UnaryOp::Rsqrt => multiply(c, divide(multiply(out, -0.5), x)),
+            UnaryOp::Reciprocal => negative(&multiply(c, square(out))),
+            UnaryOp::Exp => multiply(c, out),
+            UnaryOp::Expm1 => multiply(c, add(out, 1.0)),
+            UnaryOp::Log => divide(c, x),
+            UnaryOp::Log1p => divide(c, add(x, 1.0)),
+            UnaryOp::Log2 => divide(c, multiply(x, std::f64::consts::LN_2)),
+            UnaryOp::Log10 => divide(c, multiply(x, std::f64::consts::LN_10)),
+            UnaryOp::Sin => multiply(c, cos(x)),
+            UnaryOp::Cos => negative(&multiply(c, sin(x))),
+            UnaryOp::Tan => multiply(c, add(square(out), 1.0)),
+            UnaryOp::Tanh => multiply(c, subtract(1.0, square(out))),
+            UnaryOp::Sigmoid => multiply(c, multiply(out, subtract(1.0, out))),
+            UnaryOp::Erf => multiply(
+                c,
+                multiply(exp(&negative(&square(x))), std::f64::consts::FRAC_2_SQRT_PI),
+            ),
+            UnaryOp::ErfInv => multiply(
+                c,
+                multiply(exp(&square(out)), std::f64::consts::PI.sqrt() / 2.0),
+            ),
+        };
+        Ok(vec![grad])
     }
 
     same_as!();

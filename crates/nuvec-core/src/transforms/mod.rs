@@ -1,0 +1,23 @@
+//! Function transforms over lazy graphs. This first part is reverse mode: [`vjp`], [`grad`]
+//! and [`value_and_grad`]; see `README.md` beside this file for how tracing works.
+
+mod vjp;
+
+pub use vjp::{grad, value_and_grad, vjp};
+
+/// Sums `cotangent` down to `shape` over the axes that broadcasting added or stretched: the
+/// adjoint of NumPy broadcasting, used by every element-wise vjp rule.
+pub(crate) fn sum_to_shape(cotangent: &crate::Array, shape: &[i32]) -> crate::Array {
+    if cotangent.shape() == shape {
+        return cotangent.clone();
+    }
+    let extra = cotangent.ndim() - shape.len();
+    let mut axes: Vec<i32> = (0..extra as i32).collect();
+    for (i, &dim) in shape.iter().enumerate() {
+        if dim == 1 && cotangent.shape()[extra + i] != 1 {
+            axes.push((extra + i) as i32);
+        }
+    }
+    let summed = crate::ops::sum(cotangent, axes, true);
+    crate::ops::reshape(&summed, shape)
+}

@@ -1,0 +1,262 @@
+//! Reverse mode. The inputs are replaced by fresh identity nodes (tracers); the function
+//! builds a lazy graph from them; a walk from the outputs back to the tracers applies each
+//! primitive's `vjp` rule and accumulates cotangents. The results are lazy graphs too, so
+//! `grad(grad(f))` works.
+
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::{Array, Error, Result};
+use nuvec_cpu::Buffer;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// The identity: marks where a transform's inputs enter the traced graph.
+#[derive(Debug)]
+struct Tracer;
+
+impl Primitive for Tracer {
+    fn name(&self) -> &str {
+        "tracer"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], _outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        Ok(vec![inputs[0].buffer().clone()])
+    }
+
+    fn vjp(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![cotangents[0].clone()])
+    }
+}
+
+fn transform_error(reason: impl Into<String>) -> Error {
+    Error::Transform {
+        transform: "vjp",
+        reason: reason.into(),
+    }
+}
+
+/// Nodes between the tracers and `outputs` that depend on a tracer, each after its inputs.
+fn tape(outputs: &[Array], tracers: &HashSet<usize>) -> Result<Vec<Array>> {
+    let mut depends: HashMap<usize, bool> = HashMap::new();
+    let mut order = Vec::new();
+    let mut stack: Vec<(Array, bool)> = outputs.iter().map(|a| (a.clone(), false)).collect();
+    while let Some((array, expanded)) = stack.pop() {
+        let key = array.node_key();
+        if expanded {
+            let inputs = array
+                .pending_parts()
+                .map(|(_, inputs, _)| inputs)
+                .unwrap_or_default();
+            let on_path = tracers.contains(&key)
+                || inputs
+                    .iter()
+                    .any(|i| depends.get(&i.node_key()) == Some(&true));
+            depends.insert(key, on_path);
+            if on_path && !tracers.contains(&key) {
+                order.push(array);
+            }
+            continue;
+        }
+        if depends.contains_key(&key) {
+            continue;
+        }
+        depends.insert(key, false);
+        if tracers.contains(&key) {
+            if array.pending_parts().is_none() {
+                return Err(transform_error(
+                    "an array was evaluated inside the function being differentiated; evaluate after the transform",
+                ));
+            }
+            depends.insert(key, true);
+            continue;
+        }
+        let Some((_, inputs, _)) = array.pending_parts() else {
+            continue;
+        };
+        stack.push((array, true));
+        for input in inputs {
+            if !depends.contains_key(&input.node_key()) {
+                stack.push((input, false));
+            }
+        }
+    }
+    Ok(order)
+}
+
+/// The outputs of `f` at `primals`, and the vector-Jacobian products of `cotangents` (one per
+/// output, of its shape) with respect to each primal.
+///
+/// ```
+/// use nuvec_core::{array, ops, transforms::vjp};
+/// let (outputs, vjps) = vjp(|x| vec![ops::square(&x[0])], &[array![3.0]], &[array![1.0]])?;
+/// assert_eq!(outputs[0].item::<f32>()?, 9.0);
+/// assert_eq!(vjps[0].item::<f32>()?, 6.0);
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+pub fn vjp(
+    f: impl FnOnce(&[Array]) -> Vec<Array>,
+    primals: &[Array],
+    cotangents: &[Array],
+) -> Result<(Vec<Array>, Vec<Array>)> {
+    let tracers: Vec<Array> = primals
+        .iter()
+        .map(|p| {
+            Array::from_primitive(
+                Arc::new(Tracer),
+                vec![p.clone()],
+                p.shape().to_vec(),
+                p.dtype(),
+            )
+        })
+        .collect();
+    let outputs = f(&tracers);
+    if outputs.len() != cotangents.len() {
+        return Err(transform_error(format!(
+            "the function returned {} outputs but {} cotangents were given",
+            outputs.len(),
+            cotangents.len()
+        )));
+    }
+    for (index, (output, cotangent)) in outputs.iter().zip(cotangents).enumerate() {
+        if let Some(error) = output.known_error() {
+            return Err(error);
+        }
+        if output.shape() != cotangent.shape() {
+            return Err(transform_error(format!(
+                "cotangent {index} has shape {:?} but output {index} has shape {:?}",
+                cotangent.shape(),
+                output.shape()
+            )));
+        }
+    }
+    let tracer_keys: HashSet<usize> = tracers.iter().map(Array::node_key).collect();
+    let order = tape(&outputs, &tracer_keys)?;
+    let mut cotangent_of: HashMap<usize, Array> = HashMap::new();
+    let accumulate = |key: usize, value: Array, map: &mut HashMap<usize, Array>| {
+        let summed = match map.remove(&key) {
+            Some(previous) => crate::ops::add(&previous, &value),
+            None => value,
+        };
+        map.insert(key, summed);
+    };
+    for (output, cotangent) in outputs.iter().zip(cotangents) {
+        accumulate(
+            output.node_key(),
+            cotangent.astype(output.dtype()),
+            &mut cotangent_of,
+        );
+    }
+    let on_path: HashSet<usize> = order
+        .iter()
+        .map(Array::node_key)
+        .chain(tracer_keys.iter().copied())
+        .collect();
+    for array in order.iter().rev() {
+        let Some((primitive, inputs, siblings)) = array.pending_parts() else {
+            continue;
+        };
+        let siblings: Vec<Array> = siblings
+            .into_iter()
+            .map(|s| s.unwrap_or_else(|| array.clone()))
+            .collect();
+        if !siblings
+            .iter()
+            .any(|s| cotangent_of.contains_key(&s.node_key()))
+        {
+            continue;
+        }
+        let sibling_cotangents: Vec<Array> = siblings
+            .iter()
+            .map(|s| {
+                cotangent_of
+                    .remove(&s.node_key())
+                    .unwrap_or_else(|| crate::ops::zeros_like(s))
+            })
+            .collect();
+        let argnums: Vec<usize> = (0..inputs.len())
+            .filter(|&i| on_path.contains(&inputs[i].node_key()))
+            .collect();
+        let input_vjps = primitive.vjp(&inputs, &siblings, &sibling_cotangents, &argnums)?;
+        for (&argnum, value) in argnums.iter().zip(input_vjps) {
+            accumulate(inputs[argnum].node_key(), value, &mut cotangent_of);
+        }
+    }
+    let vjps = tracers
+        .iter()
+        .map(|t| {
+            cotangent_of
+                .remove(&t.node_key())
+                .unwrap_or_else(|| crate::ops::zeros_like(t))
+        })
+        .collect();
+    Ok((outputs, vjps))
+}
+
+/// `f`'s value and its gradient with respect to the inputs in `argnums`; `f` must return a
+/// scalar (one element).
+pub fn value_and_grad(
+    f: impl Fn(&[Array]) -> Array,
+    argnums: &[usize],
+) -> impl Fn(&[Array]) -> Result<(Array, Vec<Array>)> {
+    let argnums = argnums.to_vec();
+    move |inputs: &[Array]| {
+        if let Some(&bad) = argnums.iter().find(|&&a| a >= inputs.len()) {
+            return Err(Error::Transform {
+                transform: "grad",
+                reason: format!(
+                    "argnums has {bad} but the function was called with {} inputs",
+                    inputs.len()
+                ),
+            });
+        }
+        let (outputs, vjps) = vjp(
+            |traced| {
+                // Only the differentiated arguments are traced; the others pass through.
+                let mut full = inputs.to_vec();
+                for (slot, &argnum) in argnums.iter().enumerate() {
+                    full[argnum] = traced[slot].clone();
+                }
+                vec![f(&full)]
+            },
+            &argnums
+                .iter()
+                .map(|&a| inputs[a].clone())
+                .collect::<Vec<_>>(),
+            &[Array::scalar(1.0f32)],
+        )
+        .map_err(|error| match error {
+            Error::Transform { reason, .. } if reason.contains("cotangent 0 has shape") => {
+                Error::Transform {
+                    transform: "grad",
+                    reason: "the function must return a scalar (an array of shape [])".into(),
+                }
+            }
+            other => other,
+        })?;
+        let value = outputs
+            .into_iter()
+            .next()
+            .ok_or_else(|| transform_error("no output"))?;
+        Ok((value, vjps))
+    }
+}
+
+/// The gradient of the scalar function `f` with respect to every input.
+///
+/// ```
+/// use nuvec_core::{array, ops, transforms::grad};
+/// let df = grad(|x: &[nuvec_core::Array]| ops::sum(&ops::square(&x[0]), None, false));
+/// assert_eq!(df(&[array![1.0, -2.0]])?[0].to_vec::<f32>()?, [2.0, -4.0]);
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+pub fn grad(f: impl Fn(&[Array]) -> Array) -> impl Fn(&[Array]) -> Result<Vec<Array>> {
+    move |inputs: &[Array]| {
+        let argnums: Vec<usize> = (0..inputs.len()).collect();
+        value_and_grad(&f, &argnums)(inputs).map(|(_, grads)| grads)
+    }
+}

@@ -1,0 +1,280 @@
+//! Reverse-mode gradients against central finite differences in float64, for every
+//! primitive with a vjp rule, plus the transform's error cases.
+
+use nuvec::ops;
+use nuvec::prelude::*;
+use nuvec::transforms::{grad, value_and_grad, vjp};
+
+/// Deterministic float64 values in `[low, high)`.
+fn values(shape: &[i32], low: f64, high: f64, salt: u64) -> Array {
+    let size: i32 = shape.iter().product();
+    let data: Vec<f64> = (0..size as u64)
+        .map(|i| {
+            let mixed = (i
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(salt.wrapping_mul(40_503)))
+                % 10_007;
+            low + (high - low) * (mixed as f64 / 10_007.0)
+        })
+        .collect();
+    Array::from_vec(data, shape)
+}
+
+/// Checks the gradient of `sum(f(x) * weights)` against central differences, element by element.
+#[track_caller]
+fn check(name: &str, f: impl Fn(&Array) -> Array, x: Array) {
+    let probe = f(&x);
+    let weights = values(probe.shape(), -1.0, 1.0, 7);
+    let loss = |a: &Array| ops::sum(&(f(a) * &weights), None, false);
+    let analytic = grad(|inputs: &[Array]| loss(&inputs[0]))(std::slice::from_ref(&x))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let analytic = analytic[0]
+        .to_vec::<f64>()
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let base = x.to_vec::<f64>().unwrap();
+    let step = 1e-6;
+    for i in 0..base.len() {
+        let shifted = |delta: f64| {
+            let mut data = base.clone();
+            data[i] += delta;
+            loss(&Array::from_vec(data, x.shape()))
+                .item::<f64>()
+                .unwrap()
+        };
+        let numeric = (shifted(step) - shifted(-step)) / (2.0 * step);
+        let tolerance = 1e-5 * numeric.abs().max(1.0);
+        assert!(
+            (analytic[i] - numeric).abs() <= tolerance,
+            "{name}: d/dx[{i}] = {} but finite differences give {numeric}",
+            analytic[i]
+        );
+    }
+}
+
+#[test]
+fn unary_gradients_match_finite_differences() {
+    let x = || values(&[2, 3], 0.2, 0.9, 1);
+    check("abs", |a| ops::abs(&(a - 0.5)), x());
+    check("negative", ops::negative, x());
+    check("square", ops::square, x());
+    check("sqrt", ops::sqrt, x());
+    check("rsqrt", ops::rsqrt, x());
+    check("reciprocal", ops::reciprocal, x());
+    check("exp", ops::exp, x());
+    check("expm1", ops::expm1, x());
+    check("log", ops::log, x());
+    check("log1p", ops::log1p, x());
+    check("log2", ops::log2, x());
+    check("log10", ops::log10, x());
+    check("sin", ops::sin, x());
+    check("cos", ops::cos, x());
+    check("tan", ops::tan, x());
+    check("tanh", ops::tanh, x());
+    check("sigmoid", ops::sigmoid, x());
+    check("erf", ops::erf, x());
+    check("erfinv", ops::erfinv, x());
+}
+
+#[test]
+fn binary_gradients_match_finite_differences_with_broadcasting() {
+    let row = values(&[3], 0.5, 1.5, 2);
+    let x = || values(&[2, 3], 0.5, 1.5, 3);
+    check("add", |a| ops::add(a, &row), x());
+    check(
+        "add broadcast operand",
+        |r| ops::add(values(&[2, 3], 0.5, 1.5, 3), r),
+        row.clone(),
+    );
+    check("subtract", |a| ops::subtract(&row, a), x());
+    check("multiply", |a| ops::multiply(a, a), x());
+    check(
+        "multiply broadcast",
+        |r| ops::multiply(values(&[2, 3], 0.5, 1.5, 3), r),
+        row.clone(),
+    );
+    check("divide", |a| ops::divide(&row, a), x());
+    check("power base", |a| ops::power(a, &row), x());
+    check("power exponent", |a| ops::power(&row, a), x());
+    check("maximum", |a| ops::maximum(a, 1.0), x());
+    check("minimum", |a| ops::minimum(a, &row), x());
+    check("logaddexp", |a| ops::logaddexp(a, &row), x());
+    check("arctan2", |a| ops::arctan2(a, &row), x());
+    check(
+        "where",
+        |a| ops::where_(ops::greater(a, 1.0), a, ops::square(a)),
+        x(),
+    );
+}
+
+#[test]
+fn reduction_gradients_match_finite_differences() {
+    let x = || values(&[2, 3, 4], 0.5, 1.5, 4);
+    check("sum", |a| ops::sum(a, [0, 2], false), x());
+    check("sum keepdims", |a| ops::sum(a, 1, true), x());
+    check("mean", |a| ops::mean(a, -1, false), x());
+    check("prod", |a| ops::prod(a, 1, false), x());
+    check("max", |a| ops::max(a, 2, false), x());
+    check("min", |a| ops::min(a, None, false), x());
+    check("var", |a| ops::var(a, [1, 2], false, 1), x());
+    check("std", |a| ops::std(a, 0, false, 0), x());
+    check("logsumexp", |a| ops::logsumexp(a, -1, false), x());
+    check("softmax", |a| ops::softmax(a, -1), x());
+    check("cumsum", |a| ops::cumsum(a, Some(1), false, true), x());
+    check(
+        "cumsum reverse exclusive",
+        |a| ops::cumsum(a, Some(2), true, false),
+        x(),
+    );
+}
+
+#[test]
+fn layout_gradients_match_finite_differences() {
+    let x = || values(&[2, 3, 4], -1.0, 1.0, 5);
+    check("reshape", |a| ops::reshape(a, &[6, 4]), x());
+    check("transpose", |a| ops::transpose(a, Some(&[2, 0, 1])), x());
+    check(
+        "broadcast_to",
+        |a| ops::broadcast_to(&ops::expand_dims(a, &[0]), &[3, 2, 3, 4]),
+        x(),
+    );
+    check(
+        "slice",
+        |a| ops::slice(a, &[1, 0, 1], &[2, 2, 4], &[1, 1, 1]),
+        x(),
+    );
+    check(
+        "concatenate",
+        |a| ops::concatenate(&[a.clone(), ops::square(a)], 1),
+        x(),
+    );
+    check("pad", |a| ops::pad(a, &[(1, 0), (0, 2), (1, 1)], 3.0), x());
+    check("split", |a| ops::split(a, 2, 2)[1].clone(), x());
+    check("tile", |a| ops::tile(a, &[2, 1, 1]), x());
+    check("repeat", |a| ops::repeat(a, 2, Some(1)), x());
+    check("tril", |a| ops::tril(&ops::reshape(a, &[4, 6]), 1), x());
+}
+
+#[test]
+fn matmul_gradients_match_finite_differences() {
+    let b = values(&[4, 5], -1.0, 1.0, 6);
+    check(
+        "matmul left",
+        |a| ops::matmul(a, &b),
+        values(&[2, 3, 4], -1.0, 1.0, 7),
+    );
+    check(
+        "matmul right broadcast",
+        |m| ops::matmul(&values(&[2, 3, 4], -1.0, 1.0, 7), m),
+        b.clone(),
+    );
+    check(
+        "matmul vector",
+        |v| ops::matmul(&b.t(), v),
+        values(&[4], -1.0, 1.0, 8),
+    );
+    check(
+        "addmm",
+        |a| ops::addmm(&values(&[3, 5], 0.0, 1.0, 9), a, &b, 0.5, 2.0),
+        values(&[3, 4], -1.0, 1.0, 10),
+    );
+}
+
+#[test]
+fn an_mlp_loss_has_the_gradient_of_its_finite_differences() {
+    let w1 = values(&[3, 4], -0.5, 0.5, 11);
+    let labels = Array::from_vec(vec![0.0f64, 1.0, 0.0, 0.0, 0.0, 1.0], &[2, 3]);
+    check(
+        "mlp cross-entropy",
+        |w2| {
+            let x = values(&[2, 3], -1.0, 1.0, 12);
+            let hidden = ops::tanh(&ops::matmul(&x, &w1));
+            let logits = ops::matmul(&hidden, w2);
+            let log_probs = &logits - &ops::logsumexp(&logits, -1, true);
+            ops::negative(&ops::mean(
+                &ops::sum(&(log_probs * &labels), -1, false),
+                None,
+                false,
+            ))
+        },
+        values(&[4, 3], -0.5, 0.5, 13),
+    );
+}
+
+#[test]
+fn second_derivatives_come_from_nesting_grad() -> Result<()> {
+    fn sum_of_sin(inputs: &[Array]) -> Array {
+        ops::sum(&ops::sin(&inputs[0]), None, false)
+    }
+    fn sum_of_first_derivative(inputs: &[Array]) -> Array {
+        let first = grad(sum_of_sin)(inputs).expect("first derivative");
+        ops::sum(&first[0], None, false)
+    }
+    let d2 = |x: &Array| -> Result<Array> {
+        Ok(grad(sum_of_first_derivative)(std::slice::from_ref(x))?[0].clone())
+    };
+    let x = values(&[5], -1.0, 1.0, 14);
+    let expected = ops::negative(&ops::sin(&x));
+    let got = d2(&x)?;
+    let error = ops::abs(&(got - expected)).max(None, false).item::<f64>()?;
+    assert!(error < 1e-12, "d²/dx² sin differs by {error}");
+    Ok(())
+}
+
+#[test]
+fn value_and_grad_respects_argnums() -> Result<()> {
+    let f = |inputs: &[Array]| ops::sum(&(&inputs[0] * &inputs[1]), None, false);
+    let (value, grads) = value_and_grad(f, &[1])(&[array![1.0, 2.0], array![3.0, 4.0]])?;
+    assert_eq!(value.item::<f32>()?, 11.0);
+    assert_eq!(grads.len(), 1);
+    assert_eq!(grads[0].to_vec::<f32>()?, [1.0, 2.0]);
+    Ok(())
+}
+
+#[test]
+fn transform_errors_name_the_transform() {
+    let not_scalar = grad(|inputs: &[Array]| ops::square(&inputs[0]))(&[array![1.0, 2.0]])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        not_scalar.contains("[grad]") && not_scalar.contains("scalar"),
+        "{not_scalar}"
+    );
+    let bad_argnum =
+        value_and_grad(|inputs: &[Array]| ops::sum(&inputs[0], None, false), &[3])(&[array![1.0]])
+            .unwrap_err()
+            .to_string();
+    assert!(
+        bad_argnum.contains("argnums") && bad_argnum.contains('3'),
+        "{bad_argnum}"
+    );
+    let bad_cotangent = vjp(
+        |x| vec![ops::exp(&x[0])],
+        &[array![1.0, 2.0]],
+        &[array![1.0]],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        bad_cotangent.contains("[vjp]") && bad_cotangent.contains("cotangent"),
+        "{bad_cotangent}"
+    );
+    let evaluated_inside = grad(|inputs: &[Array]| {
+        let _ = inputs[0].eval();
+        ops::sum(&inputs[0], None, false)
+    })(&[array![1.0]])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        evaluated_inside.contains("evaluated inside"),
+        "{evaluated_inside}"
+    );
+    let no_rule = grad(|inputs: &[Array]| ops::sum(&ops::sort(&inputs[0], None), None, false))(&[
+        array![2.0, 1.0],
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        no_rule.contains("sort") && no_rule.contains("no vjp rule"),
+        "{no_rule}"
+    );
+}
