@@ -339,6 +339,9 @@ pub fn categorical(
     num_samples: Option<i32>,
     key: Option<&Array>,
 ) -> Array {
+    if let Some(error) = logits.known_error() {
+        return Array::failed(error);
+    }
     let axis = match ops::normalize_axis(axis, logits.ndim()) {
         Ok(a) => a,
         Err(reason) => return Array::invalid("categorical", reason),

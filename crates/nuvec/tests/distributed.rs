@@ -151,6 +151,20 @@ fn collectives_match_local_references_on_4_ranks() {
 }
 
 #[test]
+fn collectives_of_failed_arrays_fail_with_the_first_error() {
+    let bad = ops::reshape(&array![1.0, 2.0, 3.0], &[2, 2]);
+    for result in [
+        distributed::all_sum(&bad, None),
+        distributed::all_gather(&bad, None),
+        distributed::sum_scatter(&bad, None),
+        distributed::sum_gradients(&bad, None),
+    ] {
+        let error = result.check().unwrap_err().to_string();
+        assert!(error.contains("[reshape]"), "{error}");
+    }
+}
+
+#[test]
 fn a_group_of_one_makes_every_collective_the_identity() {
     let group = Group::single();
     let x = array![[1.0, 2.0], [3.0, 4.0]];

@@ -244,6 +244,9 @@ pub fn all_min(x: &Array, group: Option<&Group>) -> Array {
 /// `[size]` on every group size (MLX gives `[]` on a group of one).
 #[track_caller]
 pub fn all_gather(x: &Array, group: Option<&Group>) -> Array {
+    if let Some(error) = x.known_error() {
+        return Array::failed(error);
+    }
     let group = group_or_default(group);
     let source = if x.ndim() == 0 {
         crate::ops::reshape(x, &[1])
