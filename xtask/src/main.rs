@@ -80,5 +80,9 @@ fn golden() -> Result<(), String> {
             &["install", "mlx[cpu]==0.32.4", "numpy"],
         )?;
     }
-    run(".venv-mlx/bin/python", &["scripts/golden/make_fixtures.py"])
+    run(".venv-mlx/bin/python", &["scripts/golden/make_fixtures.py"])?;
+    run(
+        ".venv-mlx/bin/python",
+        &["scripts/golden/make_grad_fixtures.py"],
+    )
 }

@@ -278,3 +278,83 @@ fn transform_errors_name_the_transform() {
         "{no_rule}"
     );
 }
+
+/// The composite functions `scripts/golden/make_grad_fixtures.py` differentiates with MLX,
+/// written with nuvec's ops in the same way.
+fn golden_function(name: &str, x: &[Array]) -> Array {
+    match name {
+        "mlp_mse" => {
+            let hidden = ops::tanh(&(ops::matmul(&x[0], &x[1]) + &x[2]));
+            let out = ops::matmul(&hidden, &x[3]);
+            ops::mean(&ops::square(&(out - &x[4])), None, false)
+        }
+        "softmax_cross_entropy" => {
+            let log_probs = &x[0] - &ops::logsumexp(&x[0], -1, true);
+            ops::mean(
+                &ops::negative(&ops::sum(&(&x[1] * &log_probs), -1, false)),
+                None,
+                false,
+            )
+        }
+        "layer_norm" => {
+            let mu = ops::mean(&x[0], -1, true);
+            let var = ops::var(&x[0], -1, true, 0);
+            let normalized = (&x[0] - &mu) * ops::rsqrt(&(var + 1e-5));
+            ops::sum(&((normalized * &x[1] + &x[2]) * &x[3]), None, false)
+        }
+        "sigmoid_bce" => {
+            let p = ops::sigmoid(&x[0]);
+            let terms = &x[1] * &ops::log(&p) + (1.0 - &x[1]) * ops::log(&(1.0 - &p));
+            ops::negative(&ops::mean(&terms, None, false))
+        }
+        "softmax_weighted" => ops::sum(&(ops::softmax(&x[0], -1) * &x[1]), None, false),
+        "max_and_exp" => {
+            ops::sum(&ops::max(&x[0], 1, false), None, false)
+                + ops::sum(&(ops::exp(&x[0]) * 0.1), None, false)
+        }
+        "broadcast_mul_div" => ops::sum(&(&x[0] * &x[1] / (&x[1] + 1.0)), None, false),
+        "cumsum_square" => ops::sum(
+            &ops::square(&ops::cumsum(&x[0], Some(1), false, true)),
+            None,
+            false,
+        ),
+        other => panic!("golden: no function {other}"),
+    }
+}
+
+#[test]
+fn gradients_of_composite_functions_match_mlx() {
+    use nuvec_test_support::{array_of, compare_with, load_fixture};
+    let fixture = load_fixture("grad");
+    assert!(!fixture.cases.is_empty());
+    let mut failures = Vec::new();
+    for case in &fixture.cases {
+        let name = case["name"].as_str().unwrap_or("?");
+        let function = case["function"].as_str().unwrap_or("?").to_string();
+        let inputs: Vec<Array> = case["inputs"]
+            .as_array()
+            .map(|v| v.iter().map(array_of).collect())
+            .unwrap_or_default();
+        let argnums: Vec<usize> = (0..inputs.len()).collect();
+        let (value, grads) =
+            value_and_grad(|x: &[Array]| golden_function(&function, x), &argnums)(&inputs).unwrap();
+        let tolerance = Some((1e-4, 1e-5));
+        if let Err(reason) = compare_with(&value, &case["value"], tolerance) {
+            failures.push(format!("{name} value: {reason}"));
+        }
+        for (index, (got, want)) in grads
+            .iter()
+            .zip(case["grads"].as_array().unwrap())
+            .enumerate()
+        {
+            if let Err(reason) = compare_with(got, want, tolerance) {
+                failures.push(format!("{name} d/dinput{index}: {reason}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "gradients differ from MLX:\n{}",
+        failures.join("\n")
+    );
+}
