@@ -186,9 +186,9 @@ fn large_float_sums_agree_bitwise_on_every_rank_and_rerun() {
         3,
         TIMEOUT,
         |group| {
-            // 4 M floats (16 MB) whose sum depends on the order of additions.
+            // 16 M floats (64 MB) whose sum depends on the order of additions.
             nuvec::random::seed(group.rank() as u64);
-            let x = nuvec::random::normal(&[4 << 20], DType::F32, None);
+            let x = nuvec::random::normal(&[16 << 20], DType::F32, None);
             let first = distributed::all_sum(&x, Some(&group));
             let second = distributed::all_sum(&x, Some(&group));
             let everyone = distributed::all_gather(&ops::expand_dims(&first, &[0]), Some(&group));
@@ -210,9 +210,9 @@ fn large_float_sums_agree_bitwise_on_every_rank_and_rerun() {
                 );
             }
             // The values are right (to rounding) against a local sum of every rank's draw.
-            let expected = (0..group.size()).fold(ops::zeros(&[4 << 20], DType::F32), |acc, r| {
+            let expected = (0..group.size()).fold(ops::zeros(&[16 << 20], DType::F32), |acc, r| {
                 nuvec::random::seed(r as u64);
-                acc + nuvec::random::normal(&[4 << 20], DType::F32, None)
+                acc + nuvec::random::normal(&[16 << 20], DType::F32, None)
             });
             let error = ops::abs(&(&first - &expected))
                 .max(None, false)
