@@ -11,6 +11,7 @@
 mod backend;
 mod hostfile;
 mod options;
+mod platform;
 pub mod ring;
 
 pub use backend::{init, init_backend, init_with, is_available, Backend};

@@ -57,6 +57,7 @@ impl Peer {
     /// Wraps a connected, handshaken stream.
     pub(crate) fn new(rank: usize, stream: TcpStream) -> std::io::Result<Peer> {
         stream.set_nodelay(true)?;
+        crate::platform::enable_keepalive(&stream)?;
         let writer_stream = stream.try_clone()?;
         let control = stream.try_clone()?;
         let (sender, receiver) = channel();
