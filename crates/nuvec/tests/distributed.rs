@@ -343,6 +343,8 @@ fn init_with_forms_a_group_from_addresses_in_code() {
             std::thread::spawn(move || {
                 let group =
                     distributed::init_with(&nodes, rank, &options).expect("forming the group");
+                // Nobody can close before the all_sum below, so the probe sees open peers.
+                group.health().expect("a freshly formed group is healthy");
                 let total = distributed::all_sum(&array![1.0, 2.0], Some(&group))
                     .to_vec::<f32>()
                     .unwrap();

@@ -25,6 +25,9 @@ use std::time::Duration;
 /// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
 /// reducing one chunk overlaps receiving the next.
 const CHUNK_BYTES: usize = 512 * 1024;
+/// The most dimensions a received message may claim (a larger count is a corrupt frame, not a
+/// reason to allocate).
+const MAX_NDIM: usize = 64;
 /// How long a failing operation waits for its queued bytes to leave, best effort.
 const FLUSH_ON_ERROR: Duration = Duration::from_millis(500);
 
@@ -381,13 +384,25 @@ impl Communicator for RingCommunicator {
             state.received[src] += 1;
             let mut count = [0u8; 4];
             read(state, &mut count)?;
-            let mut dims = vec![0u8; 4 * u32::from_le_bytes(count) as usize];
+            let ndim = u32::from_le_bytes(count) as usize;
+            if ndim > MAX_NDIM {
+                let error = self.mismatch(Kind::Send, src, format!("message from rank {src} claims {ndim} dimensions (at most {MAX_NDIM})"));
+                state.failure.get_or_insert_with(|| error.clone());
+                return Err(error);
+            }
+            let mut dims = vec![0u8; 4 * ndim];
             read(state, &mut dims)?;
             let their_shape: Vec<i32> = dims.chunks_exact(4).map(|d| i32::from_le_bytes([d[0], d[1], d[2], d[3]])).collect();
             if header.dtype != dtype || their_shape != shape || header.bytes as usize != data.len() {
-                // Drain the message so the connection stays usable for the next one.
-                let mut rest = vec![0u8; header.bytes as usize];
-                read(state, &mut rest)?;
+                // Drain the message so the connection stays usable for the next one, in bounded
+                // pieces: the size comes from the peer.
+                let mut left = header.bytes;
+                let mut scratch = vec![0u8; CHUNK_BYTES];
+                while left > 0 {
+                    let piece = left.min(CHUNK_BYTES as u64) as usize;
+                    read(state, &mut scratch[..piece])?;
+                    left -= piece as u64;
+                }
                 return Err(self.mismatch(
                     Kind::Send,
                     src,

@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// How long `health` waits for a sign of a closed connection; an open, quiet one times out.
+const HEALTH_PROBE: Duration = Duration::from_millis(1);
+
 enum Job {
     Write(Vec<u8>),
     Flush(Sender<Result<(), String>>),
@@ -153,20 +156,19 @@ impl Peer {
     pub(crate) fn check(&self) -> Result<(), Error> {
         let stream = lock(&self.reader);
         let mut probe = [0u8; 1];
+        // A short read timeout, not non-blocking mode: O_NONBLOCK would be shared with the
+        // writer thread's clone of the socket and could fail its writes mid-message.
         stream
-            .set_nonblocking(true)
+            .set_read_timeout(Some(HEALTH_PROBE))
             .map_err(|e| self.error("health", e.to_string()))?;
         let result = stream.peek(&mut probe);
-        stream
-            .set_nonblocking(false)
-            .map_err(|e| self.error("health", e.to_string()))?;
         match result {
             Ok(0) => Err(self.error(
                 "health",
                 "the peer closed its connection (its process ended)".into(),
             )),
             Ok(_) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(()),
             Err(e) => Err(self.error("health", format!("the connection failed: {e}"))),
         }
         .and_then(|()| match &*lock(&self.write_failure) {
