@@ -325,9 +325,8 @@ mod tests {
         let address = first.as_bytes().as_ptr() as usize;
         drop(first);
         let reused = Buffer::for_output(bytes);
-        // The cache hands back a block of this size (possibly this very one).
-        assert!(cache_bytes() < 1 << 30);
-        let _ = address;
+        // No other test of this crate maps buffers, so the cache hands back this very block.
+        assert_eq!(reused.as_bytes().as_ptr() as usize, address);
         assert_eq!(reused.len_bytes(), bytes);
         assert!(
             Buffer::zeroed(bytes)

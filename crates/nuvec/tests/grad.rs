@@ -358,3 +358,15 @@ fn gradients_of_composite_functions_match_mlx() {
         failures.join("\n")
     );
 }
+
+#[test]
+fn stop_gradient_blocks_the_gradient() -> Result<()> {
+    let f = |x: &[Array]| ops::sum(&(&x[0] * &ops::stop_gradient(&x[0])), None, false);
+    let grads = grad(f)(&[array![2.0, 3.0]])?;
+    assert_eq!(
+        grads[0].to_vec::<f32>()?,
+        [2.0, 3.0],
+        "only the unstopped factor contributes"
+    );
+    Ok(())
+}

@@ -123,7 +123,12 @@ pub fn astype(a: &Array, dtype: DType) -> Array {
 /// The same values, cut off from gradients (evaluation is the identity).
 #[track_caller]
 pub fn stop_gradient(a: &Array) -> Array {
-    crate::ops::shape::reshape(a, a.shape())
+    Array::build1(
+        Arc::new(crate::primitives::layout::StopGradient),
+        vec![a.clone()],
+        a.shape().to_vec(),
+        a.dtype(),
+    )
 }
 
 /// Whether each element is NaN.

@@ -126,6 +126,32 @@ impl Primitive for Reshape {
     same_as!();
 }
 
+/// The identity that blocks gradients: the output shares the input's buffer.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StopGradient;
+
+impl Primitive for StopGradient {
+    fn name(&self) -> &str {
+        "stop_gradient"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], _outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        Ok(vec![inputs[0].buffer().clone()])
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        _cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![crate::ops::zeros_like(&inputs[0])])
+    }
+
+    same_as!();
+}
+
 /// Joins inputs of one dtype along `axis`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Concatenate {
