@@ -142,6 +142,7 @@ pub fn init_with<N: AsRef<[S]>, S: AsRef<str>>(
 }
 
 fn connect(nodes: &[Vec<Address>], rank: usize, options: &Options) -> Result<Group> {
+    options.validate().map_err(init_error)?;
     if nodes.len() == 1 {
         if rank != 0 {
             return Err(init_error(format!(

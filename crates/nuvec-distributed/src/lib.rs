@@ -8,6 +8,7 @@
 #![doc(test(attr(deny(warnings))))]
 #![forbid(unsafe_code)]
 
+mod auth;
 mod backend;
 mod hostfile;
 mod options;

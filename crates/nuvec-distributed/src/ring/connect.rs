@@ -1,21 +1,31 @@
 //! Forming the ring's connections: every rank listens on its first hostfile address and
 //! connects to every higher rank (a full mesh, so send/recv work between any two ranks).
-//! A hello frame carries each side's rank and group size, so a stray connection is dropped
-//! and ranks that disagree on the group get an error saying so.
+//! Each connection opens with the handshake of `handshake.rs` (ranks, group size and, with a
+//! key, proofs from both ends). Accepted connections are handshaken on their own short-lived
+//! threads, so a stray client (a port scanner, one that sends garbage or nothing) is dropped
+//! without delaying the ranks that connect beside it.
 
-use super::frame::{Header, Kind, HEADER_BYTES};
+use super::handshake::{
+    accept_side, connect_side, write_message, Accepted, Local, Message, Verdict,
+};
 use super::peer::Peer;
 use crate::hostfile::Address;
 use crate::Options;
-use nuvec_core::{DType, Error, Result};
-use std::io::{ErrorKind, Read, Write};
+use nuvec_core::{Error, Result};
+use std::io::ErrorKind;
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::channel;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long a connector waits between attempts while its peer is not listening yet.
 const RETRY_INTERVAL: Duration = Duration::from_millis(50);
-/// How long an accepted connection may take to introduce itself before it is dropped.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an accepted connection may take to complete its handshake before it is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most connections handshaking at once; more are dropped unread.
+const MAX_PENDING: usize = 64;
 
 fn init_error(rank: Option<usize>, reason: String) -> Error {
     Error::Distributed {
@@ -24,36 +34,6 @@ fn init_error(rank: Option<usize>, reason: String) -> Error {
         reason,
     }
 }
-
-fn hello(rank: usize, size: usize) -> [u8; HEADER_BYTES] {
-    Header {
-        kind: Kind::Hello,
-        dtype: DType::U8,
-        sequence: rank as u64,
-        bytes: size as u64,
-    }
-    .encode()
-}
-
-/// Reads a hello frame: the sender's (rank, size).
-fn read_hello(
-    stream: &mut TcpStream,
-    timeout: Duration,
-) -> std::result::Result<(usize, usize), String> {
-    stream
-        .set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    let mut raw = [0u8; HEADER_BYTES];
-    stream
-        .read_exact(&mut raw)
-        .map_err(|e| format!("no hello ({e})"))?;
-    let header = Header::decode(&raw)?;
-    if header.kind != Kind::Hello {
-        return Err(format!("expected a hello frame, got {}", header.describe()));
-    }
-    Ok((header.sequence as usize, header.bytes as usize))
-}
-
 /// Binds this rank's listener on the first address that resolves.
 fn listen(address: &Address, rank: usize) -> Result<TcpListener> {
     let candidates = address
@@ -113,95 +93,29 @@ pub(crate) fn form_mesh(
 ) -> Result<Vec<Option<Peer>>> {
     let size = nodes.len();
     let deadline = Instant::now() + options.timeout;
+    let local = Local {
+        rank,
+        size,
+        key: options.key_material().cloned(),
+    };
     let own = nodes[rank]
         .first()
         .ok_or_else(|| init_error(None, format!("rank {rank} has no address in the hostfile")))?;
-    let listener = listen(own, rank)?;
+    let acceptor = Acceptor::start(listen(own, rank)?, local.clone(), options.timeout)?;
     let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
 
-    // Introduce ourselves to every higher rank (their listeners queue us until they accept).
+    // Introduce ourselves to every higher rank while the acceptor takes the lower ones.
     for (peer, addresses) in nodes.iter().enumerate().skip(rank + 1) {
         let address = addresses
             .first()
             .ok_or_else(|| init_error(Some(peer), "no address in the hostfile".into()))?;
         let mut stream = connect(address, peer, deadline)?;
-        stream
-            .write_all(&hello(rank, size))
-            .map_err(|e| init_error(Some(peer), format!("sending hello: {e}")))?;
+        connect_side(&mut stream, &local, peer, deadline)
+            .map_err(|reason| init_error(Some(peer), reason))?;
         streams[peer] = Some(stream);
     }
-
-    // Accept every lower rank; drop connections that are not a nuvec peer of this group.
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| init_error(None, e.to_string()))?;
-    let mut missing: Vec<usize> = (0..rank).collect();
-    while !missing.is_empty() {
-        match listener.accept() {
-            Ok((mut stream, _)) => {
-                stream
-                    .set_nonblocking(false)
-                    .map_err(|e| init_error(None, e.to_string()))?;
-                let Ok((peer, peer_size)) = read_hello(&mut stream, HELLO_TIMEOUT) else {
-                    continue; // A stray connection: not a nuvec rank.
-                };
-                if peer_size != size {
-                    let _ = stream.write_all(&hello(rank, size));
-                    return Err(init_error(
-                        Some(peer),
-                        format!("rank {peer} believes the group has {peer_size} ranks, this rank (rank {rank}) has {size}"),
-                    ));
-                }
-                if peer >= rank || !missing.contains(&peer) {
-                    return Err(init_error(
-                        Some(peer),
-                        format!("a second process claims rank {peer} (or a rank connected out of order): check MLX_RANK on every process"),
-                    ));
-                }
-                stream
-                    .write_all(&hello(rank, size))
-                    .map_err(|e| init_error(Some(peer), format!("answering hello: {e}")))?;
-                missing.retain(|&m| m != peer);
-                streams[peer] = Some(stream);
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(init_error(
-                        missing.first().copied(),
-                        format!(
-                            "timed out after {:.1} s waiting for ranks {missing:?} to connect",
-                            options.timeout.as_secs_f64()
-                        ),
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => return Err(init_error(None, format!("accepting connections: {e}"))),
-        }
-    }
-
-    // Read the answers of the higher ranks.
-    for (peer, slot) in streams.iter_mut().enumerate().skip(rank + 1) {
-        let Some(stream) = slot.as_mut() else {
-            continue;
-        };
-        let remaining = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(100));
-        let (answer_rank, answer_size) =
-            read_hello(stream, remaining).map_err(|reason| init_error(Some(peer), reason))?;
-        if answer_size != size {
-            return Err(init_error(
-                Some(peer),
-                format!("rank {peer} believes the group has {answer_size} ranks, this rank (rank {rank}) has {size}"),
-            ));
-        }
-        if answer_rank != peer {
-            return Err(init_error(
-                Some(peer),
-                format!("the process at rank {peer}'s address says it is rank {answer_rank}"),
-            ));
-        }
+    for (peer, stream) in acceptor.finish()? {
+        streams[peer] = Some(stream);
     }
     streams
         .into_iter()
@@ -213,4 +127,195 @@ pub(crate) fn form_mesh(
             None => Ok(None),
         })
         .collect()
+}
+
+/// A lower rank's connection, handshaken and accepted.
+type Connected = (usize, TcpStream);
+
+/// The thread that accepts the lower ranks' connections while this rank connects upwards.
+/// Dropping it before [`Acceptor::finish`] stops it.
+struct Acceptor {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<Vec<Connected>>>>,
+}
+
+impl Acceptor {
+    fn start(listener: TcpListener, local: Local, timeout: Duration) -> Result<Acceptor> {
+        let deadline = Instant::now() + timeout;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| init_error(None, e.to_string()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("nuvec-ring-accept".into())
+            .spawn(move || accept_loop(&listener, &local, (deadline, timeout), &flag))
+            .map_err(|e| init_error(None, format!("starting the acceptor: {e}")))?;
+        Ok(Acceptor {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Waits until every lower rank is connected (or the formation failed).
+    fn finish(mut self) -> Result<Vec<Connected>> {
+        let thread = self.thread.take().expect("an acceptor is finished once");
+        thread
+            .join()
+            .unwrap_or_else(|_| Err(init_error(None, "the acceptor thread panicked".into())))
+    }
+}
+
+impl Drop for Acceptor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What the acceptor saw besides the ranks it took, for the timeout's error message.
+#[derive(Default)]
+struct Refusals {
+    refused: Vec<String>,
+    strays: usize,
+}
+
+impl Refusals {
+    fn describe(&self) -> String {
+        let mut out = String::new();
+        if !self.refused.is_empty() {
+            out += &format!("; refused {}", self.refused.join("; "));
+        }
+        if self.strays > 0 {
+            out += &format!(
+                "; dropped {} connection(s) that were not nuvec ranks",
+                self.strays
+            );
+        }
+        out
+    }
+}
+
+fn accept_loop(
+    listener: &TcpListener,
+    local: &Local,
+    (deadline, timeout): (Instant, Duration),
+    stop: &AtomicBool,
+) -> Result<Vec<Connected>> {
+    let (results, outcomes) = channel::<(TcpStream, Accepted)>();
+    let pending = Arc::new(AtomicUsize::new(0));
+    let mut missing: Vec<usize> = (0..local.rank).collect();
+    let mut accepted = Vec::new();
+    let mut seen = Refusals::default();
+    while !missing.is_empty() {
+        if stop.load(Ordering::Relaxed) {
+            return Err(init_error(None, "formation abandoned".into()));
+        }
+        let mut busy = false;
+        match listener.accept() {
+            Ok((stream, _)) => {
+                busy = true;
+                if pending.load(Ordering::Relaxed) >= MAX_PENDING {
+                    seen.strays += 1;
+                } else {
+                    spawn_handshake(stream, local, deadline, &pending, &results, &mut seen);
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+            Err(e) => return Err(init_error(None, format!("accepting connections: {e}"))),
+        }
+        while let Ok((mut stream, outcome)) = outcomes.try_recv() {
+            busy = true;
+            match outcome {
+                Accepted::Peer(hello) => {
+                    let peer = judge(&mut stream, &hello, local, &missing)?;
+                    missing.retain(|&m| m != peer);
+                    accepted.push((peer, stream));
+                }
+                Accepted::Refused { claimed, reason } => seen
+                    .refused
+                    .push(format!("a connection claiming rank {claimed}: {reason}")),
+                Accepted::Stray => seen.strays += 1,
+                Accepted::Fatal(reason) => return Err(init_error(None, reason)),
+            }
+        }
+        if !missing.is_empty() && Instant::now() >= deadline {
+            return Err(init_error(
+                missing.first().copied(),
+                format!(
+                    "timed out after {:.1} s waiting for ranks {missing:?} to connect{}",
+                    timeout.as_secs_f64(),
+                    seen.describe()
+                ),
+            ));
+        }
+        if !busy {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    Ok(accepted)
+}
+
+fn spawn_handshake(
+    mut stream: TcpStream,
+    local: &Local,
+    deadline: Instant,
+    pending: &Arc<AtomicUsize>,
+    results: &std::sync::mpsc::Sender<(TcpStream, Accepted)>,
+    seen: &mut Refusals,
+) {
+    let (local, pending, results) = (local.clone(), pending.clone(), results.clone());
+    let handshake_deadline = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
+    pending.fetch_add(1, Ordering::Relaxed);
+    let counter = pending.clone();
+    let spawned = std::thread::Builder::new()
+        .name("nuvec-ring-handshake".into())
+        .spawn(move || {
+            let outcome = match stream.set_nonblocking(false) {
+                Ok(()) => accept_side(&mut stream, &local, handshake_deadline),
+                Err(_) => Accepted::Stray,
+            };
+            pending.fetch_sub(1, Ordering::Relaxed);
+            let _ = results.send((stream, outcome));
+        });
+    if spawned.is_err() {
+        counter.fetch_sub(1, Ordering::Relaxed);
+        seen.strays += 1;
+    }
+}
+
+/// Checks a rank that completed its handshake against the group; answers with the verdict.
+fn judge(
+    stream: &mut TcpStream,
+    hello: &Message,
+    local: &Local,
+    missing: &[usize],
+) -> Result<usize> {
+    let (peer, peer_size) = (hello.rank as usize, hello.size as usize);
+    let refuse = |stream: &mut TcpStream, verdict: Verdict, reason: String| {
+        let _ = write_message(stream, &Message::verdict(verdict));
+        Err(init_error(Some(peer), reason))
+    };
+    if peer_size != local.size {
+        return refuse(
+            stream,
+            Verdict::WrongSize,
+            format!(
+                "rank {peer} believes the group has {peer_size} ranks, this rank (rank {}) has {}",
+                local.rank, local.size
+            ),
+        );
+    }
+    if !missing.contains(&peer) {
+        return refuse(
+            stream,
+            Verdict::DuplicateRank,
+            format!("a second process claims rank {peer} (or a rank connected out of order): check MLX_RANK on every process"),
+        );
+    }
+    write_message(stream, &Message::verdict(Verdict::Accepted))
+        .map_err(|reason| init_error(Some(peer), reason))?;
+    Ok(peer)
 }

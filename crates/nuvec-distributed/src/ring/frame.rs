@@ -7,7 +7,7 @@ use nuvec_core::DType;
 /// Marks nuvec frames ("NUVC").
 pub(crate) const MAGIC: u32 = 0x4E55_5643;
 /// Bumped whenever the wire format changes; peers must agree.
-pub(crate) const VERSION: u16 = 1;
+pub(crate) const VERSION: u16 = 2;
 /// Encoded size of a [`Header`].
 pub(crate) const HEADER_BYTES: usize = 24;
 
@@ -20,7 +20,6 @@ pub(crate) enum Kind {
     AllGather = 4,
     SumScatter = 5,
     Send = 6,
-    Hello = 7,
 }
 
 impl Kind {
@@ -32,7 +31,6 @@ impl Kind {
             4 => Kind::AllGather,
             5 => Kind::SumScatter,
             6 => Kind::Send,
-            7 => Kind::Hello,
             _ => return None,
         })
     }
@@ -45,7 +43,6 @@ impl Kind {
             Kind::AllGather => "all_gather",
             Kind::SumScatter => "sum_scatter",
             Kind::Send => "send",
-            Kind::Hello => "hello",
         }
     }
 }

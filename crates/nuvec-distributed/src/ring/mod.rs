@@ -7,6 +7,7 @@
 
 mod connect;
 mod frame;
+mod handshake;
 mod peer;
 mod schedule;
 
