@@ -46,7 +46,8 @@ pub mod distributed {
         sum_scatter, Communicator, Group, ReduceOp,
     };
     pub use nuvec_distributed::{
-        init, init_backend, init_with, is_available, parse_hostfile, Address, Backend, Options,
+        init, init_backend, init_with, is_available, parse_hostfile, read_hostfile, Address,
+        Backend, Options,
     };
 }
 

@@ -20,6 +20,10 @@ pub(crate) enum Kind {
     AllGather = 4,
     SumScatter = 5,
     Send = 6,
+    /// One piece of a collective's data.
+    Chunk = 8,
+    /// A rank's notice that its group failed, and why.
+    Abort = 9,
 }
 
 impl Kind {
@@ -31,6 +35,8 @@ impl Kind {
             4 => Kind::AllGather,
             5 => Kind::SumScatter,
             6 => Kind::Send,
+            8 => Kind::Chunk,
+            9 => Kind::Abort,
             _ => return None,
         })
     }
@@ -43,6 +49,8 @@ impl Kind {
             Kind::AllGather => "all_gather",
             Kind::SumScatter => "sum_scatter",
             Kind::Send => "send",
+            Kind::Chunk => "chunk",
+            Kind::Abort => "abort",
         }
     }
 }

@@ -10,10 +10,11 @@ mod frame;
 mod handshake;
 mod peer;
 mod schedule;
+mod wire;
 
 use crate::hostfile::Address;
 use crate::Options;
-use frame::{Header, Kind, HEADER_BYTES};
+use frame::{Header, Kind};
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::{DType, Error, Result};
 use nuvec_cpu::bytes::reduce_bytes;
@@ -22,6 +23,7 @@ use peer::Peer;
 use schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use wire::{read_chunk, read_header, write_chunk};
 
 /// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
 /// reducing one chunk overlaps receiving the next.
@@ -51,6 +53,14 @@ pub struct RingCommunicator {
     peers: Vec<Option<Arc<Peer>>>,
     timeout: Duration,
     state: Mutex<State>,
+}
+
+/// This rank's neighbours for one collective, and the collective's sequence number.
+#[derive(Clone, Copy)]
+struct Link<'a> {
+    left: &'a Peer,
+    right: &'a Peer,
+    sequence: u64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -156,9 +166,17 @@ impl RingCommunicator {
             }
             if sticky {
                 state.failure = Some(error.clone());
-                // Tell every peer at once (they see this rank end its connection) instead of
-                // letting them wait out their timeouts for data that will never come.
+                // Tell every peer at once why (an abort notice, then the end of this rank's
+                // writes) instead of letting them wait out their timeouts for data that will
+                // never come.
+                let culprit = match error {
+                    Error::Distributed { rank, .. } => *rank,
+                    _ => None,
+                };
                 for peer in self.peers.iter().flatten() {
+                    if Some(peer.rank) != culprit {
+                        wire::write_abort(peer, error);
+                    }
                     peer.end_writes();
                 }
             }
@@ -173,7 +191,7 @@ impl RingCommunicator {
         kind: Kind,
         dtype: DType,
         bytes: usize,
-    ) -> Result<(&Arc<Peer>, &Arc<Peer>)> {
+    ) -> Result<Link<'_>> {
         let right = self.peer(kind.name(), (self.rank + 1) % self.size)?;
         let left = self.peer(kind.name(), (self.rank + self.size - 1) % self.size)?;
         let ours = Header {
@@ -184,10 +202,7 @@ impl RingCommunicator {
         };
         state.collectives += 1;
         right.write(kind.name(), ours.encode().to_vec())?;
-        let mut raw = [0u8; HEADER_BYTES];
-        left.read_exact(kind.name(), &mut raw, self.timeout)?;
-        let theirs =
-            Header::decode(&raw).map_err(|reason| self.mismatch(kind, left.rank, reason))?;
+        let theirs = read_header(left, kind.name(), self.timeout)?;
         if theirs != ours {
             return Err(self.mismatch(
                 kind,
@@ -201,7 +216,11 @@ impl RingCommunicator {
                 ),
             ));
         }
-        Ok((left, right))
+        Ok(Link {
+            left,
+            right,
+            sequence: ours.sequence,
+        })
     }
 
     fn mismatch(&self, kind: Kind, peer: usize, reason: String) -> Error {
@@ -217,21 +236,28 @@ impl RingCommunicator {
     fn reduce_scatter_phase(
         &self,
         kind: Kind,
-        (left, right): (&Peer, &Peer),
+        link: &Link<'_>,
         data: &mut [u8],
         dtype: DType,
         op: ReduceOp,
         forward_owned: bool,
     ) -> Result<()> {
+        let Link {
+            left,
+            right,
+            sequence,
+        } = *link;
         let (n, width) = (self.size, dtype.size());
         let len = data.len() / width;
         let chunk_elements = (CHUNK_BYTES / width).max(1);
         let steps = reduce_scatter_steps(n, self.rank);
         let mut scratch = vec![0u8; chunk_elements * width];
         for piece in chunks(segment(len, n, steps[0].send), chunk_elements) {
-            right.write(
-                kind.name(),
-                data[piece.start * width..piece.end * width].to_vec(),
+            write_chunk(
+                right,
+                kind,
+                sequence,
+                &data[piece.start * width..piece.end * width],
             )?;
         }
         for (index, step) in steps.iter().enumerate() {
@@ -239,10 +265,10 @@ impl RingCommunicator {
             for piece in chunks(segment(len, n, step.recv), chunk_elements) {
                 let bytes = piece.start * width..piece.end * width;
                 let incoming = &mut scratch[..bytes.len()];
-                left.read_exact(kind.name(), incoming, self.timeout)?;
+                read_chunk(left, kind, sequence, incoming, self.timeout)?;
                 reduce_bytes(&mut data[bytes.clone()], incoming, dtype, kernel_op(op));
                 if !last || forward_owned {
-                    right.write(kind.name(), data[bytes].to_vec())?;
+                    write_chunk(right, kind, sequence, &data[bytes])?;
                 }
             }
         }
@@ -253,11 +279,15 @@ impl RingCommunicator {
     fn all_gather_phase(
         &self,
         kind: Kind,
-        left: &Peer,
-        right: &Peer,
+        link: &Link<'_>,
         data: &mut [u8],
         width: usize,
     ) -> Result<()> {
+        let Link {
+            left,
+            right,
+            sequence,
+        } = *link;
         let n = self.size;
         let len = data.len() / width;
         let chunk_elements = (CHUNK_BYTES / width).max(1);
@@ -265,9 +295,9 @@ impl RingCommunicator {
         for (index, step) in steps.iter().enumerate() {
             for piece in chunks(segment(len, n, step.recv), chunk_elements) {
                 let bytes = piece.start * width..piece.end * width;
-                left.read_exact(kind.name(), &mut data[bytes.clone()], self.timeout)?;
+                read_chunk(left, kind, sequence, &mut data[bytes.clone()], self.timeout)?;
                 if index + 1 < steps.len() {
-                    right.write(kind.name(), data[bytes].to_vec())?;
+                    write_chunk(right, kind, sequence, &data[bytes])?;
                 }
             }
         }
@@ -291,17 +321,17 @@ impl Communicator for RingCommunicator {
     fn all_reduce(&self, data: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
         let kind = kind_of(op);
         self.run(kind.name(), true, |state| {
-            let (left, right) = self.exchange_headers(state, kind, dtype, data.len())?;
-            self.reduce_scatter_phase(kind, (left, right), data, dtype, op, true)?;
-            self.all_gather_phase(kind, left, right, data, dtype.size())?;
-            right.flush(kind.name(), self.timeout)
+            let link = self.exchange_headers(state, kind, dtype, data.len())?;
+            self.reduce_scatter_phase(kind, &link, data, dtype, op, true)?;
+            self.all_gather_phase(kind, &link, data, dtype.size())?;
+            link.right.flush(kind.name(), self.timeout)
         })
     }
 
     fn all_gather(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {
         let kind = Kind::AllGather;
         self.run(kind.name(), true, |state| {
-            let (left, right) = self.exchange_headers(state, kind, dtype, input.len())?;
+            let link = self.exchange_headers(state, kind, dtype, input.len())?;
             let block = input.len();
             output[self.rank * block..(self.rank + 1) * block].copy_from_slice(input);
             // Blocks are the segments of the gathered array; each rank starts owning its own.
@@ -309,13 +339,15 @@ impl Communicator for RingCommunicator {
             let elements = block / width;
             for piece in chunks(0..elements, (CHUNK_BYTES / width).max(1)) {
                 let start = self.rank * block + piece.start * width;
-                right.write(
-                    kind.name(),
-                    output[start..start + piece.len() * width].to_vec(),
+                write_chunk(
+                    link.right,
+                    kind,
+                    link.sequence,
+                    &output[start..start + piece.len() * width],
                 )?;
             }
-            self.all_gather_phase(kind, left, right, output, width)?;
-            right.flush(kind.name(), self.timeout)
+            self.all_gather_phase(kind, &link, output, width)?;
+            link.right.flush(kind.name(), self.timeout)
         })
     }
 
@@ -328,12 +360,12 @@ impl Communicator for RingCommunicator {
     ) -> Result<()> {
         let kind = Kind::SumScatter;
         self.run(kind.name(), true, |state| {
-            let (left, right) = self.exchange_headers(state, kind, dtype, input.len())?;
+            let link = self.exchange_headers(state, kind, dtype, input.len())?;
             let mut data = input.to_vec();
-            self.reduce_scatter_phase(kind, (left, right), &mut data, dtype, op, false)?;
+            self.reduce_scatter_phase(kind, &link, &mut data, dtype, op, false)?;
             let own = segment(data.len() / dtype.size(), self.size, self.rank);
             output.copy_from_slice(&data[own.start * dtype.size()..own.end * dtype.size()]);
-            right.flush(kind.name(), self.timeout)
+            link.right.flush(kind.name(), self.timeout)
         })
     }
 
@@ -367,21 +399,18 @@ impl Communicator for RingCommunicator {
                     state.failure.get_or_insert_with(|| e.clone());
                 })
             };
-            let mut raw = [0u8; HEADER_BYTES];
-            read(state, &mut raw)?;
-            let header = match Header::decode(&raw) {
-                Ok(header) if header.kind == Kind::Send && header.sequence == state.received[src] => header,
-                other => {
-                    let got = other.map(|h| h.describe()).unwrap_or_else(|reason| reason);
-                    let error = self.mismatch(
-                        Kind::Send,
-                        src,
-                        format!("expected message #{} from rank {src}, got {got}", state.received[src]),
-                    );
-                    state.failure.get_or_insert_with(|| error.clone());
-                    return Err(error);
-                }
-            };
+            let header = read_header(peer, "recv", self.timeout).inspect_err(|e| {
+                state.failure.get_or_insert_with(|| e.clone());
+            })?;
+            if header.kind != Kind::Send || header.sequence != state.received[src] {
+                let error = self.mismatch(
+                    Kind::Send,
+                    src,
+                    format!("expected message #{} from rank {src}, got {}", state.received[src], header.describe()),
+                );
+                state.failure.get_or_insert_with(|| error.clone());
+                return Err(error);
+            }
             state.received[src] += 1;
             let mut count = [0u8; 4];
             read(state, &mut count)?;
@@ -430,10 +459,16 @@ impl Communicator for RingCommunicator {
         if let Some(failure) = &state.failure {
             return Err(failure.clone());
         }
-        self.peers
-            .iter()
-            .flatten()
-            .try_for_each(|peer| peer.check())
+        for peer in self.peers.iter().flatten() {
+            if let Some(culprit) = peer.check()?.as_ref().and_then(wire::pending_abort) {
+                return Err(Error::Distributed {
+                    op: "health".into(),
+                    rank: culprit.or(Some(peer.rank)),
+                    reason: format!("rank {} reported that the group failed", peer.rank),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn close(&self) {

@@ -2,6 +2,7 @@
 //! receives, without a thread per step and without spinning) and a blocking reader with a
 //! timeout. Failures become errors naming the peer's rank.
 
+use super::frame::HEADER_BYTES;
 use nuvec_core::Error;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -12,10 +13,14 @@ use std::time::Duration;
 
 /// How long `health` waits for a sign of a closed connection; an open, quiet one times out.
 const HEALTH_PROBE: Duration = Duration::from_millis(1);
+/// How long closing waits for queued bytes to be handed to the kernel.
+const DRAIN_ON_CLOSE: Duration = Duration::from_secs(1);
 
 enum Job {
     Write(Vec<u8>),
     Flush(Sender<Result<(), String>>),
+    /// Ends this side's writing once everything queued before it has been sent.
+    EndWrites,
 }
 
 /// A connection to rank `rank`.
@@ -45,6 +50,9 @@ fn write_loop(mut stream: TcpStream, jobs: Receiver<Job>, failure: Arc<Mutex<Opt
                 if let Err(e) = stream.write_all(&bytes) {
                     *lock(&failure) = Some(e.to_string());
                 }
+            }
+            Job::EndWrites => {
+                let _ = stream.shutdown(Shutdown::Write);
             }
             Job::Flush(done) => {
                 let _ = done.send(match &*lock(&failure) {
@@ -152,10 +160,11 @@ impl Peer {
         })
     }
 
-    /// Whether the peer's end is still open, without sending or consuming data.
-    pub(crate) fn check(&self) -> Result<(), Error> {
+    /// Whether the peer's end is still open, without sending or consuming data; returns the
+    /// first bytes waiting to be read when a whole frame header is there.
+    pub(crate) fn check(&self) -> Result<Option<[u8; HEADER_BYTES]>, Error> {
         let stream = lock(&self.reader);
-        let mut probe = [0u8; 1];
+        let mut probe = [0u8; HEADER_BYTES];
         // A short read timeout, not non-blocking mode: O_NONBLOCK would be shared with the
         // writer thread's clone of the socket and could fail its writes mid-message.
         stream
@@ -167,24 +176,32 @@ impl Peer {
                 "health",
                 "the peer closed its connection (its process ended)".into(),
             )),
-            Ok(_) => Ok(()),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(()),
+            Ok(HEADER_BYTES) => Ok(Some(probe)),
+            Ok(_) => Ok(None),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(None),
             Err(e) => Err(self.error("health", format!("the connection failed: {e}"))),
         }
-        .and_then(|()| match &*lock(&self.write_failure) {
+        .and_then(|waiting| match &*lock(&self.write_failure) {
             Some(reason) => Err(self.error("health", format!("sending failed earlier: {reason}"))),
-            None => Ok(()),
+            None => Ok(waiting),
         })
     }
 
-    /// Ends this side's writing (the peer reads end-of-stream after everything sent so far);
-    /// reading continues to work.
+    /// Ends this side's writing after everything queued so far (the peer reads those bytes,
+    /// then end-of-stream); reading continues to work.
     pub(crate) fn end_writes(&self) {
-        let _ = self.control.shutdown(Shutdown::Write);
+        let queued = lock(&self.jobs)
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(Job::EndWrites).is_ok());
+        if !queued {
+            let _ = self.control.shutdown(Shutdown::Write);
+        }
     }
 
-    /// Closes the connection and stops the writer thread.
+    /// Closes the connection and stops the writer thread, after giving what is queued (an
+    /// abort notice, say) a bounded chance to leave.
     pub(crate) fn close(&self) {
+        let _ = self.flush("close", DRAIN_ON_CLOSE);
         let _ = self.control.shutdown(Shutdown::Both);
         lock(&self.jobs).take();
         if let Some(handle) = lock(&self.writer).take() {
