@@ -23,14 +23,19 @@ pub fn free_ports(count: usize) -> Vec<u16> {
 
 /// Writes an MLX ring hostfile for `ports` on loopback; returns its path.
 pub fn write_hostfile(ports: &[u16]) -> std::path::PathBuf {
-    let entries: Vec<String> = ports
-        .iter()
-        .map(|p| format!("[\"127.0.0.1:{p}\"]"))
-        .collect();
+    let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    write_hostfile_of(&addresses)
+}
+
+/// Writes an MLX ring hostfile with one `host:port` address per rank; returns its path.
+pub fn write_hostfile_of(addresses: &[String]) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static WRITTEN: AtomicUsize = AtomicUsize::new(0);
+    let entries: Vec<String> = addresses.iter().map(|a| format!("[\"{a}\"]")).collect();
     let path = std::env::temp_dir().join(format!(
         "nuvec-hostfile-{}-{}.json",
         std::process::id(),
-        ports[0]
+        WRITTEN.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&path, format!("[{}]", entries.join(", "))).expect("writing the hostfile");
     path
@@ -53,6 +58,10 @@ pub struct Launch {
     pub absent: Vec<usize>,
     /// The group timeout (`NUVEC_DISTRIBUTED_TIMEOUT`); the test's timeout when `None`.
     pub group_timeout: Option<Duration>,
+    /// Each rank's listening address (`host:port`); free loopback ports when empty.
+    pub addresses: Vec<String>,
+    /// A command each rank is started under (`ip netns exec NAME`, say); none when empty.
+    pub prefix: Vec<Vec<String>>,
 }
 
 /// Runs `body` on `n_ranks` processes. In the parent (the test as started by `cargo test`)
@@ -77,14 +86,30 @@ pub fn launch_ranks(
         body(nuvec_distributed::init(true));
         return;
     }
-    let ports = free_ports(n_ranks);
-    let hostfile = write_hostfile(&ports);
+    let addresses = if launch.addresses.is_empty() {
+        free_ports(n_ranks)
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect()
+    } else {
+        launch.addresses.clone()
+    };
+    let hostfile = write_hostfile_of(&addresses);
     let exe = std::env::current_exe().expect("the test binary's path");
     let group_timeout = launch.group_timeout.unwrap_or(timeout);
     let mut children: Vec<_> = (0..n_ranks)
         .filter(|rank| !launch.absent.contains(rank))
         .map(|rank| {
-            let child = Command::new(&exe)
+            let prefix = launch.prefix.get(rank).filter(|p| !p.is_empty());
+            let mut command = match prefix {
+                Some(prefix) => {
+                    let mut command = Command::new(&prefix[0]);
+                    command.args(&prefix[1..]).arg(&exe);
+                    command
+                }
+                None => Command::new(&exe),
+            };
+            let child = command
                 .args([test_name, "--exact", "--nocapture", "--test-threads", "1"])
                 .env(CHILD_VARIABLE, "1")
                 .env("MLX_RANK", rank.to_string())
