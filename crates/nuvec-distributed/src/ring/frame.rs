@@ -144,4 +144,39 @@ mod tests {
         old[4] = 9;
         assert!(Header::decode(&old).unwrap_err().contains("version"));
     }
+
+    /// Arbitrary bytes, and valid headers with bytes changed, decode to an error or a header
+    /// that encodes back to the same bytes: never a panic.
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics() {
+        let mut state = 0x853C_49E6_748F_EA9Bu64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let valid = Header {
+            kind: Kind::Chunk,
+            dtype: DType::F32,
+            sequence: 3,
+            bytes: 4096,
+        }
+        .encode();
+        let mut decoded = 0;
+        for round in 0..200_000 {
+            let mut raw = [0u8; HEADER_BYTES];
+            if round % 2 == 0 {
+                raw.iter_mut().for_each(|b| *b = next() as u8);
+            } else {
+                raw = valid;
+                raw[(next() % HEADER_BYTES as u64) as usize] = next() as u8;
+            }
+            if let Ok(header) = Header::decode(&raw) {
+                assert_eq!(header.encode(), raw);
+                decoded += 1;
+            }
+        }
+        assert!(decoded > 0);
+    }
 }

@@ -8,6 +8,8 @@
 mod connect;
 mod frame;
 mod handshake;
+#[cfg(test)]
+mod hostile_peer_tests;
 mod peer;
 mod schedule;
 mod wire;

@@ -1,0 +1,137 @@
+//! A peer that completes the handshake and then sends arbitrary bytes (random, or valid frames
+//! with corrupted fields, sizes and shapes): every operation on the receiving rank ends in an
+//! error or a correct result, never a panic, a hang or an allocation the peer's numbers drive.
+
+use super::frame::{Header, Kind};
+use super::handshake::{connect_side, Local};
+use super::RingCommunicator;
+use crate::hostfile::Address;
+use crate::Options;
+use nuvec_core::distributed::{Communicator, ReduceOp};
+use nuvec_core::DType;
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A byte stream a hostile or broken rank 0 might send.
+fn hostile_bytes(random: &mut Random) -> Vec<u8> {
+    let kinds = [
+        Kind::AllSum,
+        Kind::Send,
+        Kind::Chunk,
+        Kind::Abort,
+        Kind::AllGather,
+    ];
+    let mut out = Vec::new();
+    for _ in 0..1 + random.below(4) {
+        match random.below(3) {
+            0 => out.extend((0..random.below(200)).map(|_| random.next() as u8)),
+            _ => {
+                let header = Header {
+                    kind: kinds[random.below(kinds.len() as u64) as usize],
+                    dtype: DType::ALL[random.below(DType::ALL.len() as u64) as usize],
+                    sequence: random.below(3),
+                    bytes: match random.below(3) {
+                        0 => 16,
+                        1 => random.below(64),
+                        _ => random.next(),
+                    },
+                };
+                let mut frame = header.encode().to_vec();
+                if random.below(4) == 0 {
+                    let at = random.below(frame.len() as u64) as usize;
+                    frame[at] = random.next() as u8;
+                }
+                out.extend(frame);
+                // A shape prefix (for send frames) with a plausible or absurd dimension count.
+                let ndim = if random.below(2) == 0 {
+                    1
+                } else {
+                    random.next() as u32
+                };
+                out.extend(ndim.to_le_bytes());
+                out.extend((0..random.below(40)).map(|_| random.next() as u8));
+            }
+        }
+    }
+    out
+}
+
+/// Forms a 2-rank group whose rank 0 is this test's raw socket; returns rank 1 and the socket.
+fn group_with_raw_rank_0() -> (RingCommunicator, TcpStream) {
+    let ports = [free_port(), free_port()];
+    let nodes: Vec<Vec<Address>> = ports
+        .iter()
+        .map(|p| vec![Address::parse(&format!("127.0.0.1:{p}")).unwrap()])
+        .collect();
+    let rank_1 = std::thread::spawn(move || {
+        RingCommunicator::connect(&nodes, 1, &Options::with_timeout(Duration::from_secs(2)))
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stream = loop {
+        match TcpStream::connect(("127.0.0.1", ports[1])) {
+            Ok(stream) => break stream,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+            Err(e) => panic!("rank 1 never listened: {e}"),
+        }
+    };
+    let local = Local {
+        rank: 0,
+        size: 2,
+        key: None,
+    };
+    connect_side(&mut stream, &local, 1, deadline).expect("handshake as rank 0");
+    (rank_1.join().unwrap().expect("rank 1 forms"), stream)
+}
+
+#[test]
+fn arbitrary_bytes_from_a_peer_end_in_errors_not_panics_or_hangs() {
+    let mut random = Random(0x2545_F491_4F6C_DD1D);
+    for case in 0..60 {
+        let (group, mut raw) = group_with_raw_rank_0();
+        let bytes = hostile_bytes(&mut random);
+        let _ = raw.write_all(&bytes);
+        drop(raw); // The hostile peer leaves: nothing may wait past that.
+        let start = Instant::now();
+        let mut data = [0u8; 16];
+        let outcome = if case % 2 == 0 {
+            group.recv(&mut data, DType::F32, &[4], 0)
+        } else {
+            group.all_reduce(&mut data, DType::F32, ReduceOp::Sum)
+        };
+        assert!(
+            outcome.is_err(),
+            "case {case}: {} bytes were accepted",
+            bytes.len()
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "case {case} took {:?}",
+            start.elapsed()
+        );
+        group.close();
+    }
+}
