@@ -1,10 +1,11 @@
-//! Pre-shared-key authentication of the ring's connections: the documented outcome of every
-//! key mistake and of hostile clients, each within a bound. Ranks are threads of this process
+//! The handshake that opens the ring's connections: pre-shared-key authentication, ranks that
+//! disagree about the group, ports in use and hostile clients, each with its documented
+//! outcome within a bound. Ranks are threads of this process
 //! forming groups with `init_with` (the handshake is the same as across processes).
 
 use nuvec::distributed::{self, Group, Options};
 use nuvec::{array, Result};
-use nuvec_test_support::ranks::free_ports;
+use nuvec_test_support::ranks::{free_ports, launch_ranks, Launch};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread::JoinHandle;
@@ -278,4 +279,103 @@ fn a_replayed_handshake_is_refused() {
         "{error}"
     );
     assert!(outcome.1 < TIMEOUT + SLACK, "took {:?}", outcome.1);
+}
+
+#[test]
+fn ranks_that_disagree_on_the_group_size_both_get_errors_saying_so() {
+    let ports = free_ports(3);
+    let three = loopback(&ports);
+    let two = loopback(&ports[..2]);
+    let options = Options::with_timeout(TIMEOUT);
+    let first = start_rank(&three, 0, options.clone());
+    let second = start_rank(&two, 1, options);
+    let outcomes = [first, second].map(|h| h.join().unwrap());
+    let error = error_of(&outcomes[0]);
+    assert!(
+        error.contains("rank 1 believes the group has 2 ranks, this rank (rank 0) has 3"),
+        "{error}"
+    );
+    let error = error_of(&outcomes[1]);
+    assert!(
+        error.contains("rank 0 believes the group has 3 ranks, this rank (rank 1) has 2"),
+        "{error}"
+    );
+    for (_, took) in &outcomes {
+        assert!(*took < SLACK, "took {took:?}");
+    }
+}
+
+#[test]
+fn two_processes_claiming_the_same_rank_get_errors_saying_so() {
+    let ports = free_ports(4);
+    let genuine = loopback(&ports[..3]);
+    // The impostor claims rank 1 but listens elsewhere.
+    let impostor = loopback(&[ports[0], ports[3], ports[2]]);
+    let options = Options::with_timeout(TIMEOUT);
+    let accepting = start_rank(&genuine, 2, options.clone());
+    let first = start_rank(&genuine, 1, options.clone());
+    let second = start_rank(&impostor, 1, options);
+    let error = error_of(&accepting.join().unwrap());
+    assert!(error.contains("a second process claims rank 1"), "{error}");
+    let claimants = [first, second].map(|h| error_of(&h.join().unwrap()));
+    assert!(
+        claimants
+            .iter()
+            .any(|e| e.contains("another process already joined as rank 1")),
+        "{claimants:?}"
+    );
+}
+
+#[test]
+fn a_port_already_in_use_is_reported_as_such() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let nodes = loopback(&[port, free_ports(1)[0]]);
+    let error = distributed::init_with(&nodes, 0, &Options::with_timeout(TIMEOUT))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&format!("127.0.0.1:{port}")) && error.contains("already in use"),
+        "{error}"
+    );
+}
+
+#[test]
+fn init_authenticates_with_nuvec_distributed_key() {
+    let launch = Launch {
+        env: vec![("NUVEC_DISTRIBUTED_KEY".into(), SECRET.into())],
+        ..Launch::default()
+    };
+    launch_ranks(
+        "init_authenticates_with_nuvec_distributed_key",
+        2,
+        Duration::from_secs(20),
+        &launch,
+        |group| {
+            let group = group.expect("forming with the key from the environment");
+            let total = distributed::all_sum(&array![1.0], Some(&group)).to_vec::<f32>();
+            assert_eq!(total.unwrap(), [2.0]);
+        },
+    );
+}
+
+#[test]
+fn init_refuses_a_short_nuvec_distributed_key() {
+    let launch = Launch {
+        env: vec![("NUVEC_DISTRIBUTED_KEY".into(), "0123456789".into())],
+        ..Launch::default()
+    };
+    launch_ranks(
+        "init_refuses_a_short_nuvec_distributed_key",
+        2,
+        Duration::from_secs(20),
+        &launch,
+        |group| {
+            let error = group.unwrap_err().to_string();
+            assert!(
+                error.contains("10 bytes") && !error.contains("0123456789"),
+                "{error}"
+            );
+        },
+    );
 }

@@ -250,6 +250,13 @@ fn threads_and_descriptors() -> (usize, usize) {
     (count("/proc/self/task"), count("/proc/self/fd"))
 }
 
+/// Resident memory of this process in bytes (Linux's /proc).
+fn resident_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
 /// Forms a 2-rank group (both ranks threads of this process), runs a collective and closes it.
 fn form_use_close(ports: &[u16]) {
     let nodes: Vec<Vec<String>> = ports
@@ -275,14 +282,14 @@ fn form_use_close(ports: &[u16]) {
 }
 
 #[test]
-fn fifty_cycles_of_forming_and_closing_leak_no_threads_or_descriptors() {
+fn fifty_cycles_of_forming_and_closing_leak_no_threads_descriptors_or_memory() {
     if !std::path::Path::new("/proc/self/task").exists() {
         eprintln!("SKIPPED: counting threads and descriptors needs Linux's /proc");
         return;
     }
     // In a process of its own, so the other tests' threads do not blur the counts.
     launch_ranks(
-        "fifty_cycles_of_forming_and_closing_leak_no_threads_or_descriptors",
+        "fifty_cycles_of_forming_and_closing_leak_no_threads_descriptors_or_memory",
         1,
         Duration::from_secs(120),
         &Launch::default(),
@@ -290,6 +297,7 @@ fn fifty_cycles_of_forming_and_closing_leak_no_threads_or_descriptors() {
             let ports = nuvec_test_support::ranks::free_ports(2);
             form_use_close(&ports); // Lazily started workers exist from here on.
             let before = threads_and_descriptors();
+            let memory_before = resident_bytes();
             for _ in 0..50 {
                 form_use_close(&ports);
             }
@@ -306,4 +314,50 @@ fn fifty_cycles_of_forming_and_closing_leak_no_threads_or_descriptors() {
             );
         },
     );
+}
+
+#[test]
+fn health_waits_for_a_collective_in_progress_instead_of_interleaving() {
+    let nodes: Vec<Vec<String>> = nuvec_test_support::ranks::free_ports(2)
+        .iter()
+        .map(|p| vec![format!("127.0.0.1:{p}")])
+        .collect();
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            let nodes = nodes.clone();
+            std::thread::spawn(move || {
+                let options = Options::with_timeout(Duration::from_secs(20));
+                let group = distributed::init_with(&nodes, rank, &options).expect("forming");
+                // Another thread probes the group over and over while collectives run.
+                let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let probing = {
+                    let stop = stop.clone();
+                    std::thread::spawn(move || {
+                        let mut probes = 0;
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            group.health().expect("healthy while collectives run");
+                            probes += 1;
+                        }
+                        probes
+                    })
+                };
+                for round in 0..4 {
+                    let x = ops::full(&[1 << 22], (rank + round) as f64, DType::F32);
+                    let total = distributed::all_sum(&x, Some(&group))
+                        .to_vec::<f32>()
+                        .unwrap();
+                    let expected = (2 * round + 1) as f32;
+                    assert!(total.iter().all(|&v| v == expected), "round {round}");
+                }
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                assert!(probing.join().unwrap() > 0);
+                // Both ranks are done before either closes.
+                distributed::all_sum(&array![0.0], Some(&group))
+                    .check()
+                    .unwrap();
+                group.close();
+            })
+        })
+        .collect();
+    handles.into_iter().for_each(|h| h.join().unwrap());
 }
