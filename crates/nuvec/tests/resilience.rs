@@ -295,7 +295,10 @@ fn fifty_cycles_of_forming_and_closing_leak_no_threads_descriptors_or_memory() {
         &Launch::default(),
         |_| {
             let ports = nuvec_test_support::ranks::free_ports(2);
-            form_use_close(&ports); // Lazily started workers exist from here on.
+            // Lazily started workers and the allocator's per-thread arenas exist from here on.
+            for _ in 0..25 {
+                form_use_close(&ports);
+            }
             let before = threads_and_descriptors();
             let memory_before = resident_bytes();
             for _ in 0..50 {
@@ -312,6 +315,10 @@ fn fifty_cycles_of_forming_and_closing_leak_no_threads_descriptors_or_memory() {
                 after, before,
                 "(threads, descriptors) before and after 50 cycles"
             );
+            // Each cycle's connections, queues and threads are gone: memory stays flat (the
+            // bound leaves room for allocator noise; 40 KB kept per cycle would exceed it).
+            let grown = resident_bytes().saturating_sub(memory_before);
+            assert!(grown < 2 << 20, "resident memory grew by {grown} bytes");
         },
     );
 }
