@@ -1,0 +1,43 @@
+//! The one place with platform code in this crate: signals to processes and process groups.
+
+/// A signal the launcher sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Signal {
+    Term,
+    Kill,
+}
+
+impl Signal {
+    fn number(self) -> libc::c_int {
+        match self {
+            Signal::Term => libc::SIGTERM,
+            Signal::Kill => libc::SIGKILL,
+        }
+    }
+}
+
+/// Sends `signal` to every process of the group `pgid` (a rank started as a group leader).
+/// Returns false when no such group is left.
+pub(crate) fn signal_group(pgid: u32, signal: Signal) -> bool {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return false;
+    };
+    if pgid <= 1 {
+        return false; // Never signal every process or init's group.
+    }
+    // SAFETY: kill(2) with a negative pid signals that process group; it reads no memory of
+    // ours and fails harmlessly (ESRCH) when the group is gone.
+    unsafe { libc::kill(-pgid, signal.number()) == 0 }
+}
+
+/// Sends `signal` to one process.
+pub(crate) fn signal_process(pid: u32, signal: Signal) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 1 {
+        return false;
+    }
+    // SAFETY: kill(2) on a positive pid signals that process only; no memory is shared.
+    unsafe { libc::kill(pid, signal.number()) == 0 }
+}
