@@ -421,3 +421,52 @@ fn a_nuvec_program_gives_the_same_results_under_nuvec_launch_and_mlx_launch() {
         .unwrap();
     assert_eq!(results(&theirs.stdout), ours, "{}", text(&theirs.stderr));
 }
+
+#[test]
+fn the_mpi_backend_hands_the_launch_to_mpirun_without_the_key_on_its_command_line() {
+    // A stand-in mpirun that shows what it was given.
+    let dir = scratch("mpirun");
+    let fake = dir.join("mpirun");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho \"args: $*\"\nwhile [ \"$1\" != --hostfile ]; do shift; done\necho \"hosts: $(cat \"$2\" | tr '\\n' ';')\"\necho \"key: ${#NUVEC_DISTRIBUTED_KEY}\"\nexit 5\n",
+    )
+    .unwrap();
+    Command::new("chmod")
+        .args(["+x"])
+        .arg(&fake)
+        .status()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = nuvec()
+        .args([
+            "launch",
+            "--backend",
+            "mpi",
+            "--hosts",
+            "h1,h2",
+            "-n",
+            "2",
+            "--env",
+            "A=1",
+        ])
+        .args(["--mpi-arg", "--bind-to none", "--", "./prog", "x"])
+        .env("PATH", &path)
+        .env_remove("NUVEC_DISTRIBUTED_KEY")
+        .output()
+        .unwrap();
+    // mpirun's status is the launcher's.
+    assert_eq!(output.status.code(), Some(5), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains("-x A=1 -x NUVEC_DISTRIBUTED_KEY --bind-to none -- ./prog x"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("hosts: h1 slots=2;h2 slots=2;"), "{stdout}");
+    assert!(stdout.contains("key: 64"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,6 +3,7 @@
 //! and a fresh pre-shared key for every launch unless one is set.
 
 mod hosts;
+mod mpi;
 mod output;
 mod plan;
 mod spawn;
@@ -49,6 +50,9 @@ pub(crate) struct LaunchArgs {
     /// Log what the launcher does; the ring also gets MLX_RING_VERBOSE=1.
     #[arg(long)]
     verbose: bool,
+    /// Extra arguments for mpirun (--backend mpi; repeatable).
+    #[arg(long = "mpi-arg")]
+    mpi_arg: Vec<String>,
     /// Do not prefix output lines with `[rank] `.
     #[arg(long = "no-prefix")]
     no_prefix: bool,
@@ -179,9 +183,6 @@ pub(crate) fn run(args: LaunchArgs) -> Result<i32, String> {
     if command.is_empty() {
         return Err("no command to launch: nuvec launch [options] -- COMMAND [ARGS...]".into());
     }
-    if backend == LaunchBackend::Mpi {
-        return Err("--backend mpi: nuvec launch does not start mpirun yet; run `mpirun -np N COMMAND` (the MPI backend's own issue adds it)".into());
-    }
     let cwd = match &args.cwd {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?,
@@ -202,6 +203,34 @@ pub(crate) fn run(args: LaunchArgs) -> Result<i32, String> {
         &fresh_key()?[..8]
     ));
     create_private_dir(&files)?;
+    let (plans, command, prefix) = if backend == LaunchBackend::Mpi {
+        // mpirun starts the ranks; the launcher supervises mpirun alone.
+        let hostfile = files.join("mpi-hostfile");
+        std::fs::write(&hostfile, mpi::mpi_hostfile(&hosts))
+            .map_err(|e| format!("writing {}: {e}", hostfile.display()))?;
+        let line = mpi::mpirun_command(
+            &mpi::find_mpirun()?,
+            &hostfile,
+            args.cwd.as_deref(),
+            &options.env,
+            &args.mpi_arg,
+            &command,
+        )?;
+        let local = Host {
+            ssh: "127.0.0.1".into(),
+            ips: Vec::new(),
+            rdma: Vec::new(),
+        };
+        let plan = RankPlan {
+            rank: 0,
+            host: local,
+            env: Vec::new(),
+            files: Vec::new(),
+        };
+        (vec![plan], line, false)
+    } else {
+        (plans, command, !args.no_prefix)
+    };
     let context = Context {
         command,
         cwd,
@@ -222,7 +251,7 @@ pub(crate) fn run(args: LaunchArgs) -> Result<i32, String> {
     let outcome = supervise::run(
         &plans,
         &context,
-        !args.no_prefix,
+        prefix,
         Duration::from_secs_f64(args.grace),
     );
     let _ = std::fs::remove_dir_all(&files);
