@@ -4,9 +4,13 @@
 //! - `demo`: the main job (the README's first command): 4 ranks on loopback.
 //! - `golden`: regenerates the MLX fixtures with `scripts/golden/make_fixtures.py`.
 //! - `bench-core`: nuvec's core kernels against numpy, side by side.
+//! - `bench-distributed`: nuvec's ring against MLX's ring, side by side (collectives, 2 and 4
+//!   ranks, 4 KB to 256 MB), with this machine's ceilings; table, JSON and SVG.
 //! - `tidy`: repository hygiene (also run as a test: `cargo test -p xtask`).
 
 mod bench_core;
+mod bench_distributed;
+mod bench_plot;
 mod demo;
 mod tidy;
 
@@ -20,8 +24,12 @@ fn main() -> ExitCode {
         Some("demo") => demo::run(),
         Some("golden") => golden(),
         Some("bench-core") => bench_core::run(&args[1..]),
+        Some("bench-distributed") => bench_distributed::run_bench(&args[1..]),
         Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),
-        _ => Err("usage: cargo xtask <ci | demo | golden | bench-core | tidy>".to_string()),
+        _ => Err(
+            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | tidy>"
+                .to_string(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,205 @@
+//! One rank of `cargo xtask bench-distributed`: times collectives with the nccl-tests
+//! conventions and prints one JSON line per (op, size) on rank 0.
+//!
+//! - bytes is the big buffer: all_sum's input (= output), all_gather's output, sum_scatter's
+//!   input; pingpong sends `bytes` each way between ranks 0 and 1 (time: half the round trip).
+//! - each iteration starts after a barrier (a one-element all_sum); its time is the slowest
+//!   rank's; the median and minimum over iterations are reported.
+//! - iterations adapt to the size: warm-up time decides how many fit in `--budget` seconds.
+//! - results are checked against the values every rank contributed.
+//!
+//! `scripts/bench/mlx_collectives.py` does the same for MLX.
+
+use nuvec::distributed::{self, Group};
+use nuvec::prelude::*;
+use std::time::Instant;
+
+struct Settings {
+    ops: Vec<String>,
+    sizes: Vec<usize>,
+    dtype: DType,
+    budget: f64,
+    min_iters: usize,
+    max_iters: usize,
+}
+
+fn parse_size(text: &str) -> usize {
+    let text = text.trim().to_uppercase();
+    let (digits, scale) = match text.chars().last() {
+        Some('K') => (&text[..text.len() - 1], 1 << 10),
+        Some('M') => (&text[..text.len() - 1], 1 << 20),
+        Some('G') => (&text[..text.len() - 1], 1 << 30),
+        _ => (text.as_str(), 1),
+    };
+    digits.parse::<usize>().expect("a size like 4K, 1M or 4096") * scale
+}
+
+fn settings() -> Settings {
+    let mut settings = Settings {
+        ops: ["all_sum", "all_gather", "sum_scatter", "pingpong"]
+            .map(String::from)
+            .to_vec(),
+        sizes: "4K,64K,1M,16M,64M,256M"
+            .split(',')
+            .map(parse_size)
+            .collect(),
+        dtype: DType::F32,
+        budget: 1.0,
+        min_iters: 5,
+        max_iters: 2000,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    for pair in args.chunks(2) {
+        let value = pair.get(1).expect("every option takes a value");
+        match pair[0].as_str() {
+            "--ops" => settings.ops = value.split(',').map(String::from).collect(),
+            "--sizes" => settings.sizes = value.split(',').map(parse_size).collect(),
+            "--dtype" => {
+                settings.dtype = match value.as_str() {
+                    "float32" => DType::F32,
+                    "bfloat16" => DType::BF16,
+                    other => panic!("unsupported dtype {other}"),
+                }
+            }
+            "--budget" => settings.budget = value.parse().expect("seconds"),
+            "--min-iters" => settings.min_iters = value.parse().expect("a count"),
+            "--max-iters" => settings.max_iters = value.parse().expect("a count"),
+            other => panic!("unknown option {other}"),
+        }
+    }
+    settings
+}
+
+fn barrier(group: &Group) -> Result<()> {
+    distributed::all_sum(&array![1.0], Some(group)).eval()
+}
+
+/// Runs `op` once on this rank; returns the output to check.
+fn step(op: &str, x: &Array, group: &Group) -> Result<Array> {
+    let out = match op {
+        "all_sum" => distributed::all_sum(x, Some(group)),
+        "all_gather" => distributed::all_gather(x, Some(group)),
+        "sum_scatter" => distributed::sum_scatter(x, Some(group)),
+        "pingpong" => match group.rank() {
+            0 => {
+                distributed::send(x, 1, Some(group)).eval()?;
+                distributed::recv_like(x, 1, Some(group))
+            }
+            1 => {
+                let got = distributed::recv_like(x, 0, Some(group));
+                got.eval()?;
+                distributed::send(&got, 0, Some(group)).eval()?;
+                got
+            }
+            _ => x.clone(),
+        },
+        other => panic!("unknown op {other}"),
+    };
+    out.eval()?;
+    Ok(out)
+}
+
+/// The input of `op` on this rank: `bytes` of the big buffer, filled with rank + 1.
+fn input(op: &str, bytes: usize, dtype: DType, group: &Group) -> Array {
+    let n = group.size();
+    let elements = bytes / dtype.size();
+    let elements = match op {
+        "all_gather" => elements / n,
+        "sum_scatter" => elements / n * n,
+        _ => elements,
+    };
+    let x = ops::full(&[elements as i32], (group.rank() + 1) as f64, dtype);
+    x.eval().expect("input");
+    x
+}
+
+/// Whether `out` holds what `op` must give on this rank.
+fn correct(op: &str, out: &Array, group: &Group) -> Result<bool> {
+    let n = group.size() as f32;
+    let values = out.astype(DType::F32).to_vec::<f32>()?;
+    let (first, last) = (values[0], values[values.len() - 1]);
+    Ok(match op {
+        "all_sum" | "sum_scatter" => {
+            let total = n * (n + 1.0) / 2.0;
+            first == total && last == total
+        }
+        "all_gather" => first == 1.0 && last == n,
+        "pingpong" => group.rank() > 1 || (first == 1.0 && last == 1.0),
+        _ => false,
+    })
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
+}
+
+fn bus_factor(op: &str, n: usize) -> f64 {
+    let n = n as f64;
+    match op {
+        "all_sum" => 2.0 * (n - 1.0) / n,
+        "all_gather" | "sum_scatter" => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+fn time_op(op: &str, bytes: usize, settings: &Settings, group: &Group) -> Result<()> {
+    let x = input(op, bytes, settings.dtype, group);
+    // Warm-up: two runs, the second timed; all ranks agree on the slowest.
+    step(op, &x, group)?;
+    barrier(group)?;
+    let start = Instant::now();
+    step(op, &x, group)?;
+    let warm = start.elapsed().as_secs_f64();
+    let warm = distributed::all_max(&array![warm as f32], Some(group)).item::<f32>()? as f64;
+    let iters =
+        ((settings.budget / warm.max(1e-7)) as usize).clamp(settings.min_iters, settings.max_iters);
+    let mut times = Vec::with_capacity(iters);
+    let mut last = x.clone();
+    for _ in 0..iters {
+        barrier(group)?;
+        let start = Instant::now();
+        last = step(op, &x, group)?;
+        times.push(start.elapsed().as_secs_f64() as f32);
+    }
+    let ok = correct(op, &last, group)?;
+    let all_ok = distributed::all_min(&array![if ok { 1.0 } else { 0.0 }], Some(group))
+        .item::<f32>()?
+        == 1.0;
+    // The time of an iteration is the slowest rank's.
+    let times = Array::from_slice(&times, &[iters as i32]);
+    let slowest = distributed::all_max(&times, Some(group)).to_vec::<f32>()?;
+    if group.rank() == 0 {
+        let mut seconds: Vec<f64> = slowest.iter().map(|&t| t as f64).collect();
+        let min = seconds.iter().copied().fold(f64::INFINITY, f64::min);
+        let median = median(&mut seconds);
+        let busbw = bytes as f64 / median * bus_factor(op, group.size()) / 1e9;
+        println!(
+            "{{\"impl\": \"nuvec\", \"op\": \"{op}\", \"bytes\": {bytes}, \"ranks\": {}, \"dtype\": \"{}\", \"iters\": {iters}, \"median_us\": {:.3}, \"min_us\": {:.3}, \"busbw_gbps\": {busbw:.4}, \"ok\": {all_ok}}}",
+            group.size(),
+            settings.dtype,
+            median * 1e6,
+            min * 1e6
+        );
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let settings = settings();
+    let group = distributed::init(true)?;
+    for op in &settings.ops {
+        if op == "pingpong" && group.size() < 2 {
+            continue;
+        }
+        for &bytes in &settings.sizes {
+            time_op(op, bytes, &settings, &group)?;
+        }
+    }
+    Ok(())
+}

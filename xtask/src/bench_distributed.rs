@@ -1,0 +1,480 @@
+//! `cargo xtask bench-distributed`: nuvec's ring against MLX 0.32.4's ring, side by side, in
+//! one run on this machine (or the hosts of `--hostfile`).
+//!
+//! For each rank count and collective it runs nuvec's rank program
+//! (`examples/bench_distributed.rs`, started by `nuvec launch`) and MLX's
+//! (`scripts/bench/mlx_collectives.py`, started directly with the ring's environment, since
+//! mlx.launch spins a core), alternating which goes first. Both use the nccl-tests conventions
+//! (big-buffer bytes, bus-bandwidth factors, a barrier before each iteration, the slowest
+//! rank's time, the median). It also measures this machine's ceilings: single-core memcpy
+//! bandwidth and one loopback TCP stream. Output: a table (stdout and
+//! target/bench-distributed.md), target/bench-distributed.json and an SVG plot of bus
+//! bandwidth against size (target/bench-distributed.svg).
+
+use crate::{run, workspace_root};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+macro_rules! progress {
+    ($($arg:tt)*) => {{
+        eprintln!("bench-distributed: {}", format_args!($($arg)*));
+    }};
+}
+
+struct Options {
+    ranks: Vec<usize>,
+    ops: Vec<String>,
+    sizes: String,
+    dtypes: Vec<String>,
+    budget: String,
+    mlx: bool,
+}
+
+fn options(args: &[String]) -> Result<Options, String> {
+    let mut options = Options {
+        ranks: vec![2, 4],
+        ops: ["all_sum", "all_gather", "sum_scatter", "pingpong"]
+            .map(String::from)
+            .to_vec(),
+        sizes: "4K,64K,1M,16M,64M,256M".into(),
+        dtypes: vec!["float32".into()],
+        budget: "1.0".into(),
+        mlx: true,
+    };
+    let mut rest = args.iter();
+    while let Some(flag) = rest.next() {
+        if flag == "--no-mlx" {
+            options.mlx = false;
+            continue;
+        }
+        let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--ranks" => {
+                options.ranks = value
+                    .split(',')
+                    .map(|r| r.parse().map_err(|_| format!("--ranks: {r:?} is not a count")))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--ops" => options.ops = value.split(',').map(String::from).collect(),
+            "--sizes" => options.sizes = value.clone(),
+            "--dtypes" => options.dtypes = value.split(',').map(String::from).collect(),
+            "--budget" => options.budget = value.clone(),
+            other => {
+                return Err(format!(
+                    "unknown option {other} (--ranks 2,4 --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --no-mlx)"
+                ))
+            }
+        }
+    }
+    Ok(options)
+}
+
+/// A start port with `n` free loopback ports after it.
+fn free_port_range(n: usize) -> Result<u16, String> {
+    for _ in 0..100 {
+        let start = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        if (0..n as u16).all(|i| {
+            start
+                .checked_add(i)
+                .is_some_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        }) {
+            return Ok(start);
+        }
+    }
+    Err("no free port range".into())
+}
+
+/// The JSON lines a run's rank 0 printed.
+fn records(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
+        .collect()
+}
+
+fn run_ours(
+    root: &Path,
+    n: usize,
+    op: &str,
+    dtype: &str,
+    options: &Options,
+) -> Result<Vec<Value>, String> {
+    let port = free_port_range(n)?.to_string();
+    let output = Command::new(root.join("target/release/nuvec"))
+        .args([
+            "launch",
+            "-n",
+            &n.to_string(),
+            "-p",
+            &port,
+            "--no-prefix",
+            "--",
+        ])
+        .arg(root.join("target/release/examples/bench_distributed"))
+        .args([
+            "--ops",
+            op,
+            "--sizes",
+            &options.sizes,
+            "--dtype",
+            dtype,
+            "--budget",
+            &options.budget,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running nuvec launch: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "nuvec's ranks failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(records(&output.stdout))
+}
+
+fn run_mlx(
+    root: &Path,
+    python: &Path,
+    n: usize,
+    op: &str,
+    dtype: &str,
+    options: &Options,
+) -> Result<Vec<Value>, String> {
+    let start = free_port_range(n)?;
+    let hostfile =
+        std::env::temp_dir().join(format!("nuvec-bench-mlx-{}.json", std::process::id()));
+    let entries: Vec<String> = (0..n)
+        .map(|r| format!("[\"127.0.0.1:{}\"]", start + r as u16))
+        .collect();
+    std::fs::write(&hostfile, format!("[{}]", entries.join(", "))).map_err(|e| e.to_string())?;
+    let mut children = Vec::new();
+    for rank in 0..n {
+        children.push(
+            Command::new(python)
+                .arg(root.join("scripts/bench/mlx_collectives.py"))
+                .args([
+                    "--ops",
+                    op,
+                    "--sizes",
+                    &options.sizes,
+                    "--dtype",
+                    dtype,
+                    "--budget",
+                    &options.budget,
+                ])
+                .env("MLX_RANK", rank.to_string())
+                .env("MLX_HOSTFILE", &hostfile)
+                .stdin(Stdio::null())
+                .stdout(if rank == 0 {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("starting MLX rank {rank}: {e}"))?,
+        );
+    }
+    let mut stdout = Vec::new();
+    if let Some(mut out) = children[0].stdout.take() {
+        let _ = out.read_to_end(&mut stdout);
+    }
+    let mut failure = None;
+    for (rank, child) in children.iter_mut().enumerate() {
+        let status = child.wait().map_err(|e| e.to_string())?;
+        if !status.success() && failure.is_none() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            failure = Some(format!("MLX rank {rank} failed ({status}): {err}"));
+        }
+    }
+    let _ = std::fs::remove_file(&hostfile);
+    match failure {
+        Some(reason) => Err(reason),
+        None => Ok(records(&stdout)),
+    }
+}
+
+/// MLX's Python: `.venv-mlx` (created with `pip install "mlx[cpu]==0.32.4"` when missing).
+fn mlx_python(root: &Path) -> Result<PathBuf, String> {
+    let python = root.join(".venv-mlx/bin/python");
+    if !python.exists() {
+        progress!("installing MLX 0.32.4 into .venv-mlx (python3 -m venv; pip install \"mlx[cpu]==0.32.4\")");
+        run("python3", &["-m", "venv", ".venv-mlx"])?;
+        run(
+            ".venv-mlx/bin/pip",
+            &["install", "--quiet", "mlx[cpu]==0.32.4"],
+        )?;
+    }
+    let check = Command::new(&python)
+        .args(["-c", "import mlx.core as mx; print(mx.__version__)"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let version = String::from_utf8_lossy(&check.stdout).trim().to_string();
+    if !check.status.success() {
+        return Err(format!(
+            "{} cannot import mlx: {}",
+            python.display(),
+            String::from_utf8_lossy(&check.stderr)
+        ));
+    }
+    if version != "0.32.4" {
+        progress!("note: .venv-mlx has MLX {version}, not 0.32.4");
+    }
+    Ok(python)
+}
+
+/// Single-core memcpy bandwidth (GB/s, best of 5 copies of 256 MiB).
+fn memcpy_ceiling() -> f64 {
+    let size = 256 << 20;
+    let source = vec![1u8; size];
+    let mut target = vec![0u8; size];
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let start = Instant::now();
+        target.copy_from_slice(&source);
+        best = best.min(start.elapsed().as_secs_f64());
+        std::hint::black_box(&target);
+    }
+    size as f64 / best / 1e9
+}
+
+/// One loopback TCP stream (GB/s, 2 GiB in 4 MiB writes).
+fn tcp_ceiling() -> Result<f64, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    let total: usize = 2 << 30;
+    let reader = std::thread::spawn(move || -> std::io::Result<usize> {
+        let (mut stream, _) = listener.accept()?;
+        let mut buffer = vec![0u8; 4 << 20];
+        let mut received = 0;
+        loop {
+            match stream.read(&mut buffer)? {
+                0 => return Ok(received),
+                n => received += n,
+            }
+        }
+    });
+    let mut stream = std::net::TcpStream::connect(address).map_err(|e| e.to_string())?;
+    let chunk = vec![7u8; 4 << 20];
+    let start = Instant::now();
+    for _ in 0..total / chunk.len() {
+        stream.write_all(&chunk).map_err(|e| e.to_string())?;
+    }
+    drop(stream);
+    let received = reader
+        .join()
+        .map_err(|_| "reader panicked")?
+        .map_err(|e| e.to_string())?;
+    Ok(received as f64 / start.elapsed().as_secs_f64() / 1e9)
+}
+
+fn human(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 => format!("{} MB", b >> 20),
+        b if b >= 1 << 10 => format!("{} KB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+fn us(value: f64) -> String {
+    if value >= 1000.0 {
+        format!("{:.2} ms", value / 1000.0)
+    } else {
+        format!("{value:.0} µs")
+    }
+}
+
+fn key(record: &Value) -> (String, u64, u64, String) {
+    (
+        record["op"].as_str().unwrap_or_default().to_string(),
+        record["ranks"].as_u64().unwrap_or_default(),
+        record["bytes"].as_u64().unwrap_or_default(),
+        record["dtype"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+fn table(ours: &[Value], theirs: &[Value]) -> String {
+    let mut out = String::from(
+        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for record in ours {
+        let k = key(record);
+        let mine = record["median_us"].as_f64().unwrap_or(f64::NAN);
+        let other = theirs.iter().find(|t| key(t) == k);
+        let (their_median, ratio, their_bw) = match other {
+            Some(t) if t.get("error").is_none() => {
+                let m = t["median_us"].as_f64().unwrap_or(f64::NAN);
+                (
+                    us(m),
+                    format!("{:.3}", mine / m),
+                    format!("{:.3}", t["busbw_gbps"].as_f64().unwrap_or(f64::NAN)),
+                )
+            }
+            Some(_) => ("unsupported".into(), "–".into(), "–".into()),
+            None => ("–".into(), "–".into(), "–".into()),
+        };
+        let checked = if record["ok"].as_bool() == Some(true) {
+            ""
+        } else {
+            " (WRONG RESULT)"
+        };
+        out += &format!(
+            "| {} | {} | {} | {} | {}{checked} | {their_median} | {ratio} | {:.3} | {their_bw} |\n",
+            k.0,
+            k.1,
+            k.3,
+            human(k.2),
+            us(mine),
+            record["busbw_gbps"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
+    out
+}
+
+pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
+    let options = options(args)?;
+    let root = workspace_root();
+    run(
+        "cargo",
+        &[
+            "build",
+            "--release",
+            "-p",
+            "nuvec-cli",
+            "--bin",
+            "nuvec",
+            "-p",
+            "nuvec",
+            "--example",
+            "bench_distributed",
+        ],
+    )?;
+    let python = if options.mlx {
+        match mlx_python(&root) {
+            Ok(python) => Some(python),
+            Err(reason) => {
+                progress!("MLX is not available ({reason}); printing nuvec's numbers alone");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    progress!("measuring this machine's ceilings");
+    let memcpy = memcpy_ceiling();
+    let tcp = tcp_ceiling()?;
+    progress!("single-core memcpy {memcpy:.2} GB/s, one loopback TCP stream {tcp:.2} GB/s");
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let mut turn = 0;
+    for &n in &options.ranks {
+        for dtype in &options.dtypes {
+            for op in &options.ops {
+                let mut sides: Vec<&str> = vec!["nuvec", "mlx"];
+                if turn % 2 == 1 {
+                    sides.reverse();
+                }
+                turn += 1;
+                for side in sides {
+                    progress!("{n} ranks, {op}, {dtype}: {side} ({})", options.sizes);
+                    let results = match (side, &python) {
+                        ("nuvec", _) => run_ours(&root, n, op, dtype, &options)?,
+                        ("mlx", Some(python)) => run_mlx(&root, python, n, op, dtype, &options)
+                            .unwrap_or_else(|e| {
+                                progress!("MLX failed: {e}");
+                                Vec::new()
+                            }),
+                        _ => Vec::new(),
+                    };
+                    for record in &results {
+                        if let Some(error) = record.get("error") {
+                            progress!("  {side}: {op} unsupported: {error}");
+                        } else {
+                            progress!(
+                                "  {side}: {} {}: median {} ({:.3} GB/s busbw)",
+                                op,
+                                human(record["bytes"].as_u64().unwrap_or_default()),
+                                us(record["median_us"].as_f64().unwrap_or(f64::NAN)),
+                                record["busbw_gbps"].as_f64().unwrap_or(f64::NAN)
+                            );
+                        }
+                    }
+                    if side == "nuvec" {
+                        ours.extend(results);
+                    } else {
+                        theirs.extend(results);
+                    }
+                }
+            }
+        }
+    }
+    let table = table(&ours, &theirs);
+    println!("{table}");
+    println!(
+        "ceilings: single-core memcpy {memcpy:.2} GB/s; one loopback TCP stream {tcp:.2} GB/s"
+    );
+    let target = root.join("target");
+    std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
+    let command = format!("cargo xtask bench-distributed {}", args.join(" "));
+    let report = json!({
+        "command": command.trim(),
+        "ceilings": {"memcpy_gbps": memcpy, "tcp_stream_gbps": tcp},
+        "nuvec": ours,
+        "mlx": theirs,
+    });
+    std::fs::write(
+        target.join("bench-distributed.json"),
+        serde_json::to_string_pretty(&report).unwrap_or_default(),
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::write(
+        target.join("bench-distributed.md"),
+        format!("{table}\nceilings: single-core memcpy {memcpy:.2} GB/s; one loopback TCP stream {tcp:.2} GB/s\n\n`{}`\n", command.trim()),
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::write(
+        target.join("bench-distributed.svg"),
+        crate::bench_plot::svg(&ours, &theirs, tcp, &options.ranks, &options.ops),
+    )
+    .map_err(|e| e.to_string())?;
+    progress!("wrote target/bench-distributed.{{md,json,svg}}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_read_from_json_lines_among_other_output() {
+        let output = b"[nuvec launch] a note\n{\"impl\": \"nuvec\", \"bytes\": 4096}\nplain text\n";
+        let found = records(output);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0]["bytes"], 4096);
+    }
+
+    #[test]
+    fn the_table_pairs_each_result_with_mlx_and_shows_the_ratio() {
+        let ours = vec![
+            json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 40.0, "busbw_gbps": 0.1, "ok": true}),
+        ];
+        let theirs = vec![
+            json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 4000.0, "busbw_gbps": 0.001}),
+        ];
+        let table = table(&ours, &theirs);
+        assert!(
+            table.contains("| all_sum | 2 | float32 | 4 KB | 40 µs | 4.00 ms | 0.010 |"),
+            "{table}"
+        );
+    }
+}
