@@ -10,6 +10,19 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 const KEEPALIVE_PROBES: u32 = 5;
 
+/// Sends what the socket takes without blocking (a per-call flag: the descriptor, shared with
+/// the reader and the writer thread, stays blocking); `WouldBlock` when it takes nothing.
+pub(crate) fn send_now(
+    stream: &TcpStream,
+    parts: &[std::io::IoSlice<'_>],
+) -> std::io::Result<usize> {
+    #[cfg(target_os = "linux")]
+    let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+    #[cfg(not(target_os = "linux"))]
+    let flags = libc::MSG_DONTWAIT;
+    socket2::SockRef::from(stream).send_vectored_with_flags(parts, flags)
+}
+
 /// Turns on TCP keepalive with nuvec's timing.
 pub(crate) fn enable_keepalive(stream: &TcpStream) -> std::io::Result<()> {
     let keepalive = socket2::TcpKeepalive::new()

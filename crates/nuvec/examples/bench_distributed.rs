@@ -151,10 +151,10 @@ fn bus_factor(op: &str, n: usize) -> f64 {
 fn time_op(op: &str, bytes: usize, settings: &Settings, group: &Group) -> Result<()> {
     let x = input(op, bytes, settings.dtype, group);
     // Warm-up: two runs, the second timed; all ranks agree on the slowest.
-    step(op, &x, group)?;
+    let _warm = step(op, &x, group)?;
     barrier(group)?;
     let start = Instant::now();
-    step(op, &x, group)?;
+    let _timed = step(op, &x, group)?;
     let warm = start.elapsed().as_secs_f64();
     let warm = distributed::all_max(&array![warm as f32], Some(group)).item::<f32>()? as f64;
     let iters =

@@ -141,6 +141,9 @@ fn a_cut_link_is_reported_by_health_within_the_keepalive_window() {
         distributed::all_sum(&x, Some(&group)).check().unwrap();
         group.health().expect("healthy before the cut");
         if group.rank() == 0 {
+            // Let this rank's last bytes reach the peer first: returning from a collective
+            // means they were handed to the kernel, not that they arrived.
+            std::thread::sleep(Duration::from_millis(300));
             set_link("down");
         }
         let start = Instant::now();
@@ -184,9 +187,12 @@ fn a_partition_during_a_collective_heals_into_an_error_not_a_hang() {
         let x = ops::ones(&[1 << 16], DType::F32);
         distributed::all_sum(&x, Some(&group)).check().unwrap();
         if group.rank() == 0 {
+            // Let this rank's last bytes reach the peer first: returning from a collective
+            // means they were handed to the kernel, not that they arrived.
+            std::thread::sleep(Duration::from_millis(300));
             set_link("down");
         } else {
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::sleep(Duration::from_millis(800));
         }
         let start = Instant::now();
         let error = distributed::all_sum(&x, Some(&group))

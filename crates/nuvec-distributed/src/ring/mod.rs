@@ -33,6 +33,8 @@ const CHUNK_BYTES: usize = 512 * 1024;
 /// The most dimensions a received message may claim (a larger count is a corrupt frame, not a
 /// reason to allocate).
 const MAX_NDIM: usize = 64;
+/// How long reading a waiting abort notice may take.
+const ROOT_CAUSE_WAIT: Duration = Duration::from_millis(200);
 /// How long a failing operation waits for its queued bytes to leave, best effort.
 const FLUSH_ON_ERROR: Duration = Duration::from_millis(500);
 
@@ -45,6 +47,8 @@ struct State {
     /// The first failure; the group refuses further work with it.
     failure: Option<Error>,
     closed: bool,
+    /// Where chunks from the left are received before being reduced (kept between calls).
+    scratch: Vec<u8>,
 }
 
 /// A connected ring group.
@@ -63,6 +67,7 @@ struct Link<'a> {
     left: &'a Peer,
     right: &'a Peer,
     sequence: u64,
+    ours: Header,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -118,6 +123,7 @@ impl RingCommunicator {
                 received: vec![0; size],
                 failure: None,
                 closed: false,
+                scratch: Vec::new(),
             }),
         })
     }
@@ -159,7 +165,7 @@ impl RingCommunicator {
                 reason: format!("the group failed earlier and refuses further work: {failure}"),
             });
         }
-        let result = body(&mut state);
+        let result = body(&mut state).map_err(|error| self.root_cause(op, error));
         if let Err(error) = &result {
             // Hand what was queued (our header, say) to the kernel, so peers learn what this
             // rank called even if the process exits right after the error.
@@ -186,14 +192,25 @@ impl RingCommunicator {
         result
     }
 
-    /// Sends this collective's header right and checks the one arriving from the left.
-    fn exchange_headers(
-        &self,
-        state: &mut State,
-        kind: Kind,
-        dtype: DType,
-        bytes: usize,
-    ) -> Result<Link<'_>> {
+    /// The error to report for a failed operation: when a peer has already sent word of the
+    /// group's failure (an abort notice naming the rank that was lost), that notice, rather
+    /// than this rank's own symptom (a peer that stopped reading, say).
+    fn root_cause(&self, op: &str, error: Error) -> Error {
+        for peer in self.peers.iter().flatten() {
+            let waiting = peer.check().ok().flatten();
+            if waiting.as_ref().and_then(wire::pending_abort).is_some() {
+                if let Err(notice) = read_header(peer, op, ROOT_CAUSE_WAIT) {
+                    return notice;
+                }
+            }
+        }
+        error
+    }
+
+    /// Sends this collective's header right; the data may follow at once (the left
+    /// neighbour's header is checked by [`RingCommunicator::check_left`] before any of its data
+    /// is used).
+    fn begin(&self, state: &mut State, kind: Kind, dtype: DType, bytes: usize) -> Result<Link<'_>> {
         let right = self.peer(kind.name(), (self.rank + 1) % self.size)?;
         let left = self.peer(kind.name(), (self.rank + self.size - 1) % self.size)?;
         let ours = Header {
@@ -203,7 +220,18 @@ impl RingCommunicator {
             bytes: bytes as u64,
         };
         state.collectives += 1;
-        right.write(kind.name(), ours.encode().to_vec())?;
+        right.write(kind.name(), &[&ours.encode()])?;
+        Ok(Link {
+            left,
+            right,
+            sequence: ours.sequence,
+            ours,
+        })
+    }
+
+    /// Reads the left neighbour's header and checks it called the same collective.
+    fn check_left(&self, link: &Link<'_>) -> Result<()> {
+        let (kind, left, ours) = (link.ours.kind, link.left, link.ours);
         let theirs = read_header(left, kind.name(), self.timeout)?;
         if theirs != ours {
             return Err(self.mismatch(
@@ -218,11 +246,7 @@ impl RingCommunicator {
                 ),
             ));
         }
-        Ok(Link {
-            left,
-            right,
-            sequence: ours.sequence,
-        })
+        Ok(())
     }
 
     fn mismatch(&self, kind: Kind, peer: usize, reason: String) -> Error {
@@ -240,20 +264,21 @@ impl RingCommunicator {
         kind: Kind,
         link: &Link<'_>,
         data: &mut [u8],
-        dtype: DType,
-        op: ReduceOp,
+        (dtype, op): (DType, ReduceOp),
         forward_owned: bool,
+        scratch: &mut Vec<u8>,
     ) -> Result<()> {
         let Link {
             left,
             right,
             sequence,
+            ..
         } = *link;
         let (n, width) = (self.size, dtype.size());
         let len = data.len() / width;
         let chunk_elements = (CHUNK_BYTES / width).max(1);
         let steps = reduce_scatter_steps(n, self.rank);
-        let mut scratch = vec![0u8; chunk_elements * width];
+        scratch.resize(scratch.len().max(chunk_elements * width), 0);
         for piece in chunks(segment(len, n, steps[0].send), chunk_elements) {
             write_chunk(
                 right,
@@ -262,6 +287,7 @@ impl RingCommunicator {
                 &data[piece.start * width..piece.end * width],
             )?;
         }
+        self.check_left(link)?;
         for (index, step) in steps.iter().enumerate() {
             let last = index + 1 == steps.len();
             for piece in chunks(segment(len, n, step.recv), chunk_elements) {
@@ -289,6 +315,7 @@ impl RingCommunicator {
             left,
             right,
             sequence,
+            ..
         } = *link;
         let n = self.size;
         let len = data.len() / width;
@@ -323,8 +350,8 @@ impl Communicator for RingCommunicator {
     fn all_reduce(&self, data: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
         let kind = kind_of(op);
         self.run(kind.name(), true, |state| {
-            let link = self.exchange_headers(state, kind, dtype, data.len())?;
-            self.reduce_scatter_phase(kind, &link, data, dtype, op, true)?;
+            let link = self.begin(state, kind, dtype, data.len())?;
+            self.reduce_scatter_phase(kind, &link, data, (dtype, op), true, &mut state.scratch)?;
             self.all_gather_phase(kind, &link, data, dtype.size())?;
             link.right.flush(kind.name(), self.timeout)
         })
@@ -333,7 +360,7 @@ impl Communicator for RingCommunicator {
     fn all_gather(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {
         let kind = Kind::AllGather;
         self.run(kind.name(), true, |state| {
-            let link = self.exchange_headers(state, kind, dtype, input.len())?;
+            let link = self.begin(state, kind, dtype, input.len())?;
             let block = input.len();
             output[self.rank * block..(self.rank + 1) * block].copy_from_slice(input);
             // Blocks are the segments of the gathered array; each rank starts owning its own.
@@ -348,6 +375,7 @@ impl Communicator for RingCommunicator {
                     &output[start..start + piece.len() * width],
                 )?;
             }
+            self.check_left(&link)?;
             self.all_gather_phase(kind, &link, output, width)?;
             link.right.flush(kind.name(), self.timeout)
         })
@@ -362,9 +390,16 @@ impl Communicator for RingCommunicator {
     ) -> Result<()> {
         let kind = Kind::SumScatter;
         self.run(kind.name(), true, |state| {
-            let link = self.exchange_headers(state, kind, dtype, input.len())?;
+            let link = self.begin(state, kind, dtype, input.len())?;
             let mut data = input.to_vec();
-            self.reduce_scatter_phase(kind, &link, &mut data, dtype, op, false)?;
+            self.reduce_scatter_phase(
+                kind,
+                &link,
+                &mut data,
+                (dtype, op),
+                false,
+                &mut state.scratch,
+            )?;
             let own = segment(data.len() / dtype.size(), self.size, self.rank);
             output.copy_from_slice(&data[own.start * dtype.size()..own.end * dtype.size()]);
             link.right.flush(kind.name(), self.timeout)
@@ -381,13 +416,12 @@ impl Communicator for RingCommunicator {
                 bytes: data.len() as u64,
             };
             state.sent[dst] += 1;
-            let mut frame = header.encode().to_vec();
-            frame.extend_from_slice(&(shape.len() as u32).to_le_bytes());
+            let mut meta = header.encode().to_vec();
+            meta.extend_from_slice(&(shape.len() as u32).to_le_bytes());
             for dim in shape {
-                frame.extend_from_slice(&dim.to_le_bytes());
+                meta.extend_from_slice(&dim.to_le_bytes());
             }
-            frame.extend_from_slice(data);
-            peer.write("send", frame)?;
+            peer.write("send", &[&meta, data])?;
             peer.flush("send", self.timeout)
         })
     }

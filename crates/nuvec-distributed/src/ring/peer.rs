@@ -1,11 +1,14 @@
-//! One TCP connection to a peer: a persistent writer thread (so this rank can send while it
-//! receives, without a thread per step and without spinning) and a blocking reader with a
-//! timeout. Failures become errors naming the peer's rank.
+//! One TCP connection to a peer. Writes go straight to the socket from the calling thread
+//! while it has room (a non-blocking send, no copy, no thread hand-off); what does not fit is
+//! queued for the connection's persistent writer thread, so this rank keeps receiving while a
+//! large send drains (no thread per step, no spinning). Reads block with a timeout. Failures
+//! become errors naming the peer's rank.
 
 use super::frame::HEADER_BYTES;
 use nuvec_core::Error;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -23,15 +26,43 @@ enum Job {
     EndWrites,
 }
 
+/// What the calling thread and the writer thread share.
+#[derive(Debug)]
+struct Outgoing {
+    /// The writing end; its lock orders direct sends against the writer thread's.
+    stream: Mutex<TcpStream>,
+    /// Jobs queued and not yet finished by the writer thread.
+    pending: AtomicUsize,
+    /// The first failed write.
+    failure: Mutex<Option<String>>,
+}
+
+/// The reading end and the read timeout last set on it (setting it costs a system call).
+#[derive(Debug)]
+struct Incoming {
+    stream: TcpStream,
+    timeout: Option<Duration>,
+}
+
+impl Incoming {
+    fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
+        if self.timeout != Some(timeout) {
+            self.stream.set_read_timeout(Some(timeout))?;
+            self.timeout = Some(timeout);
+        }
+        Ok(())
+    }
+}
+
 /// A connection to rank `rank`.
 #[derive(Debug)]
 pub(crate) struct Peer {
     pub(crate) rank: usize,
-    reader: Mutex<TcpStream>,
+    reader: Mutex<Incoming>,
     control: TcpStream,
+    outgoing: Arc<Outgoing>,
     jobs: Mutex<Option<Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
-    write_failure: Arc<Mutex<Option<String>>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -40,28 +71,46 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn write_loop(mut stream: TcpStream, jobs: Receiver<Job>, failure: Arc<Mutex<Option<String>>>) {
+fn write_loop(outgoing: Arc<Outgoing>, jobs: Receiver<Job>) {
     for job in jobs {
+        // The job finishes (and `pending` drops) under the stream's lock, so a direct send
+        // that sees nothing pending cannot overtake it.
+        let mut stream = lock(&outgoing.stream);
         match job {
             Job::Write(bytes) => {
-                if lock(&failure).is_some() {
-                    continue;
-                }
-                if let Err(e) = stream.write_all(&bytes) {
-                    *lock(&failure) = Some(e.to_string());
+                if lock(&outgoing.failure).is_none() {
+                    if let Err(e) = stream.write_all(&bytes) {
+                        *lock(&outgoing.failure) = Some(e.to_string());
+                    }
                 }
             }
             Job::EndWrites => {
                 let _ = stream.shutdown(Shutdown::Write);
             }
             Job::Flush(done) => {
-                let _ = done.send(match &*lock(&failure) {
+                let _ = done.send(match &*lock(&outgoing.failure) {
                     Some(reason) => Err(reason.clone()),
                     None => Ok(()),
                 });
             }
         }
+        outgoing.pending.fetch_sub(1, Ordering::AcqRel);
+        drop(stream);
     }
+}
+
+/// The parts of `parts` after the first `skip` bytes.
+fn remaining<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<&'a [u8]> {
+    let mut out = Vec::with_capacity(parts.len());
+    for part in parts {
+        if skip >= part.len() {
+            skip -= part.len();
+        } else {
+            out.push(&part[skip..]);
+            skip = 0;
+        }
+    }
+    out
 }
 
 impl Peer {
@@ -69,21 +118,27 @@ impl Peer {
     pub(crate) fn new(rank: usize, stream: TcpStream) -> std::io::Result<Peer> {
         stream.set_nodelay(true)?;
         crate::platform::enable_keepalive(&stream)?;
-        let writer_stream = stream.try_clone()?;
+        let outgoing = Arc::new(Outgoing {
+            stream: Mutex::new(stream.try_clone()?),
+            pending: AtomicUsize::new(0),
+            failure: Mutex::new(None),
+        });
         let control = stream.try_clone()?;
         let (sender, receiver) = channel();
-        let write_failure = Arc::new(Mutex::new(None));
-        let failure = write_failure.clone();
+        let shared = outgoing.clone();
         let writer = std::thread::Builder::new()
             .name(format!("nuvec-ring-write-{rank}"))
-            .spawn(move || write_loop(writer_stream, receiver, failure))?;
+            .spawn(move || write_loop(shared, receiver))?;
         Ok(Peer {
             rank,
-            reader: Mutex::new(stream),
+            reader: Mutex::new(Incoming {
+                stream,
+                timeout: None,
+            }),
             control,
+            outgoing,
             jobs: Mutex::new(Some(sender)),
             writer: Mutex::new(Some(writer)),
-            write_failure,
         })
     }
 
@@ -95,29 +150,77 @@ impl Peer {
         }
     }
 
-    /// Queues `bytes` for sending; returns at once.
-    pub(crate) fn write(&self, op: &str, bytes: Vec<u8>) -> Result<(), Error> {
+    /// Hands `job` to the writer thread.
+    fn queue(&self, op: &str, job: Job) -> Result<(), Error> {
         let jobs = lock(&self.jobs);
         let sender = jobs
             .as_ref()
             .ok_or_else(|| self.error(op, "the connection was closed".into()))?;
-        sender
-            .send(Job::Write(bytes))
-            .map_err(|_| self.error(op, "the connection's writer stopped".into()))
+        self.outgoing.pending.fetch_add(1, Ordering::AcqRel);
+        sender.send(job).map_err(|_| {
+            self.outgoing.pending.fetch_sub(1, Ordering::AcqRel);
+            self.error(op, "the connection's writer stopped".into())
+        })
     }
 
-    /// Waits until everything queued so far has been handed to the kernel.
-    pub(crate) fn flush(&self, op: &str, timeout: Duration) -> Result<(), Error> {
-        let (done, wait) = channel();
-        {
-            let jobs = lock(&self.jobs);
-            let sender = jobs
-                .as_ref()
-                .ok_or_else(|| self.error(op, "the connection was closed".into()))?;
-            sender
-                .send(Job::Flush(done))
-                .map_err(|_| self.error(op, "the connection's writer stopped".into()))?;
+    fn failed(&self, op: &str) -> Result<(), Error> {
+        match &*lock(&self.outgoing.failure) {
+            Some(reason) => Err(self.error(
+                op,
+                format!("sending failed ({reason}): the peer is gone or unreachable"),
+            )),
+            None => Ok(()),
         }
+    }
+
+    /// Sends `parts` (one frame) in order after everything sent before; returns without
+    /// waiting for the peer to read. What the socket takes at once is sent from this thread;
+    /// the rest is copied and queued for the writer thread. A failed send is reported by
+    /// [`Peer::flush`] (as the writer thread's are): until then this rank goes on reading, so
+    /// its error names the rank that was lost rather than a neighbour that closed early.
+    pub(crate) fn write(&self, op: &str, parts: &[&[u8]]) -> Result<(), Error> {
+        if lock(&self.outgoing.failure).is_some() {
+            return Ok(());
+        }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut sent = 0;
+        // Never wait for the writer thread here: while it is busy (the lock is taken, or jobs
+        // are pending) this frame joins its queue, so this thread can go on receiving.
+        let Ok(stream) = self.outgoing.stream.try_lock() else {
+            return self.queue(op, Job::Write(parts.concat()));
+        };
+        if self.outgoing.pending.load(Ordering::Acquire) == 0 {
+            while sent < total {
+                let rest = remaining(parts, sent);
+                let slices: Vec<IoSlice<'_>> = rest.iter().map(|p| IoSlice::new(p)).collect();
+                match crate::platform::send_now(&stream, &slices) {
+                    Ok(0) => break,
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        *lock(&self.outgoing.failure) = Some(e.to_string());
+                        return Ok(());
+                    }
+                }
+            }
+            if sent == total {
+                return Ok(());
+            }
+        }
+        // Queue the rest while still holding the lock, so nothing overtakes it.
+        let result = self.queue(op, Job::Write(remaining(parts, sent).concat()));
+        drop(stream);
+        result
+    }
+
+    /// Waits until everything sent so far has been handed to the kernel.
+    pub(crate) fn flush(&self, op: &str, timeout: Duration) -> Result<(), Error> {
+        if self.outgoing.pending.load(Ordering::Acquire) == 0 {
+            return self.failed(op);
+        }
+        let (done, wait) = channel();
+        self.queue(op, Job::Flush(done))?;
         match wait.recv_timeout(timeout) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(reason)) => Err(self.error(
@@ -141,11 +244,11 @@ impl Peer {
         buf: &mut [u8],
         timeout: Duration,
     ) -> Result<(), Error> {
-        let mut stream = lock(&self.reader);
-        stream
-            .set_read_timeout(Some(timeout))
+        let mut incoming = lock(&self.reader);
+        incoming
+            .set_timeout(timeout)
             .map_err(|e| self.error(op, format!("cannot set a timeout: {e}")))?;
-        stream.read_exact(buf).map_err(|e| match e.kind() {
+        incoming.stream.read_exact(buf).map_err(|e| match e.kind() {
             ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
                 self.error(op, "the peer closed its connection (its process ended or the group was closed)".into())
             }
@@ -163,14 +266,14 @@ impl Peer {
     /// Whether the peer's end is still open, without sending or consuming data; returns the
     /// first bytes waiting to be read when a whole frame header is there.
     pub(crate) fn check(&self) -> Result<Option<[u8; HEADER_BYTES]>, Error> {
-        let stream = lock(&self.reader);
+        let mut incoming = lock(&self.reader);
         let mut probe = [0u8; HEADER_BYTES];
         // A short read timeout, not non-blocking mode: O_NONBLOCK would be shared with the
         // writer thread's clone of the socket and could fail its writes mid-message.
-        stream
-            .set_read_timeout(Some(HEALTH_PROBE))
+        incoming
+            .set_timeout(HEALTH_PROBE)
             .map_err(|e| self.error("health", e.to_string()))?;
-        let result = stream.peek(&mut probe);
+        let result = incoming.stream.peek(&mut probe);
         match result {
             Ok(0) => Err(self.error(
                 "health",
@@ -181,7 +284,7 @@ impl Peer {
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(None),
             Err(e) => Err(self.error("health", format!("the connection failed: {e}"))),
         }
-        .and_then(|waiting| match &*lock(&self.write_failure) {
+        .and_then(|waiting| match &*lock(&self.outgoing.failure) {
             Some(reason) => Err(self.error("health", format!("sending failed earlier: {reason}"))),
             None => Ok(waiting),
         })
@@ -190,10 +293,7 @@ impl Peer {
     /// Ends this side's writing after everything queued so far (the peer reads those bytes,
     /// then end-of-stream); reading continues to work.
     pub(crate) fn end_writes(&self) {
-        let queued = lock(&self.jobs)
-            .as_ref()
-            .is_some_and(|jobs| jobs.send(Job::EndWrites).is_ok());
-        if !queued {
+        if self.queue("close", Job::EndWrites).is_err() {
             let _ = self.control.shutdown(Shutdown::Write);
         }
     }

@@ -29,10 +29,7 @@ pub(crate) fn write_chunk(peer: &Peer, kind: Kind, sequence: u64, payload: &[u8]
         sequence,
         bytes: payload.len() as u64,
     };
-    let mut frame = Vec::with_capacity(HEADER_BYTES + payload.len());
-    frame.extend_from_slice(&header.encode());
-    frame.extend_from_slice(payload);
-    peer.write(kind.name(), frame)
+    peer.write(kind.name(), &[&header.encode(), payload])
 }
 
 /// Reads the next frame's header from `peer`; an abort notice becomes the error it reports.
@@ -108,7 +105,7 @@ pub(crate) fn write_abort(peer: &Peer, cause: &Error) {
     };
     let mut frame = header.encode().to_vec();
     frame.extend_from_slice(&text.as_bytes()[..end]);
-    let _ = peer.write("abort", frame);
+    let _ = peer.write("abort", &[&frame]);
 }
 
 /// Whether the bytes waiting on an idle connection begin an abort notice.
