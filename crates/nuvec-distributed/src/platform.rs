@@ -23,6 +23,28 @@ pub(crate) fn send_now(
     socket2::SockRef::from(stream).send_vectored_with_flags(parts, flags)
 }
 
+/// Copies the bytes waiting on `stream` into `buf` without consuming them and without
+/// waiting (0 bytes: none yet, or the peer closed).
+#[allow(unsafe_code)]
+pub(crate) fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which is valid and
+    // exclusively borrowed for the call; the descriptor is open while `stream` lives.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// Turns on TCP keepalive with nuvec's timing.
 pub(crate) fn enable_keepalive(stream: &TcpStream) -> std::io::Result<()> {
     let keepalive = socket2::TcpKeepalive::new()

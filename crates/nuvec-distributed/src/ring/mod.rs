@@ -6,6 +6,7 @@
 //! right neighbour as soon as it has been reduced, while the next one arrives from the left.
 
 mod connect;
+mod doubling;
 mod frame;
 mod handshake;
 #[cfg(test)]
@@ -177,14 +178,10 @@ impl RingCommunicator {
                 // Tell every peer at once why (an abort notice, then the end of this rank's
                 // writes) instead of letting them wait out their timeouts for data that will
                 // never come.
-                let culprit = match error {
-                    Error::Distributed { rank, .. } => *rank,
-                    _ => None,
-                };
+                // The rank at fault is told too: a stalled rank that wakes up learns that the
+                // group gave up on it.
                 for peer in self.peers.iter().flatten() {
-                    if Some(peer.rank) != culprit {
-                        wire::write_abort(peer, error);
-                    }
+                    wire::write_abort(peer, error);
                     peer.end_writes();
                 }
             }
@@ -350,6 +347,9 @@ impl Communicator for RingCommunicator {
     fn all_reduce(&self, data: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
         let kind = kind_of(op);
         self.run(kind.name(), true, |state| {
+            if self.uses_doubling(data.len()) {
+                return self.all_reduce_doubling(state, data, dtype, op);
+            }
             let link = self.begin(state, kind, dtype, data.len())?;
             self.reduce_scatter_phase(kind, &link, data, (dtype, op), true, &mut state.scratch)?;
             self.all_gather_phase(kind, &link, data, dtype.size())?;
@@ -421,7 +421,12 @@ impl Communicator for RingCommunicator {
             for dim in shape {
                 meta.extend_from_slice(&dim.to_le_bytes());
             }
-            peer.write("send", &[&meta, data])?;
+            // In chunks, so what the socket cannot take at once is queued in reusable
+            // buffers of bounded size.
+            peer.write("send", &[&meta])?;
+            for piece in data.chunks(CHUNK_BYTES) {
+                peer.write("send", &[piece])?;
+            }
             peer.flush("send", self.timeout)
         })
     }

@@ -16,6 +16,9 @@ use std::time::Duration;
 
 /// How long `health` waits for a sign of a closed connection; an open, quiet one times out.
 const HEALTH_PROBE: Duration = Duration::from_millis(1);
+/// How many written buffers a connection keeps for reuse, and the largest it keeps.
+const SPARES: usize = 8;
+const SPARE_BYTES: usize = 1 << 20;
 /// How long closing waits for queued bytes to be handed to the kernel.
 const DRAIN_ON_CLOSE: Duration = Duration::from_secs(1);
 
@@ -35,6 +38,9 @@ struct Outgoing {
     pending: AtomicUsize,
     /// The first failed write.
     failure: Mutex<Option<String>>,
+    /// Buffers of finished writes, kept for reuse (at most `SPARES`, each at most
+    /// `SPARE_BYTES`): the bounded scratch memory of a connection.
+    spares: Mutex<Vec<Vec<u8>>>,
 }
 
 /// The reading end and the read timeout last set on it (setting it costs a system call).
@@ -83,6 +89,10 @@ fn write_loop(outgoing: Arc<Outgoing>, jobs: Receiver<Job>) {
                         *lock(&outgoing.failure) = Some(e.to_string());
                     }
                 }
+                let mut spares = lock(&outgoing.spares);
+                if spares.len() < SPARES && bytes.capacity() <= SPARE_BYTES {
+                    spares.push(bytes);
+                }
             }
             Job::EndWrites => {
                 let _ = stream.shutdown(Shutdown::Write);
@@ -122,6 +132,7 @@ impl Peer {
             stream: Mutex::new(stream.try_clone()?),
             pending: AtomicUsize::new(0),
             failure: Mutex::new(None),
+            spares: Mutex::new(Vec::new()),
         });
         let control = stream.try_clone()?;
         let (sender, receiver) = channel();
@@ -187,7 +198,8 @@ impl Peer {
         // Never wait for the writer thread here: while it is busy (the lock is taken, or jobs
         // are pending) this frame joins its queue, so this thread can go on receiving.
         let Ok(stream) = self.outgoing.stream.try_lock() else {
-            return self.queue(op, Job::Write(parts.concat()));
+            let copy = self.copy_of(parts);
+            return self.queue(op, Job::Write(copy));
         };
         if self.outgoing.pending.load(Ordering::Acquire) == 0 {
             while sent < total {
@@ -209,9 +221,27 @@ impl Peer {
             }
         }
         // Queue the rest while still holding the lock, so nothing overtakes it.
-        let result = self.queue(op, Job::Write(remaining(parts, sent).concat()));
+        let copy = self.copy_of(&remaining(parts, sent));
+        let result = self.queue(op, Job::Write(copy));
         drop(stream);
         result
+    }
+
+    /// `parts` copied into a buffer from the spare pool (reused buffers do not page-fault).
+    fn copy_of(&self, parts: &[&[u8]]) -> Vec<u8> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut buffer = {
+            let mut spares = lock(&self.outgoing.spares);
+            match spares.iter().position(|b| b.capacity() >= total) {
+                Some(index) => spares.swap_remove(index),
+                None => Vec::with_capacity(total),
+            }
+        };
+        buffer.clear();
+        for part in parts {
+            buffer.extend_from_slice(part);
+        }
+        buffer
     }
 
     /// Waits until everything sent so far has been handed to the kernel.
@@ -288,6 +318,17 @@ impl Peer {
             Some(reason) => Err(self.error("health", format!("sending failed earlier: {reason}"))),
             None => Ok(waiting),
         })
+    }
+
+    /// The frame header waiting to be read, if a whole one has arrived (never waits; a peer
+    /// that closed after its last frame is not an error here).
+    pub(crate) fn waiting_header(&self) -> Option<[u8; HEADER_BYTES]> {
+        let incoming = lock(&self.reader);
+        let mut raw = [0u8; HEADER_BYTES];
+        match crate::platform::peek_now(&incoming.stream, &mut raw) {
+            Ok(HEADER_BYTES) => Some(raw),
+            _ => None,
+        }
     }
 
     /// Ends this side's writing after everything queued so far (the peer reads those bytes,

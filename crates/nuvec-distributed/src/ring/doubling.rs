@@ -1,0 +1,88 @@
+//! The latency path for small reductions on a power-of-two group: recursive doubling over the
+//! full mesh, log2(n) exchanges instead of the ring's 2(n − 1) hops.
+//!
+//! At step k, rank r swaps its partial result with rank r XOR 2^k and both combine them as
+//! (lower rank's part) op (higher rank's part), so every rank computes the same tree,
+//! ((x0 + x1) + (x2 + x3)) for 4 ranks, and gets the same bits; reruns repeat them.
+
+use super::frame::Header;
+use super::wire::{pending_abort, read_header};
+use super::{kernel_op, kind_of, RingCommunicator, State};
+use nuvec_core::distributed::ReduceOp;
+use nuvec_core::{DType, Error, Result};
+use nuvec_cpu::bytes::reduce_bytes;
+
+/// The largest reduction (bytes) that takes this path.
+pub(super) const LATENCY_PATH_BYTES: usize = 64 * 1024;
+
+impl RingCommunicator {
+    /// Whether an all-reduce of `bytes` takes the recursive-doubling path.
+    pub(super) fn uses_doubling(&self, bytes: usize) -> bool {
+        self.size.is_power_of_two() && bytes <= LATENCY_PATH_BYTES
+    }
+
+    /// All-reduce of `data` by recursive doubling.
+    pub(super) fn all_reduce_doubling(
+        &self,
+        state: &mut State,
+        data: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let kind = kind_of(op);
+        let ours = Header {
+            kind,
+            dtype,
+            sequence: state.collectives,
+            bytes: data.len() as u64,
+        };
+        state.collectives += 1;
+        state.scratch.resize(state.scratch.len().max(data.len()), 0);
+        let mut distance = 1;
+        while distance < self.size {
+            let partner = self.rank ^ distance;
+            let peer = self.peer(kind.name(), partner)?;
+            peer.write(kind.name(), &[&ours.encode(), data])?;
+            let theirs = read_header(peer, kind.name(), self.timeout)?;
+            if theirs != ours {
+                return Err(Error::Distributed {
+                    op: kind.name().into(),
+                    rank: Some(partner),
+                    reason: format!(
+                        "rank {partner} called {}, this rank (rank {}) called {}",
+                        theirs.describe(),
+                        self.rank,
+                        ours.describe()
+                    ),
+                });
+            }
+            let incoming = &mut state.scratch[..data.len()];
+            peer.read_exact(kind.name(), incoming, self.timeout)?;
+            if self.rank < partner {
+                reduce_bytes(data, incoming, dtype, kernel_op(op));
+            } else {
+                reduce_bytes(incoming, data, dtype, kernel_op(op));
+                data.copy_from_slice(incoming);
+            }
+            distance *= 2;
+        }
+        // A partner that gave up on this call (it timed out waiting for this rank, say) may
+        // have sent its part first: its abort notice, already waiting, fails the call here too,
+        // so no rank takes a result that another rank reported as failed.
+        let mut distance = 1;
+        while distance < self.size {
+            let peer = self.peer(kind.name(), self.rank ^ distance)?;
+            if peer
+                .waiting_header()
+                .as_ref()
+                .and_then(pending_abort)
+                .is_some()
+            {
+                read_header(peer, kind.name(), self.timeout)?;
+            }
+            peer.flush(kind.name(), self.timeout)?;
+            distance *= 2;
+        }
+        Ok(())
+    }
+}
