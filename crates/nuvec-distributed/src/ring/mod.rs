@@ -11,6 +11,7 @@ mod frame;
 mod handshake;
 #[cfg(test)]
 mod hostile_peer_tests;
+mod outbox;
 mod peer;
 mod schedule;
 mod wire;
@@ -22,11 +23,12 @@ use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::{DType, Error, Result};
 use nuvec_cpu::bytes::reduce_bytes;
 use nuvec_cpu::reduce::ReduceOp as KernelOp;
+use outbox::Outbox;
 use peer::Peer;
 use schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wire::{read_chunk, read_header, write_chunk};
+use wire::{read_chunk, read_header};
 
 /// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
 /// reducing one chunk overlaps receiving the next.
@@ -263,27 +265,18 @@ impl RingCommunicator {
         data: &mut [u8],
         (dtype, op): (DType, ReduceOp),
         forward_owned: bool,
-        scratch: &mut Vec<u8>,
+        (scratch, outbox): (&mut Vec<u8>, &mut Outbox),
     ) -> Result<()> {
-        let Link {
-            left,
-            right,
-            sequence,
-            ..
-        } = *link;
+        let Link { left, sequence, .. } = *link;
         let (n, width) = (self.size, dtype.size());
         let len = data.len() / width;
         let chunk_elements = (CHUNK_BYTES / width).max(1);
         let steps = reduce_scatter_steps(n, self.rank);
         scratch.resize(scratch.len().max(chunk_elements * width), 0);
         for piece in chunks(segment(len, n, steps[0].send), chunk_elements) {
-            write_chunk(
-                right,
-                kind,
-                sequence,
-                &data[piece.start * width..piece.end * width],
-            )?;
+            outbox.push(piece.start * width..piece.end * width);
         }
+        outbox.pump(link, kind, data)?;
         self.check_left(link)?;
         for (index, step) in steps.iter().enumerate() {
             let last = index + 1 == steps.len();
@@ -292,9 +285,11 @@ impl RingCommunicator {
                 let incoming = &mut scratch[..bytes.len()];
                 read_chunk(left, kind, sequence, incoming, self.timeout)?;
                 reduce_bytes(&mut data[bytes.clone()], incoming, dtype, kernel_op(op));
+                outbox.received();
                 if !last || forward_owned {
-                    write_chunk(right, kind, sequence, &data[bytes])?;
+                    outbox.push(bytes);
                 }
+                outbox.pump(link, kind, data)?;
             }
         }
         Ok(())
@@ -307,13 +302,9 @@ impl RingCommunicator {
         link: &Link<'_>,
         data: &mut [u8],
         width: usize,
+        outbox: &mut Outbox,
     ) -> Result<()> {
-        let Link {
-            left,
-            right,
-            sequence,
-            ..
-        } = *link;
+        let Link { left, sequence, .. } = *link;
         let n = self.size;
         let len = data.len() / width;
         let chunk_elements = (CHUNK_BYTES / width).max(1);
@@ -322,12 +313,14 @@ impl RingCommunicator {
             for piece in chunks(segment(len, n, step.recv), chunk_elements) {
                 let bytes = piece.start * width..piece.end * width;
                 read_chunk(left, kind, sequence, &mut data[bytes.clone()], self.timeout)?;
+                outbox.received();
                 if index + 1 < steps.len() {
-                    write_chunk(right, kind, sequence, &data[bytes])?;
+                    outbox.push(bytes);
                 }
+                outbox.pump(link, kind, data)?;
             }
         }
-        Ok(())
+        outbox.drain(link, kind, data)
     }
 }
 
@@ -351,8 +344,10 @@ impl Communicator for RingCommunicator {
                 return self.all_reduce_doubling(state, data, dtype, op);
             }
             let link = self.begin(state, kind, dtype, data.len())?;
-            self.reduce_scatter_phase(kind, &link, data, (dtype, op), true, &mut state.scratch)?;
-            self.all_gather_phase(kind, &link, data, dtype.size())?;
+            let mut outbox = Outbox::default();
+            let buffers = (&mut state.scratch, &mut outbox);
+            self.reduce_scatter_phase(kind, &link, data, (dtype, op), true, buffers)?;
+            self.all_gather_phase(kind, &link, data, dtype.size(), &mut outbox)?;
             link.right.flush(kind.name(), self.timeout)
         })
     }
@@ -366,17 +361,14 @@ impl Communicator for RingCommunicator {
             // Blocks are the segments of the gathered array; each rank starts owning its own.
             let width = dtype.size();
             let elements = block / width;
+            let mut outbox = Outbox::default();
             for piece in chunks(0..elements, (CHUNK_BYTES / width).max(1)) {
                 let start = self.rank * block + piece.start * width;
-                write_chunk(
-                    link.right,
-                    kind,
-                    link.sequence,
-                    &output[start..start + piece.len() * width],
-                )?;
+                outbox.push(start..start + piece.len() * width);
             }
+            outbox.pump(&link, kind, output)?;
             self.check_left(&link)?;
-            self.all_gather_phase(kind, &link, output, width)?;
+            self.all_gather_phase(kind, &link, output, width, &mut outbox)?;
             link.right.flush(kind.name(), self.timeout)
         })
     }
@@ -392,14 +384,10 @@ impl Communicator for RingCommunicator {
         self.run(kind.name(), true, |state| {
             let link = self.begin(state, kind, dtype, input.len())?;
             let mut data = input.to_vec();
-            self.reduce_scatter_phase(
-                kind,
-                &link,
-                &mut data,
-                (dtype, op),
-                false,
-                &mut state.scratch,
-            )?;
+            let mut outbox = Outbox::default();
+            let buffers = (&mut state.scratch, &mut outbox);
+            self.reduce_scatter_phase(kind, &link, &mut data, (dtype, op), false, buffers)?;
+            outbox.drain(&link, kind, &data)?;
             let own = segment(data.len() / dtype.size(), self.size, self.rank);
             output.copy_from_slice(&data[own.start * dtype.size()..own.end * dtype.size()]);
             link.right.flush(kind.name(), self.timeout)
