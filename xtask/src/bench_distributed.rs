@@ -11,7 +11,7 @@
 //! target/bench-distributed.md), target/bench-distributed.json and an SVG plot of bus
 //! bandwidth against size (target/bench-distributed.svg).
 
-use crate::{run, workspace_root};
+use crate::{free_port_range, run, workspace_root};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -70,24 +70,6 @@ fn options(args: &[String]) -> Result<Options, String> {
         }
     }
     Ok(options)
-}
-
-/// A start port with `n` free loopback ports after it.
-fn free_port_range(n: usize) -> Result<u16, String> {
-    for _ in 0..100 {
-        let start = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
-        if (0..n as u16).all(|i| {
-            start
-                .checked_add(i)
-                .is_some_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        }) {
-            return Ok(start);
-        }
-    }
-    Err("no free port range".into())
 }
 
 /// The JSON lines a run's rank 0 printed.

@@ -26,7 +26,7 @@ pub(crate) fn run() -> Result<(), String> {
     let launcher = root.join("target/release/nuvec");
     let demo = root.join("target/release/examples/distributed_demo");
     // A free range of ports for the ring, so a busy default port cannot get in the way.
-    let start = free_port_range(RANKS)?;
+    let start = crate::free_port_range(RANKS)?;
     crate::run(
         &launcher.to_string_lossy(),
         &[
@@ -39,22 +39,4 @@ pub(crate) fn run() -> Result<(), String> {
             &demo.to_string_lossy(),
         ],
     )
-}
-
-fn free_port_range(n: usize) -> Result<u16, String> {
-    for _ in 0..100 {
-        let start = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("finding a free port: {e}"))?
-            .port();
-        let free = (0..n as u16).all(|i| {
-            start
-                .checked_add(i)
-                .is_some_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        });
-        if free {
-            return Ok(start);
-        }
-    }
-    Err(format!("no range of {n} free ports found"))
 }

@@ -48,6 +48,25 @@ pub(crate) fn workspace_root() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// A start port with `n` free loopback ports after it (for the ring's consecutive ports).
+pub(crate) fn free_port_range(n: usize) -> Result<u16, String> {
+    for _ in 0..100 {
+        let start = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("finding a free port: {e}"))?
+            .port();
+        let free = (0..n as u16).all(|i| {
+            start
+                .checked_add(i)
+                .is_some_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        });
+        if free {
+            return Ok(start);
+        }
+    }
+    Err(format!("no range of {n} free ports found"))
+}
+
 /// Runs a command in the workspace root, failing with its status.
 pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
     eprintln!("$ {program} {}", args.join(" "));

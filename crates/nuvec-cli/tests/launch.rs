@@ -2,7 +2,7 @@
 //! process groups on failure and on Ctrl-C, output prefixes, stdin broadcast, idle CPU, the
 //! port check, keys, and nuvec programs under both launchers.
 
-use nuvec_test_support::ranks::free_ports;
+use nuvec_test_support::ranks::{example, free_port_range};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -10,21 +10,6 @@ use std::time::{Duration, Instant};
 
 fn nuvec() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nuvec"))
-}
-
-/// A starting port with `n` free ports after it.
-fn free_port_range(n: usize) -> u16 {
-    loop {
-        let start = free_ports(1)[0];
-        let free = (0..n as u16).all(|i| {
-            start
-                .checked_add(i)
-                .is_some_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        });
-        if free {
-            return start;
-        }
-    }
 }
 
 fn launch(n: usize, extra: &[&str], script: &str) -> Output {
@@ -338,24 +323,6 @@ fn the_launcher_uses_no_cpu_while_ranks_run() {
         "the launcher used {:.2} s of CPU in 2 s",
         after - before
     );
-}
-
-/// An example of the nuvec crate, built when missing.
-fn example(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let path = target.join("debug/examples").join(name);
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(&root)
-            .args(["build", "-p", "nuvec", "--example", name])
-            .status()
-            .expect("running cargo");
-        assert!(status.success(), "building {name} failed");
-    }
-    path
 }
 
 /// Each rank's result lines, without prefixes, sorted.

@@ -3,7 +3,7 @@
 //! openssh-server; without them it says so and skips, unless `NUVEC_REQUIRE_SSHD` is set (CI
 //! installs openssh-server and sets it).
 
-use nuvec_test_support::ranks::free_ports;
+use nuvec_test_support::ranks::{example, free_ports};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -157,21 +157,6 @@ fn launch_half_remote(server: &Sshd, command: &[&str]) -> Output {
         .env_remove("NUVEC_DISTRIBUTED_KEY")
         .output()
         .unwrap()
-}
-
-fn example(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let path = root.join("target/debug/examples").join(name);
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(&root)
-            .args(["build", "-p", "nuvec", "--example", name])
-            .status()
-            .expect("running cargo");
-        assert!(status.success());
-    }
-    path.canonicalize().unwrap()
 }
 
 #[test]

@@ -21,6 +21,40 @@ pub fn free_ports(count: usize) -> Vec<u16> {
         .collect()
 }
 
+/// A start port with `n` free loopback ports after it (launchers number the ring's ports
+/// consecutively).
+pub fn free_port_range(n: usize) -> u16 {
+    loop {
+        let start = free_ports(1)[0];
+        let free = (0..n as u16).all(|i| {
+            start
+                .checked_add(i)
+                .is_some_and(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        });
+        if free {
+            return start;
+        }
+    }
+}
+
+/// The debug build of the `nuvec` crate's example `name`, built first when missing.
+pub fn example(name: &str) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), std::path::PathBuf::from);
+    let path = target.join("debug/examples").join(name);
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "-p", "nuvec", "--example", name])
+            .status()
+            .expect("running cargo");
+        assert!(status.success(), "building {name} failed");
+    }
+    path.canonicalize().expect("the example's path")
+}
+
 /// Writes an MLX ring hostfile for `ports` on loopback; returns its path.
 pub fn write_hostfile(ports: &[u16]) -> std::path::PathBuf {
     let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
