@@ -89,7 +89,13 @@ pub(crate) fn start(plan: &RankPlan, context: &Context) -> Result<Child, String>
         let mut command = Command::new(&context.ssh[0]);
         command
             .args(&context.ssh[1..])
-            .args(["-o", "BatchMode=yes", &plan.host.ssh])
+            .args([
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=10",
+                &plan.host.ssh,
+            ])
             .arg(format!(
                 "bash -c {}",
                 shell_quote(&remote_script(plan, context))

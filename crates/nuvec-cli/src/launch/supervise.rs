@@ -72,7 +72,7 @@ fn end(ranks: &[Running], context: &Context, signal: Signal) {
                     };
                     let _ = std::process::Command::new(&context.ssh[0])
                         .args(&context.ssh[1..])
-                        .args(["-o", "BatchMode=yes", host])
+                        .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host])
                         .arg(format!("kill -{name} -- -{pgid}"))
                         .stdin(std::process::Stdio::null())
                         .status();
