@@ -1,11 +1,12 @@
-//! The latency path for small reductions on a power-of-two group: recursive doubling over the
-//! full mesh, log2(n) exchanges instead of the ring's 2(n − 1) hops.
+//! The latency path for small reductions and gathers on a power-of-two group: recursive
+//! doubling over the full mesh, log2(n) exchanges instead of the ring's 2(n − 1) or n − 1 hops.
 //!
 //! At step k, rank r swaps its partial result with rank r XOR 2^k and both combine them as
 //! (lower rank's part) op (higher rank's part), so every rank computes the same tree,
 //! ((x0 + x1) + (x2 + x3)) for 4 ranks, and gets the same bits; reruns repeat them.
 
-use super::frame::Header;
+use super::frame::{Header, Kind};
+use super::peer::Peer;
 use super::wire::{pending_abort, read_header};
 use super::{kernel_op, kind_of, RingCommunicator, State};
 use nuvec_core::distributed::ReduceOp;
@@ -21,54 +22,36 @@ impl RingCommunicator {
         self.size.is_power_of_two() && bytes <= LATENCY_PATH_BYTES
     }
 
-    /// All-reduce of `data` by recursive doubling.
-    pub(super) fn all_reduce_doubling(
-        &self,
-        state: &mut State,
-        data: &mut [u8],
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let kind = kind_of(op);
-        let ours = Header {
-            kind,
-            dtype,
-            sequence: state.collectives,
-            bytes: data.len() as u64,
-        };
-        state.collectives += 1;
-        state.scratch.resize(state.scratch.len().max(data.len()), 0);
-        let mut distance = 1;
-        while distance < self.size {
-            let partner = self.rank ^ distance;
-            let peer = self.peer(kind.name(), partner)?;
-            peer.write(kind.name(), &[&ours.encode(), data])?;
-            let theirs = read_header(peer, kind.name(), self.timeout)?;
-            if theirs != ours {
-                return Err(Error::Distributed {
-                    op: kind.name().into(),
-                    rank: Some(partner),
-                    reason: format!(
-                        "rank {partner} called {}, this rank (rank {}) called {}",
-                        theirs.describe(),
-                        self.rank,
-                        ours.describe()
-                    ),
-                });
-            }
-            let incoming = &mut state.scratch[..data.len()];
-            peer.read_exact(kind.name(), incoming, self.timeout)?;
-            if self.rank < partner {
-                reduce_bytes(data, incoming, dtype, kernel_op(op));
-            } else {
-                reduce_bytes(incoming, data, dtype, kernel_op(op));
-                data.copy_from_slice(incoming);
-            }
-            distance *= 2;
+    /// Sends `parts` to `partner` after this call's header and checks the partner's header;
+    /// the partner's payload is then the next thing to read from the returned peer.
+    fn swap_headers(&self, ours: &Header, partner: usize, parts: &[&[u8]]) -> Result<&Peer> {
+        let name = ours.kind.name();
+        let peer = self.peer(name, partner)?;
+        let mut frame: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+        let header = ours.encode();
+        frame.push(&header);
+        frame.extend_from_slice(parts);
+        peer.write(name, &frame)?;
+        let theirs = read_header(peer, name, self.timeout)?;
+        if theirs != *ours {
+            return Err(Error::Distributed {
+                op: name.into(),
+                rank: Some(partner),
+                reason: format!(
+                    "rank {partner} called {}, this rank (rank {}) called {}",
+                    theirs.describe(),
+                    self.rank,
+                    ours.describe()
+                ),
+            });
         }
-        // A partner that gave up on this call (it timed out waiting for this rank, say) may
-        // have sent its part first: its abort notice, already waiting, fails the call here too,
-        // so no rank takes a result that another rank reported as failed.
+        Ok(peer)
+    }
+
+    /// Ends a doubling call: a partner that gave up on it (it timed out waiting for this rank,
+    /// say) may have sent its part first, and its abort notice, already waiting, fails the call
+    /// here too, so no rank takes a result that another rank reported as failed.
+    fn finish_doubling(&self, kind: Kind) -> Result<()> {
         let mut distance = 1;
         while distance < self.size {
             let peer = self.peer(kind.name(), self.rank ^ distance)?;
@@ -84,5 +67,73 @@ impl RingCommunicator {
             distance *= 2;
         }
         Ok(())
+    }
+
+    fn header(state: &mut State, kind: Kind, dtype: DType, bytes: usize) -> Header {
+        let header = Header {
+            kind,
+            dtype,
+            sequence: state.collectives,
+            bytes: bytes as u64,
+        };
+        state.collectives += 1;
+        header
+    }
+
+    /// All-reduce of `data` by recursive doubling.
+    pub(super) fn all_reduce_doubling(
+        &self,
+        state: &mut State,
+        data: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let kind = kind_of(op);
+        let ours = Self::header(state, kind, dtype, data.len());
+        state.scratch.resize(state.scratch.len().max(data.len()), 0);
+        let mut distance = 1;
+        while distance < self.size {
+            let partner = self.rank ^ distance;
+            let peer = self.swap_headers(&ours, partner, &[data])?;
+            let incoming = &mut state.scratch[..data.len()];
+            peer.read_exact(kind.name(), incoming, self.timeout)?;
+            if self.rank < partner {
+                reduce_bytes(data, incoming, dtype, kernel_op(op));
+            } else {
+                reduce_bytes(incoming, data, dtype, kernel_op(op));
+                data.copy_from_slice(incoming);
+            }
+            distance *= 2;
+        }
+        self.finish_doubling(kind)
+    }
+
+    /// All-gather by recursive doubling: at step k each rank holds the 2^k blocks of its
+    /// aligned group and swaps them with its partner's group, so `output` (this rank's block
+    /// already in place) fills in log2(n) exchanges.
+    pub(super) fn all_gather_doubling(
+        &self,
+        state: &mut State,
+        output: &mut [u8],
+        block: usize,
+        dtype: DType,
+    ) -> Result<()> {
+        let kind = Kind::AllGather;
+        let ours = Self::header(state, kind, dtype, block);
+        let mut distance = 1;
+        while distance < self.size {
+            let partner = self.rank ^ distance;
+            let mine = (self.rank & !(distance - 1)) * block;
+            let theirs = (partner & !(distance - 1)) * block;
+            let span = distance * block;
+            let peer = self.swap_headers(&ours, partner, &[&output[mine..mine + span]])?;
+            peer.read_exact(
+                kind.name(),
+                &mut output[theirs..theirs + span],
+                self.timeout,
+            )?;
+            distance *= 2;
+        }
+        self.finish_doubling(kind)
     }
 }

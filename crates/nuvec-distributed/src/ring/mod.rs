@@ -355,9 +355,12 @@ impl Communicator for RingCommunicator {
     fn all_gather(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {
         let kind = Kind::AllGather;
         self.run(kind.name(), true, |state| {
-            let link = self.begin(state, kind, dtype, input.len())?;
             let block = input.len();
             output[self.rank * block..(self.rank + 1) * block].copy_from_slice(input);
+            if self.uses_doubling(output.len()) {
+                return self.all_gather_doubling(state, output, block, dtype);
+            }
+            let link = self.begin(state, kind, dtype, input.len())?;
             // Blocks are the segments of the gathered array; each rank starts owning its own.
             let width = dtype.size();
             let elements = block / width;
