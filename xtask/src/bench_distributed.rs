@@ -72,6 +72,20 @@ fn options(args: &[String]) -> Result<Options, String> {
     Ok(options)
 }
 
+/// The options both rank programs (nuvec's and MLX's) take.
+fn rank_args<'a>(op: &'a str, dtype: &'a str, options: &'a Options) -> [&'a str; 8] {
+    [
+        "--ops",
+        op,
+        "--sizes",
+        &options.sizes,
+        "--dtype",
+        dtype,
+        "--budget",
+        &options.budget,
+    ]
+}
+
 /// The JSON lines a run's rank 0 printed.
 fn records(stdout: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(stdout)
@@ -99,16 +113,7 @@ fn run_ours(
             "--",
         ])
         .arg(root.join("target/release/examples/bench_distributed"))
-        .args([
-            "--ops",
-            op,
-            "--sizes",
-            &options.sizes,
-            "--dtype",
-            dtype,
-            "--budget",
-            &options.budget,
-        ])
+        .args(rank_args(op, dtype, options))
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("running nuvec launch: {e}"))?;
@@ -142,16 +147,7 @@ fn run_mlx(
         children.push(
             Command::new(python)
                 .arg(root.join("scripts/bench/mlx_collectives.py"))
-                .args([
-                    "--ops",
-                    op,
-                    "--sizes",
-                    &options.sizes,
-                    "--dtype",
-                    dtype,
-                    "--budget",
-                    &options.budget,
-                ])
+                .args(rank_args(op, dtype, options))
                 .env("MLX_RANK", rank.to_string())
                 .env("MLX_HOSTFILE", &hostfile)
                 .stdin(Stdio::null())

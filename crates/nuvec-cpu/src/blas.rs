@@ -14,38 +14,25 @@ pub const MIN_BLAS_FLOPS: usize = 512 * 512 * 512;
 const ROW_MAJOR: i32 = 101;
 const NO_TRANS: i32 = 111;
 
-type Sgemm = unsafe extern "C" fn(
+/// `cblas_?gemm` for element type `T`.
+type Gemm<T> = unsafe extern "C" fn(
     i32,
     i32,
     i32,
     i32,
     i32,
     i32,
-    f32,
-    *const f32,
+    T,
+    *const T,
     i32,
-    *const f32,
+    *const T,
     i32,
-    f32,
-    *mut f32,
-    i32,
-);
-type Dgemm = unsafe extern "C" fn(
-    i32,
-    i32,
-    i32,
-    i32,
-    i32,
-    i32,
-    f64,
-    *const f64,
-    i32,
-    *const f64,
-    i32,
-    f64,
-    *mut f64,
+    T,
+    *mut T,
     i32,
 );
+type Sgemm = Gemm<f32>;
+type Dgemm = Gemm<f64>;
 
 /// A loaded CBLAS library.
 #[derive(Debug)]
@@ -110,6 +97,43 @@ fn fits(dims: [usize; 3]) -> bool {
     dims.iter().all(|&d| d > 0 && d <= i32::MAX as usize)
 }
 
+/// `out = a x b` through `gemm` (row-major, no transposes); false when the dims do not fit
+/// BLAS's 32-bit integers or the slices are too short.
+fn product<T: Copy>(
+    gemm: Gemm<T>,
+    (one, zero): (T, T),
+    (m, n, k): (usize, usize, usize),
+    a: &[T],
+    b: &[T],
+    out: &mut [T],
+) -> bool {
+    if !fits([m, n, k]) || a.len() < m * k || b.len() < k * n || out.len() < m * n {
+        return false;
+    }
+    let (m, n, k) = (m as i32, n as i32, k as i32);
+    // SAFETY: the slices hold at least m*k, k*n and m*n elements (checked above), which is
+    // exactly what a row-major NoTrans product with these leading dimensions reads/writes.
+    unsafe {
+        gemm(
+            ROW_MAJOR,
+            NO_TRANS,
+            NO_TRANS,
+            m,
+            n,
+            k,
+            one,
+            a.as_ptr(),
+            k,
+            b.as_ptr(),
+            n,
+            zero,
+            out.as_mut_ptr(),
+            n,
+        )
+    };
+    true
+}
+
 impl Blas {
     /// `out = a x b` for row-major `a: [m, k]`, `b: [k, n]`, `out: [m, n]` in f32; false when
     /// the dims do not fit BLAS's 32-bit integers (the caller then uses `gemm`).
@@ -122,31 +146,7 @@ impl Blas {
         b: &[f32],
         out: &mut [f32],
     ) -> bool {
-        if !fits([m, n, k]) || a.len() < m * k || b.len() < k * n || out.len() < m * n {
-            return false;
-        }
-        let (m, n, k) = (m as i32, n as i32, k as i32);
-        // SAFETY: the slices hold at least m*k, k*n and m*n elements (checked above), which is
-        // exactly what a row-major NoTrans product with these leading dimensions reads/writes.
-        unsafe {
-            (self.sgemm)(
-                ROW_MAJOR,
-                NO_TRANS,
-                NO_TRANS,
-                m,
-                n,
-                k,
-                1.0,
-                a.as_ptr(),
-                k,
-                b.as_ptr(),
-                n,
-                0.0,
-                out.as_mut_ptr(),
-                n,
-            )
-        };
-        true
+        product(self.sgemm, (1.0, 0.0), (m, n, k), a, b, out)
     }
 
     /// [`Blas::sgemm`] in f64.
@@ -159,29 +159,6 @@ impl Blas {
         b: &[f64],
         out: &mut [f64],
     ) -> bool {
-        if !fits([m, n, k]) || a.len() < m * k || b.len() < k * n || out.len() < m * n {
-            return false;
-        }
-        let (m, n, k) = (m as i32, n as i32, k as i32);
-        // SAFETY: as in `sgemm`.
-        unsafe {
-            (self.dgemm)(
-                ROW_MAJOR,
-                NO_TRANS,
-                NO_TRANS,
-                m,
-                n,
-                k,
-                1.0,
-                a.as_ptr(),
-                k,
-                b.as_ptr(),
-                n,
-                0.0,
-                out.as_mut_ptr(),
-                n,
-            )
-        };
-        true
+        product(self.dgemm, (1.0, 0.0), (m, n, k), a, b, out)
     }
 }

@@ -10,7 +10,7 @@ use super::peer::Peer;
 use super::wire::{pending_abort, read_header};
 use super::{kernel_op, kind_of, RingCommunicator, State};
 use nuvec_core::distributed::ReduceOp;
-use nuvec_core::{DType, Error, Result};
+use nuvec_core::{DType, Result};
 use nuvec_cpu::bytes::reduce_bytes;
 
 /// The largest reduction (bytes) that takes this path.
@@ -33,18 +33,7 @@ impl RingCommunicator {
         frame.extend_from_slice(parts);
         peer.write(name, &frame)?;
         let theirs = read_header(peer, name, self.timeout)?;
-        if theirs != *ours {
-            return Err(Error::Distributed {
-                op: name.into(),
-                rank: Some(partner),
-                reason: format!(
-                    "rank {partner} called {}, this rank (rank {}) called {}",
-                    theirs.describe(),
-                    self.rank,
-                    ours.describe()
-                ),
-            });
-        }
+        self.same_call(partner, &theirs, ours)?;
         Ok(peer)
     }
 

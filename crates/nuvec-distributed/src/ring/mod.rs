@@ -230,22 +230,26 @@ impl RingCommunicator {
 
     /// Reads the left neighbour's header and checks it called the same collective.
     fn check_left(&self, link: &Link<'_>) -> Result<()> {
-        let (kind, left, ours) = (link.ours.kind, link.left, link.ours);
+        let (kind, left) = (link.ours.kind, link.left);
         let theirs = read_header(left, kind.name(), self.timeout)?;
-        if theirs != ours {
-            return Err(self.mismatch(
-                kind,
-                left.rank,
-                format!(
-                    "rank {} called {}, this rank (rank {}) called {}",
-                    left.rank,
-                    theirs.describe(),
-                    self.rank,
-                    ours.describe()
-                ),
-            ));
+        self.same_call(left.rank, &theirs, &link.ours)
+    }
+
+    /// Checks that rank `peer` called what this rank called, naming both calls if not.
+    fn same_call(&self, peer: usize, theirs: &Header, ours: &Header) -> Result<()> {
+        if theirs == ours {
+            return Ok(());
         }
-        Ok(())
+        Err(self.mismatch(
+            ours.kind,
+            peer,
+            format!(
+                "rank {peer} called {}, this rank (rank {}) called {}",
+                theirs.describe(),
+                self.rank,
+                ours.describe()
+            ),
+        ))
     }
 
     fn mismatch(&self, kind: Kind, peer: usize, reason: String) -> Error {

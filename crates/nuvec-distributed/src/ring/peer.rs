@@ -203,9 +203,21 @@ impl Peer {
         };
         if self.outgoing.pending.load(Ordering::Acquire) == 0 {
             while sent < total {
-                let rest = remaining(parts, sent);
-                let slices: Vec<IoSlice<'_>> = rest.iter().map(|p| IoSlice::new(p)).collect();
-                match crate::platform::send_now(&stream, &slices) {
+                // The unsent parts, without allocating (frames have at most a few parts; any
+                // beyond the first four go in a later round of this loop).
+                let mut slices = [IoSlice::new(&[]); 4];
+                let mut count = 0;
+                let mut skip = sent;
+                for part in parts {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                    } else if count < slices.len() {
+                        slices[count] = IoSlice::new(&part[skip..]);
+                        skip = 0;
+                        count += 1;
+                    }
+                }
+                match crate::platform::send_now(&stream, &slices[..count]) {
                     Ok(0) => break,
                     Ok(n) => sent += n,
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
