@@ -225,6 +225,9 @@ fn a_rank_gone_while_idle_is_found_by_health_and_init_forms_a_new_group() {
                 }
             };
             assert!(error.contains("rank 2"), "{error}");
+            // Let the other survivor notice too before this one closes its connections (a
+            // survivor that closed first would be the peer the other's health reports).
+            std::thread::sleep(Duration::from_secs(1));
             // `init` never returns the failed default group: pointed at a hostfile of the
             // survivors, it forms a new one in this process.
             let survivors = &hostfile_nodes()[..2];
