@@ -41,3 +41,9 @@ pub(crate) fn signal_process(pid: u32, signal: Signal) -> bool {
     // SAFETY: kill(2) on a positive pid signals that process only; no memory is shared.
     unsafe { libc::kill(pid, signal.number()) == 0 }
 }
+
+/// Whether the launcher runs as root.
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid(2) only returns this process's effective user id.
+    unsafe { libc::geteuid() == 0 }
+}

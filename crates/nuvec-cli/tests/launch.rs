@@ -437,3 +437,42 @@ fn the_mpi_backend_hands_the_launch_to_mpirun_without_the_key_on_its_command_lin
     assert!(stdout.contains("key: 64"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_spec_first_example_runs_under_nuvec_launch_backend_mpi_with_open_mpi() {
+    let Some(_) = nuvec_test_support::mpi::mpirun("launch --backend mpi") else {
+        return;
+    };
+    let example = example("spec_first_example");
+    for n in [2, 4] {
+        let output = nuvec()
+            .args([
+                "launch",
+                "--backend",
+                "mpi",
+                "-n",
+                &n.to_string(),
+                "--verbose",
+                "--",
+            ])
+            .arg(&example)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running nuvec launch");
+        let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+        assert!(output.status.success(), "-n {n}: {stdout}\n{stderr}");
+        for rank in 0..n {
+            let line = format!(
+                "rank {rank} of {n}: all_sum = array([{n}, {}, {}]",
+                2 * n,
+                3 * n
+            );
+            assert!(
+                stdout.contains(&line),
+                "-n {n}: no {line:?} in\n{stdout}\n{stderr}"
+            );
+        }
+        // Open MPI 4 is told nothing it rejects (mlx.launch passes `--output :raw`).
+        assert!(!stderr.contains("--output"), "{stderr}");
+    }
+}

@@ -3,7 +3,7 @@
 use crate::hostfile::{read_hostfile, Address};
 use crate::ring::RingCommunicator;
 use crate::Options;
-use nuvec_core::distributed::{initialized_default, set_default_group, Group};
+use nuvec_core::distributed::{initialized_default, set_default_group, Communicator, Group};
 use nuvec_core::{Error, Result};
 use std::sync::{Arc, Mutex};
 
@@ -12,13 +12,14 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Backend {
-    /// The first backend whose launch environment is present (the ring, then JACCL).
+    /// The first backend whose launch environment is present: the ring (`MLX_HOSTFILE` and
+    /// `MLX_RANK`), then MPI (a process of several started by `mpirun` or `srun`).
     Any,
     /// MLX's TCP ring (`MLX_HOSTFILE`, `MLX_RANK`).
     Ring,
     /// MLX's RDMA backend over Thunderbolt 5 (not built in this version).
     Jaccl,
-    /// MPI (not built in this version).
+    /// MPI: Open MPI loaded at run time, for processes started by `mpirun` or `srun`.
     Mpi,
 }
 
@@ -34,8 +35,13 @@ impl Backend {
 }
 
 /// Whether `backend` can run on this machine (a capability, not whether a group would form).
+/// For MPI, whether the Open MPI library loads.
 pub fn is_available(backend: Backend) -> bool {
-    matches!(backend, Backend::Any | Backend::Ring)
+    match backend {
+        Backend::Any | Backend::Ring => true,
+        Backend::Mpi => crate::mpi::available(),
+        Backend::Jaccl => false,
+    }
 }
 
 /// Serialises `init` calls so two threads cannot form two default groups.
@@ -74,18 +80,32 @@ pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
         }
         group.close();
     }
+    let ring_env = (
+        std::env::var("MLX_HOSTFILE").ok(),
+        std::env::var("MLX_RANK").ok(),
+    );
+    let use_mpi = match backend {
+        Backend::Mpi => true,
+        // The ring's environment wins, as in MLX; then MPI when mpirun/srun started us.
+        Backend::Any => {
+            !matches!(ring_env, (Some(_), Some(_))) && crate::mpi::launched_size().is_some()
+        }
+        _ => false,
+    };
+    if use_mpi {
+        return init_mpi(strict);
+    }
     if !is_available(backend) {
         if strict {
             return Err(init_error(format!(
-                "the {} backend is not available in this build of nuvec (available: ring)",
-                backend.name()
+                "the {} backend is not available in this build of nuvec (available: ring{})",
+                backend.name(),
+                if crate::mpi::available() { ", mpi" } else { "" }
             )));
         }
         return Ok(Group::single());
     }
-    let hostfile = std::env::var("MLX_HOSTFILE").ok();
-    let rank = std::env::var("MLX_RANK").ok();
-    let (hostfile, rank) = match (hostfile, rank) {
+    let (hostfile, rank) = match ring_env {
         (Some(h), Some(r)) => (h, r),
         (h, r) => {
             if !strict {
@@ -97,7 +117,7 @@ pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
                 .map(|(name, _)| name)
                 .collect();
             return Err(init_error(format!(
-                "no launch environment for the ring backend: {} not set (start the program with `nuvec launch` or `mlx.launch`)",
+                "no launch environment for the ring backend: {} not set (start the program with `nuvec launch` or `mlx.launch`, or under `mpirun` for MPI)",
                 missing.join(" and ")
             )));
         }
@@ -110,6 +130,28 @@ pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
     let nodes = read_hostfile(&hostfile)?;
     let options = Options::from_env().map_err(init_error)?;
     let group = connect(&nodes, rank, &options)?;
+    set_default_group(group);
+    Ok(group)
+}
+
+/// Joins MPI's world. Outside `mpirun` MPI forms a world of one: the group of one when not
+/// strict, else an error saying how to launch.
+/// Without an MPI library the group is this process alone when not strict (as for every
+/// backend that is not available).
+fn init_mpi(strict: bool) -> Result<Group> {
+    if !strict && !crate::mpi::available() {
+        return Ok(Group::single());
+    }
+    let world = crate::mpi::world().map_err(|reason| init_error(format!("mpi: {reason}")))?;
+    if world.size() == 1 {
+        if strict {
+            return Err(init_error(
+                "mpi: the MPI world has one process; start the program with `mpirun -n N`, `srun` or `nuvec launch --backend mpi`".into(),
+            ));
+        }
+        return Ok(Group::single());
+    }
+    let group = Group::register(Arc::new(world));
     set_default_group(group);
     Ok(group)
 }

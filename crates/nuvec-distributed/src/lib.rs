@@ -6,12 +6,14 @@
 //! facade `nuvec::distributed` merges both.
 #![warn(missing_docs)]
 #![doc(test(attr(deny(warnings))))]
-// Unsafe code only in `platform.rs`, the one place that calls the operating system directly.
+// Unsafe code only in `platform.rs`, the one place that calls the operating system directly,
+// and `mpi/ffi.rs`, the one place that calls Open MPI.
 #![deny(unsafe_code)]
 
 mod auth;
 mod backend;
 mod hostfile;
+pub mod mpi;
 mod options;
 mod platform;
 pub mod ring;

@@ -163,4 +163,5 @@ pub fn compare_with(
     Ok(())
 }
 
+pub mod mpi;
 pub mod ranks;

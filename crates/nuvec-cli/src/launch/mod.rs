@@ -208,8 +208,15 @@ pub(crate) fn run(args: LaunchArgs) -> Result<i32, String> {
         let hostfile = files.join("mpi-hostfile");
         std::fs::write(&hostfile, mpi::mpi_hostfile(&hosts))
             .map_err(|e| format!("writing {}: {e}", hostfile.display()))?;
+        let mpirun = mpi::find_mpirun()?;
+        let flavor = mpi::Flavor {
+            open_mpi: mpi::probe(&mpirun),
+            local: hosts.iter().all(Host::is_local),
+            root: crate::os::is_root(),
+        };
         let line = mpi::mpirun_command(
-            &mpi::find_mpirun()?,
+            &mpirun,
+            flavor,
             &hostfile,
             args.cwd.as_deref(),
             &options.env,
@@ -242,11 +249,15 @@ pub(crate) fn run(args: LaunchArgs) -> Result<i32, String> {
         ssh: args.ssh.split_whitespace().map(str::to_string).collect(),
     };
     if args.verbose {
-        eprintln!(
-            "[nuvec launch] {} ranks, backend {backend:?}, files in {}",
-            plans.len(),
-            files.display()
-        );
+        if backend == LaunchBackend::Mpi {
+            eprintln!("[nuvec launch] {}", context.command.join(" "));
+        } else {
+            eprintln!(
+                "[nuvec launch] {} ranks, backend {backend:?}, files in {}",
+                plans.len(),
+                files.display()
+            );
+        }
     }
     let outcome = supervise::run(
         &plans,

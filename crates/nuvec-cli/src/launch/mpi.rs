@@ -2,6 +2,11 @@
 //! `host slots=k` lines, `-x` for each variable). The key is passed by name (`-x
 //! NUVEC_DISTRIBUTED_KEY`) with its value in mpirun's environment, so it is never on a
 //! command line.
+//!
+//! Unlike mlx.launch, the command works with Open MPI 4 (which has no `--output :raw`) as well
+//! as 5: it asks `mpirun --version` which one it is. When every rank is on this machine it
+//! keeps MPI on shared memory and loopback, and as root (containers) it passes Open MPI's
+//! `--allow-run-as-root`.
 
 use super::hosts::Host;
 use super::plan::parse_env;
@@ -33,9 +38,67 @@ pub(crate) fn mpi_hostfile(hosts: &[Host]) -> String {
         .collect()
 }
 
+/// What the launcher knows about the mpirun it drives and the ranks it starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Flavor {
+    /// Open MPI's major version; `None` when `mpirun --version` does not name Open MPI
+    /// (then no Open MPI option is passed).
+    pub(crate) open_mpi: Option<u32>,
+    /// Every rank runs on this machine.
+    pub(crate) local: bool,
+    /// The launcher runs as root.
+    pub(crate) root: bool,
+}
+
+/// Open MPI's major version from `mpirun --version` output ("mpirun (Open MPI) 4.1.4").
+pub(crate) fn open_mpi_major(version_output: &str) -> Option<u32> {
+    let line = version_output.lines().find(|l| l.contains("Open MPI"))?;
+    let version = line.rsplit(' ').next()?;
+    version.split('.').next()?.trim().parse().ok()
+}
+
+/// Asks `mpirun --version` which MPI it is.
+pub(crate) fn probe(mpirun: &Path) -> Option<u32> {
+    let output = std::process::Command::new(mpirun)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    open_mpi_major(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// The options that follow from `flavor`.
+fn flavor_args(flavor: Flavor) -> Vec<String> {
+    let Some(major) = flavor.open_mpi else {
+        return Vec::new();
+    };
+    let mut args = Vec::new();
+    if flavor.root {
+        args.push("--allow-run-as-root".to_string());
+    }
+    if flavor.local {
+        // Shared memory between local ranks (Open MPI 5 renamed `vader` to `sm`), and TCP only
+        // on loopback: containers often have interfaces that lead nowhere.
+        let shared_memory = if major >= 5 { "sm" } else { "vader" };
+        args.extend([
+            "--mca".into(),
+            "btl".into(),
+            format!("self,{shared_memory},tcp"),
+            "--mca".into(),
+            "btl_tcp_if_include".into(),
+            "lo".into(),
+        ]);
+        if major < 5 {
+            args.extend(["--mca".into(), "oob_tcp_if_include".into(), "lo".into()]);
+        }
+    }
+    args
+}
+
 /// The mpirun command line for `command`.
 pub(crate) fn mpirun_command(
     mpirun: &Path,
+    flavor: Flavor,
     hostfile: &Path,
     cwd: Option<&Path>,
     env: &[String],
@@ -44,11 +107,10 @@ pub(crate) fn mpirun_command(
 ) -> Result<Vec<String>, String> {
     let mut line = vec![
         mpirun.to_string_lossy().into_owned(),
-        "--output".into(),
-        ":raw".into(),
         "--hostfile".into(),
         hostfile.to_string_lossy().into_owned(),
     ];
+    line.extend(flavor_args(flavor));
     if let Some(cwd) = cwd {
         line.extend(["-cwd".into(), cwd.to_string_lossy().into_owned()]);
     }
@@ -80,6 +142,7 @@ mod tests {
     fn the_key_goes_by_name_only() {
         let line = mpirun_command(
             Path::new("/usr/bin/mpirun"),
+            Flavor::default(),
             Path::new("/tmp/h"),
             None,
             &["A=1".into()],
@@ -89,7 +152,70 @@ mod tests {
         .unwrap();
         assert_eq!(
             line.join(" "),
-            "/usr/bin/mpirun --output :raw --hostfile /tmp/h -x A=1 -x NUVEC_DISTRIBUTED_KEY --bind-to none -- ./prog"
+            "/usr/bin/mpirun --hostfile /tmp/h -x A=1 -x NUVEC_DISTRIBUTED_KEY --bind-to none -- ./prog"
+        );
+    }
+
+    #[test]
+    fn open_mpi_versions_are_read_from_mpirun_version() {
+        assert_eq!(
+            open_mpi_major("mpirun (Open MPI) 4.1.4\n\nReport bugs to ..."),
+            Some(4)
+        );
+        assert_eq!(open_mpi_major("mpirun (Open MPI) 5.0.3\n"), Some(5));
+        assert_eq!(
+            open_mpi_major("HYDRA build details:\n    Version: 4.1"),
+            None
+        );
+    }
+
+    fn line_for(flavor: Flavor) -> String {
+        mpirun_command(
+            Path::new("mpirun"),
+            flavor,
+            Path::new("h"),
+            None,
+            &[],
+            &[],
+            &["p".into()],
+        )
+        .unwrap()
+        .join(" ")
+    }
+
+    #[test]
+    fn local_open_mpi_4_and_5_launches_stay_on_shared_memory_and_loopback() {
+        let local = |major| Flavor {
+            open_mpi: Some(major),
+            local: true,
+            root: false,
+        };
+        assert_eq!(
+            line_for(local(4)),
+            "mpirun --hostfile h --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -x NUVEC_DISTRIBUTED_KEY -- p"
+        );
+        assert_eq!(
+            line_for(local(5)),
+            "mpirun --hostfile h --mca btl self,sm,tcp --mca btl_tcp_if_include lo -x NUVEC_DISTRIBUTED_KEY -- p"
+        );
+        let remote_root = Flavor {
+            open_mpi: Some(4),
+            local: false,
+            root: true,
+        };
+        assert_eq!(
+            line_for(remote_root),
+            "mpirun --hostfile h --allow-run-as-root -x NUVEC_DISTRIBUTED_KEY -- p"
+        );
+        // No Open MPI option goes to an mpirun that is not Open MPI's.
+        let other = Flavor {
+            open_mpi: None,
+            local: true,
+            root: true,
+        };
+        assert_eq!(
+            line_for(other),
+            "mpirun --hostfile h -x NUVEC_DISTRIBUTED_KEY -- p"
         );
     }
 }

@@ -57,6 +57,19 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
     fn send(&self, data: &[u8], dtype: DType, shape: &[i32], dst: usize) -> Result<()>;
     /// Receives an array of `dtype` and `shape` from rank `src` into `data`.
     fn recv(&self, data: &mut [u8], dtype: DType, shape: &[i32], src: usize) -> Result<()>;
+    /// Splits the group: ranks that pass the same `color` form a new group, ordered by `key`
+    /// (a negative key keeps this rank's order). Every rank must call it. Backends that cannot
+    /// split (the ring, as MLX's) keep this default, an error saying so.
+    fn split(&self, color: i32, key: i32) -> Result<std::sync::Arc<dyn Communicator>> {
+        Err(crate::Error::Distributed {
+            op: "split".into(),
+            rank: None,
+            reason: format!(
+                "the {} backend cannot split groups (color {color}, key {key}); the mpi backend can",
+                self.backend()
+            ),
+        })
+    }
     /// Checks every connection without running a collective.
     fn health(&self) -> Result<()>;
     /// Releases the connections; later operations fail saying the group was closed.

@@ -74,18 +74,15 @@ impl Group {
         })
     }
 
-    /// Splits the group by `color`, ordering the new groups by `key`. The ring backend cannot
-    /// split (as MLX's ring), so this returns an error saying so.
+    /// Splits the group: ranks that pass the same `color` form a new group, ordered by `key`
+    /// (a negative key keeps the current order). Every rank must call it. The MPI backend
+    /// splits; the ring cannot (as MLX's) and returns an error saying so.
     pub fn split(&self, color: i32, key: i32) -> Result<Group> {
         if self.size == 1 {
             return Ok(*self);
         }
-        let backend = self.communicator().map_or("closed", |c| c.backend());
-        Err(Error::Distributed {
-            op: "split".into(),
-            rank: None,
-            reason: format!("the {backend} backend cannot split groups (color {color}, key {key})"),
-        })
+        let child = self.require("split")?.split(color, key)?;
+        Ok(Group::register(child))
     }
 
     /// Checks every connection of the group without running a collective.

@@ -87,7 +87,8 @@ fn kind_of(op: ReduceOp) -> Kind {
     }
 }
 
-fn kernel_op(op: ReduceOp) -> KernelOp {
+/// The CPU kernel's name for `op`.
+pub(crate) fn kernel_op(op: ReduceOp) -> KernelOp {
     match op {
         ReduceOp::Sum => KernelOp::Sum,
         ReduceOp::Max => KernelOp::Max,

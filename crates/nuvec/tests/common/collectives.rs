@@ -1,0 +1,317 @@
+//! Test bodies shared by the ring's tests (`distributed.rs`) and MPI's (`mpi.rs`): each runs
+//! on every rank of a group and checks the collectives against references computed locally.
+
+use nuvec::distributed::{self, Group};
+use nuvec::prelude::*;
+use nuvec::with_dtype;
+
+/// Rank `rank`'s deterministic input of `shape` and `dtype`: small values so sums are exact.
+fn input(rank: usize, shape: &[i32], dtype: DType) -> Array {
+    let size: i32 = shape.iter().product();
+    let base = ops::arange(0.0, f64::from(size), 1.0, DType::I32);
+    let values = ops::remainder(&(base * 7 + (rank as i32) * 3), 11);
+    let values = if dtype == DType::Bool {
+        ops::equal(ops::remainder(&values, 2), 0)
+    } else {
+        values.astype(dtype)
+    };
+    ops::reshape(&values, shape)
+}
+
+/// The element-wise fold of every rank's input, computed locally.
+fn reference(size: usize, shape: &[i32], dtype: DType, fold: fn(&Array, &Array) -> Array) -> Array {
+    (1..size).fold(input(0, shape, dtype), |acc, rank| {
+        fold(&acc, &input(rank, shape, dtype))
+    })
+}
+
+/// Bytes of an array, for bitwise comparisons.
+fn bits(a: &Array) -> Vec<u8> {
+    with_dtype!(a.dtype(), T, {
+        let values = a.to_vec::<T>().expect("reading the result");
+        values
+            .iter()
+            .flat_map(|v| format!("{v:?}").into_bytes())
+            .collect()
+    })
+}
+
+#[track_caller]
+fn assert_same(actual: &Array, expected: &Array, what: &str) {
+    assert_eq!(actual.shape(), expected.shape(), "{what}: shape");
+    assert_eq!(actual.dtype(), expected.dtype(), "{what}: dtype");
+    assert_eq!(bits(actual), bits(expected), "{what}: values");
+}
+
+fn sum_with_bool_or(a: &Array, b: &Array) -> Array {
+    if a.dtype() == DType::Bool {
+        ops::logical_or(a, b)
+    } else {
+        ops::add(a, b).astype(a.dtype())
+    }
+}
+
+fn max_of(a: &Array, b: &Array) -> Array {
+    ops::maximum(a, b)
+}
+
+fn min_of(a: &Array, b: &Array) -> Array {
+    ops::minimum(a, b)
+}
+
+/// Every collective on every dtype and several shapes, against local references.
+pub(crate) fn check_collectives(group: Group) {
+    let (rank, size) = (group.rank(), group.size());
+    let shapes: [&[i32]; 4] = [&[], &[0], &[7, 3], &[5]];
+    for dtype in DType::ALL {
+        for shape in shapes {
+            let x = input(rank, shape, dtype);
+            let what = format!("{dtype} {shape:?} on {size} ranks");
+            assert_same(
+                &distributed::all_sum(&x, Some(&group)),
+                &reference(size, shape, dtype, sum_with_bool_or),
+                &format!("all_sum {what}"),
+            );
+            assert_same(
+                &distributed::all_max(&x, Some(&group)),
+                &reference(size, shape, dtype, max_of),
+                &format!("all_max {what}"),
+            );
+            assert_same(
+                &distributed::all_min(&x, Some(&group)),
+                &reference(size, shape, dtype, min_of),
+                &format!("all_min {what}"),
+            );
+            let gathered = distributed::all_gather(&x, Some(&group));
+            let parts: Vec<Array> = (0..size)
+                .map(|r| {
+                    ops::reshape(&input(r, shape, dtype), &[-1]).reshape(&gathered_row_shape(shape))
+                })
+                .collect();
+            assert_same(
+                &gathered,
+                &ops::concatenate(&parts, 0),
+                &format!("all_gather {what}"),
+            );
+        }
+        // sum_scatter: the first axis divides by the size.
+        let shape = [2 * size as i32, 3];
+        let x = input(rank, &shape, dtype);
+        let total = reference(size, &shape, dtype, sum_with_bool_or);
+        let mine = ops::slice(&total, &[2 * rank as i32], &[2 * rank as i32 + 2], &[1]);
+        assert_same(
+            &distributed::sum_scatter(&x, Some(&group)),
+            &mine,
+            &format!("sum_scatter {dtype}"),
+        );
+    }
+}
+
+fn gathered_row_shape(shape: &[i32]) -> Vec<i32> {
+    if shape.is_empty() {
+        vec![1]
+    } else {
+        shape.to_vec()
+    }
+}
+
+/// 64 MB of random floats: every rank and a rerun get the same bits, close to a local sum.
+pub(crate) fn large_float_sums_agree_bitwise(group: Group) {
+    // 16 M floats (64 MB) whose sum depends on the order of additions.
+    nuvec::random::seed(group.rank() as u64);
+    let x = nuvec::random::normal(&[16 << 20], DType::F32, None);
+    let first = distributed::all_sum(&x, Some(&group));
+    let second = distributed::all_sum(&x, Some(&group));
+    let everyone = distributed::all_gather(&ops::expand_dims(&first, &[0]), Some(&group));
+    let rows = ops::split(&everyone, group.size() as i32, 0);
+    let mine = first.to_vec::<f32>().unwrap();
+    assert_eq!(
+        second.to_vec::<f32>().unwrap(),
+        mine,
+        "a rerun gives the same bits"
+    );
+    for (rank, row) in rows.iter().enumerate() {
+        let theirs = row.reshape(&[-1]).to_vec::<f32>().unwrap();
+        assert!(
+            theirs
+                .iter()
+                .zip(&mine)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "rank {rank} got other bits"
+        );
+    }
+    // The values are right (to rounding) against a local sum of every rank's draw.
+    let expected = (0..group.size()).fold(ops::zeros(&[16 << 20], DType::F32), |acc, r| {
+        nuvec::random::seed(r as u64);
+        acc + nuvec::random::normal(&[16 << 20], DType::F32, None)
+    });
+    let error = ops::abs(&(&first - &expected))
+        .max(None, false)
+        .item::<f32>()
+        .unwrap();
+    assert!(error < 1e-5, "largest error {error}");
+}
+
+/// Every rank sends to every other rank (4 ranks), neighbours or not.
+pub(crate) fn send_and_recv_everywhere(group: Group) {
+    let rank = group.rank();
+    // Every rank sends its rank to every other rank, in rank order.
+    for src in 0..4 {
+        if src == rank {
+            for dst in (0..4).filter(|&d| d != rank) {
+                let message = ops::full(&[2, 3], (10 * rank + dst) as f64, DType::I64);
+                distributed::send(&message, dst, Some(&group))
+                    .eval()
+                    .unwrap();
+            }
+        } else {
+            let got = distributed::recv(&[2, 3], DType::I64, src, Some(&group));
+            assert_eq!(
+                got.to_vec::<i64>().unwrap(),
+                vec![(10 * src + rank) as i64; 6],
+                "from rank {src}"
+            );
+        }
+    }
+}
+
+/// A receiver expecting another shape gets an error naming both, and the connection stays
+/// usable for the next message (2 ranks).
+pub(crate) fn mismatched_send_recv(group: Group) {
+    let rank = group.rank();
+    if rank == 0 {
+        distributed::send(&ops::zeros(&[3], DType::F32), 1, Some(&group))
+            .eval()
+            .unwrap();
+        distributed::send(&ops::ones(&[2], DType::F32), 1, Some(&group))
+            .eval()
+            .unwrap();
+    } else {
+        let error = distributed::recv(&[4], DType::F32, 0, Some(&group))
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("rank 0") && error.contains("[3]") && error.contains("[4]"),
+            "{error}"
+        );
+        let next = distributed::recv(&[2], DType::F32, 0, Some(&group));
+        assert_eq!(next.to_vec::<f32>().unwrap(), [1.0, 1.0]);
+    }
+}
+
+/// [`mismatched_send_recv`], then ranks calling different collectives both get an error
+/// saying what each called (2 ranks).
+pub(crate) fn mismatched_calls_give_errors(group: Group) {
+    mismatched_send_recv(group);
+    let rank = group.rank();
+    // Different collectives on the two ranks: both get an error saying what each called.
+    let x = ops::ones(&[8], DType::F32);
+    let result = if rank == 0 {
+        distributed::all_sum(&x, Some(&group))
+    } else {
+        distributed::all_gather(&x, Some(&group))
+    };
+    let error = result.check().unwrap_err().to_string();
+    assert!(
+        error.contains("all_sum") && error.contains("all_gather"),
+        "{error}"
+    );
+    // The group then refuses further work with that first error.
+    let later = distributed::all_sum(&x, Some(&group))
+        .check()
+        .unwrap_err()
+        .to_string();
+    assert!(later.contains("failed earlier"), "{later}");
+}
+
+/// Gradients through each collective follow MLX's rules (2 ranks).
+pub(crate) fn gradients_follow_mlx_rules(group: Group) {
+    use nuvec::transforms::grad;
+    let rank = group.rank() as f32;
+    let x = Array::from_vec(vec![1.0f32 + rank, 2.0 + rank], &[2]);
+    let weights = array![3.0, 5.0];
+    // all_sum passes the cotangent through: each rank's loss is its own.
+    let through_sum = grad(|v: &[Array]| {
+        ops::sum(
+            &(distributed::all_sum(&v[0], Some(&group)) * &weights),
+            None,
+            false,
+        )
+    })(std::slice::from_ref(&x))
+    .unwrap();
+    assert_eq!(through_sum[0].to_vec::<f32>().unwrap(), [3.0, 5.0]);
+    // all_gather: this rank's rows of the cotangent.
+    let gather_weights = array![1.0, 2.0, 3.0, 4.0];
+    let through_gather = grad(|v: &[Array]| {
+        ops::sum(
+            &(distributed::all_gather(&v[0], Some(&group)) * &gather_weights),
+            None,
+            false,
+        )
+    })(std::slice::from_ref(&x))
+    .unwrap();
+    let expected: Vec<f32> = if group.rank() == 0 {
+        vec![1.0, 2.0]
+    } else {
+        vec![3.0, 4.0]
+    };
+    assert_eq!(through_gather[0].to_vec::<f32>().unwrap(), expected);
+    // sum_scatter: the cotangent in this rank's rows, zero elsewhere.
+    let through_scatter = grad(|v: &[Array]| {
+        ops::sum(
+            &(distributed::sum_scatter(&v[0], Some(&group)) * 7.0),
+            None,
+            false,
+        )
+    })(std::slice::from_ref(&x))
+    .unwrap();
+    let expected: Vec<f32> = if group.rank() == 0 {
+        vec![7.0, 0.0]
+    } else {
+        vec![0.0, 7.0]
+    };
+    assert_eq!(through_scatter[0].to_vec::<f32>().unwrap(), expected);
+    // sum_gradients: identity forward, all_sum of the cotangent backward.
+    let own_weights = Array::from_vec(vec![1.0f32 + rank, 10.0 * (1.0 + rank)], &[2]);
+    let through_sum_gradients = grad(|v: &[Array]| {
+        ops::sum(
+            &(distributed::sum_gradients(&v[0], Some(&group)) * &own_weights),
+            None,
+            false,
+        )
+    })(std::slice::from_ref(&x))
+    .unwrap();
+    assert_eq!(
+        through_sum_gradients[0].to_vec::<f32>().unwrap(),
+        [3.0, 30.0]
+    );
+}
+
+/// Each rank sends a 5-element array to the next rank and receives one from the previous.
+pub(crate) fn send_and_recv_ring(group: Group) {
+    let (rank, size) = (group.rank(), group.size());
+    let (next, previous) = ((rank + 1) % size, (rank + size - 1) % size);
+    let message = |from: usize| ops::arange(0.0, 5.0, 1.0, DType::F64) + (100 * from) as f64;
+    let send = || {
+        distributed::send(&message(rank), next, Some(&group))
+            .eval()
+            .unwrap()
+    };
+    let receive = || {
+        let got = distributed::recv(&[5], DType::F64, previous, Some(&group));
+        assert_eq!(
+            got.to_vec::<f64>().unwrap(),
+            message(previous).to_vec::<f64>().unwrap(),
+            "from rank {previous}"
+        );
+    };
+    // Rank 0 starts the chain so that no rank waits on a rank that waits on it.
+    if rank == 0 {
+        send();
+        receive();
+    } else {
+        receive();
+        send();
+    }
+}

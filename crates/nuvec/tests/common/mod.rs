@@ -1,0 +1,4 @@
+//! Code shared by several test binaries.
+#![allow(dead_code)]
+
+pub(crate) mod collectives;
