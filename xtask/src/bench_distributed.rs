@@ -31,6 +31,7 @@ struct Options {
     dtypes: Vec<String>,
     budget: String,
     mlx: bool,
+    mpi: bool,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
@@ -43,11 +44,16 @@ fn options(args: &[String]) -> Result<Options, String> {
         dtypes: vec!["float32".into()],
         budget: "1.0".into(),
         mlx: true,
+        mpi: true,
     };
     let mut rest = args.iter();
     while let Some(flag) = rest.next() {
         if flag == "--no-mlx" {
             options.mlx = false;
+            continue;
+        }
+        if flag == "--no-mpi" {
+            options.mpi = false;
             continue;
         }
         let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -64,7 +70,7 @@ fn options(args: &[String]) -> Result<Options, String> {
             "--budget" => options.budget = value.clone(),
             other => {
                 return Err(format!(
-                    "unknown option {other} (--ranks 2,4 --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --no-mlx)"
+                    "unknown option {other} (--ranks 2,4 --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --no-mlx --no-mpi)"
                 ))
             }
         }
@@ -94,24 +100,25 @@ fn records(stdout: &[u8]) -> Vec<Value> {
         .collect()
 }
 
+/// nuvec's rank program under `nuvec launch`: over the ring, or with `mpi` over Open MPI
+/// (`--backend mpi`, which starts the ranks with `mpirun`).
 fn run_ours(
     root: &Path,
     n: usize,
-    op: &str,
-    dtype: &str,
+    (op, dtype): (&str, &str),
     options: &Options,
+    mpi: bool,
 ) -> Result<Vec<Value>, String> {
     let port = free_port_range(n)?.to_string();
-    let output = Command::new(root.join("target/release/nuvec"))
-        .args([
-            "launch",
-            "-n",
-            &n.to_string(),
-            "-p",
-            &port,
-            "--no-prefix",
-            "--",
-        ])
+    let mut command = Command::new(root.join("target/release/nuvec"));
+    command.args(["launch", "-n", &n.to_string()]);
+    if mpi {
+        command.args(["--backend", "mpi"]);
+    } else {
+        command.args(["-p", &port, "--no-prefix"]);
+    }
+    let output = command
+        .arg("--")
         .arg(root.join("target/release/examples/bench_distributed"))
         .args(rank_args(op, dtype, options))
         .stdin(Stdio::null())
@@ -125,6 +132,14 @@ fn run_ours(
         ));
     }
     Ok(records(&output.stdout))
+}
+
+/// Whether `mpirun` is on `PATH` (for the MPI column).
+fn has_mpirun() -> bool {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .any(|dir| dir.join("mpirun").is_file())
 }
 
 fn run_mlx(
@@ -282,39 +297,52 @@ fn key(record: &Value) -> (String, u64, u64, String) {
     )
 }
 
-fn table(ours: &[Value], theirs: &[Value]) -> String {
+/// The median and bus bandwidth of the record matching `k` in `records`, as table cells, and
+/// the median itself.
+fn cells(records: &[Value], k: &(String, u64, u64, String)) -> (String, String, f64) {
+    match records.iter().find(|t| key(t) == *k) {
+        Some(t) if t.get("error").is_none() => {
+            let m = t["median_us"].as_f64().unwrap_or(f64::NAN);
+            let bw = t["busbw_gbps"].as_f64().unwrap_or(f64::NAN);
+            (us(m), format!("{bw:.3}"), m)
+        }
+        Some(_) => ("unsupported".into(), "–".into(), f64::NAN),
+        None => ("–".into(), "–".into(), f64::NAN),
+    }
+}
+
+fn ratio(mine: f64, other: f64) -> String {
+    if other.is_nan() {
+        "–".into()
+    } else {
+        format!("{:.3}", mine / other)
+    }
+}
+
+fn table(ours: &[Value], theirs: &[Value], mpi: &[Value]) -> String {
     let mut out = String::from(
-        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | nuvec-MPI median | nuvec / nuvec-MPI |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for record in ours {
         let k = key(record);
         let mine = record["median_us"].as_f64().unwrap_or(f64::NAN);
-        let other = theirs.iter().find(|t| key(t) == k);
-        let (their_median, ratio, their_bw) = match other {
-            Some(t) if t.get("error").is_none() => {
-                let m = t["median_us"].as_f64().unwrap_or(f64::NAN);
-                (
-                    us(m),
-                    format!("{:.3}", mine / m),
-                    format!("{:.3}", t["busbw_gbps"].as_f64().unwrap_or(f64::NAN)),
-                )
-            }
-            Some(_) => ("unsupported".into(), "–".into(), "–".into()),
-            None => ("–".into(), "–".into(), "–".into()),
-        };
+        let (their_median, their_bw, theirs_us) = cells(theirs, &k);
+        let (mpi_median, _, mpi_us) = cells(mpi, &k);
         let checked = if record["ok"].as_bool() == Some(true) {
             ""
         } else {
             " (WRONG RESULT)"
         };
         out += &format!(
-            "| {} | {} | {} | {} | {}{checked} | {their_median} | {ratio} | {:.3} | {their_bw} |\n",
+            "| {} | {} | {} | {} | {}{checked} | {their_median} | {} | {:.3} | {their_bw} | {mpi_median} | {} |\n",
             k.0,
             k.1,
             k.3,
             human(k.2),
             us(mine),
+            ratio(mine, theirs_us),
             record["busbw_gbps"].as_f64().unwrap_or(f64::NAN),
+            ratio(mine, mpi_us),
         );
     }
     out
@@ -349,24 +377,31 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     } else {
         None
     };
+    let mpi = options.mpi && has_mpirun();
+    if options.mpi && !mpi {
+        progress!("mpirun is not on PATH (install openmpi-bin); no nuvec-over-MPI column");
+    }
     progress!("measuring this machine's ceilings");
     let memcpy = memcpy_ceiling();
     let tcp = tcp_ceiling()?;
     progress!("single-core memcpy {memcpy:.2} GB/s, one loopback TCP stream {tcp:.2} GB/s");
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let (mut ours, mut theirs, mut over_mpi) = (Vec::new(), Vec::new(), Vec::new());
     let mut turn = 0;
     for &n in &options.ranks {
         for dtype in &options.dtypes {
             for op in &options.ops {
-                let mut sides: Vec<&str> = vec!["nuvec", "mlx"];
-                if turn % 2 == 1 {
-                    sides.reverse();
-                }
+                let mut sides: Vec<&str> = vec!["nuvec", "mlx", "nuvec-mpi"];
+                sides.rotate_left(turn % 3);
                 turn += 1;
                 for side in sides {
                     progress!("{n} ranks, {op}, {dtype}: {side} ({})", options.sizes);
                     let results = match (side, &python) {
-                        ("nuvec", _) => run_ours(&root, n, op, dtype, &options)?,
+                        ("nuvec", _) => run_ours(&root, n, (op, dtype), &options, false)?,
+                        ("nuvec-mpi", _) if mpi => run_ours(&root, n, (op, dtype), &options, true)
+                            .unwrap_or_else(|e| {
+                                progress!("nuvec over MPI failed: {e}");
+                                Vec::new()
+                            }),
                         ("mlx", Some(python)) => run_mlx(&root, python, n, op, dtype, &options)
                             .unwrap_or_else(|e| {
                                 progress!("MLX failed: {e}");
@@ -387,16 +422,16 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                             );
                         }
                     }
-                    if side == "nuvec" {
-                        ours.extend(results);
-                    } else {
-                        theirs.extend(results);
+                    match side {
+                        "nuvec" => ours.extend(results),
+                        "mlx" => theirs.extend(results),
+                        _ => over_mpi.extend(results),
                     }
                 }
             }
         }
     }
-    let table = table(&ours, &theirs);
+    let table = table(&ours, &theirs, &over_mpi);
     println!("{table}");
     println!(
         "ceilings: single-core memcpy {memcpy:.2} GB/s; one loopback TCP stream {tcp:.2} GB/s"
@@ -409,6 +444,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         "ceilings": {"memcpy_gbps": memcpy, "tcp_stream_gbps": tcp},
         "nuvec": ours,
         "mlx": theirs,
+        "nuvec_mpi": over_mpi,
     });
     std::fs::write(
         target.join("bench-distributed.json"),
@@ -449,10 +485,14 @@ mod tests {
         let theirs = vec![
             json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 4000.0, "busbw_gbps": 0.001}),
         ];
-        let table = table(&ours, &theirs);
+        let over_mpi = vec![
+            json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 20.0, "busbw_gbps": 0.2}),
+        ];
+        let table = table(&ours, &theirs, &over_mpi);
         assert!(
             table.contains("| all_sum | 2 | float32 | 4 KB | 40 µs | 4.00 ms | 0.010 |"),
             "{table}"
         );
+        assert!(table.ends_with("| 20 µs | 2.000 |\n"), "{table}");
     }
 }
