@@ -120,9 +120,17 @@ pub trait Primitive: Send + Sync + Debug + Any {
         })
     }
 
-    /// Jacobian-vector product: the output tangents given tangents of the inputs in `argnums`.
-    fn jvp(&self, inputs: &[Array], tangents: &[Array], argnums: &[usize]) -> Result<Vec<Array>> {
-        let _ = (inputs, tangents, argnums);
+    /// Jacobian-vector product: one tangent per output, given the primal `inputs`, the
+    /// `outputs` and the `tangents` of the inputs in `argnums` (the other inputs' tangents
+    /// are zero).
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let _ = (inputs, outputs, tangents, argnums);
         Err(Error::Transform {
             transform: "jvp",
             reason: format!("primitive {} has no jvp rule", self.name()),

@@ -51,6 +51,12 @@ pub fn mpirun_args(n_ranks: usize) -> Vec<String> {
         "--mca".into(),
         "btl".into(),
         "self,vader,tcp".into(),
+        "--mca".into(),
+        "btl_tcp_if_include".into(),
+        "lo".into(),
+        "--mca".into(),
+        "oob_tcp_if_include".into(),
+        "lo".into(),
     ];
     if is_root() {
         args.push("--allow-run-as-root".into());

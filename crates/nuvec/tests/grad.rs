@@ -1,9 +1,9 @@
-//! Reverse-mode gradients against central finite differences in float64, for every
-//! primitive with a vjp rule, plus the transform's error cases.
+//! Reverse-mode gradients and forward-mode jvps against central finite differences in
+//! float64, for every primitive with a vjp or jvp rule, plus the transforms' error cases.
 
 use nuvec::ops;
 use nuvec::prelude::*;
-use nuvec::transforms::{grad, value_and_grad, vjp};
+use nuvec::transforms::{grad, jvp, value_and_grad, vjp};
 
 /// Deterministic float64 values in `[low, high)`.
 fn values(shape: &[i32], low: f64, high: f64, salt: u64) -> Array {
@@ -20,7 +20,8 @@ fn values(shape: &[i32], low: f64, high: f64, salt: u64) -> Array {
     Array::from_vec(data, shape)
 }
 
-/// Checks the gradient of `sum(f(x) * weights)` against central differences, element by element.
+/// Checks the gradient of `sum(f(x) * weights)` against central differences, element by
+/// element, then the jvp of `f` ([`check_jvp`]).
 #[track_caller]
 fn check(name: &str, f: impl Fn(&Array) -> Array, x: Array) {
     let probe = f(&x);
@@ -47,6 +48,62 @@ fn check(name: &str, f: impl Fn(&Array) -> Array, x: Array) {
             (analytic[i] - numeric).abs() <= tolerance,
             "{name}: d/dx[{i}] = {} but finite differences give {numeric}",
             analytic[i]
+        );
+    }
+    let tangent = values(x.shape(), -1.0, 1.0, 11);
+    check_jvp(name, &f, &x, &tangent);
+    // The two modes agree: <weights, J t> = <J^T weights, t>.
+    let (_, forward) = jvp(
+        |v| vec![f(&v[0])],
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&tangent),
+    )
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let left = ops::sum(&(&forward[0] * &weights), None, false)
+        .item::<f64>()
+        .unwrap();
+    let right: f64 = analytic
+        .iter()
+        .zip(tangent.to_vec::<f64>().unwrap())
+        .map(|(g, t)| g * t)
+        .sum();
+    assert!(
+        (left - right).abs() <= 1e-9 * left.abs().max(1.0),
+        "{name}: <w, J t> = {left} but <J^T w, t> = {right}"
+    );
+}
+
+/// Checks `jvp(f, x, t)` against `(f(x + εt) − f(x − εt)) / 2ε`, element by element.
+#[track_caller]
+fn check_jvp(name: &str, f: &impl Fn(&Array) -> Array, x: &Array, t: &Array) {
+    let (outputs, tangents) = jvp(
+        |v| vec![f(&v[0])],
+        std::slice::from_ref(x),
+        std::slice::from_ref(t),
+    )
+    .unwrap_or_else(|e| panic!("{name}: jvp: {e}"));
+    assert_eq!(
+        outputs[0].shape(),
+        tangents[0].shape(),
+        "{name}: tangent shape"
+    );
+    let analytic = tangents[0]
+        .astype(DType::F64)
+        .to_vec::<f64>()
+        .unwrap_or_else(|e| panic!("{name}: jvp: {e}"));
+    let step = 1e-6;
+    let at = |delta: f64| {
+        f(&(x + &(t * delta)))
+            .astype(DType::F64)
+            .to_vec::<f64>()
+            .unwrap()
+    };
+    let (plus, minus) = (at(step), at(-step));
+    for (i, value) in analytic.iter().enumerate() {
+        let numeric = (plus[i] - minus[i]) / (2.0 * step);
+        assert!(
+            (value - numeric).abs() <= 1e-5 * numeric.abs().max(1.0),
+            "{name}: jvp[{i}] = {value} but finite differences give {numeric}"
         );
     }
 }
@@ -369,4 +426,144 @@ fn stop_gradient_blocks_the_gradient() -> Result<()> {
         "only the unstopped factor contributes"
     );
     Ok(())
+}
+
+#[test]
+fn jvps_of_primitives_without_a_vjp_match_finite_differences() {
+    let x = values(&[3, 5], -1.0, 1.0, 12);
+    let t = values(&[3, 5], -1.0, 1.0, 13);
+    let indices = Array::from_vec(vec![4u32, 0, 2, 2], &[4]);
+    check_jvp("take", &|a: &Array| ops::take(a, &indices, Some(1)), &x, &t);
+    let along = Array::from_vec(vec![1u32, 0, 2, 2, 1, 0], &[3, 2]).astype(DType::U32);
+    check_jvp(
+        "take_along_axis",
+        &|a: &Array| ops::take_along_axis(a, &along, Some(1)),
+        &x,
+        &t,
+    );
+    check_jvp("sort", &|a: &Array| ops::sort(a, Some(1)), &x, &t);
+    check_jvp("sort axis 0", &|a: &Array| ops::sort(a, Some(0)), &x, &t);
+    check_jvp("topk", &|a: &Array| ops::topk(a, 2, Some(-1)), &x, &t);
+    // Integer outputs have zero tangents.
+    let (_, tangents) = jvp(
+        |v| vec![ops::argmax(&v[0], Some(1), false)],
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&t),
+    )
+    .unwrap();
+    assert_eq!(tangents[0].to_vec::<u32>().unwrap(), [0, 0, 0]);
+}
+
+#[test]
+fn jvp_takes_several_inputs_and_outputs() -> Result<()> {
+    let (a, b) = (array![1.0, 2.0], array![3.0, 5.0]);
+    let (ta, tb) = (array![1.0, 0.0], array![0.5, 2.0]);
+    let (outputs, tangents) = jvp(
+        |v| vec![&v[0] * &v[1], ops::sum(&v[0], None, false), v[1].clone()],
+        &[a, b],
+        &[ta, tb],
+    )?;
+    assert_eq!(outputs[0].to_vec::<f32>()?, [3.0, 10.0]);
+    // d(a·b) = ta·b + a·tb.
+    assert_eq!(tangents[0].to_vec::<f32>()?, [3.5, 4.0]);
+    assert_eq!(tangents[1].item::<f32>()?, 1.0);
+    // An output that is an input: its tangent.
+    assert_eq!(tangents[2].to_vec::<f32>()?, [0.5, 2.0]);
+    // An output that does not depend on the inputs has a zero tangent.
+    let (_, constant) = jvp(|_| vec![array![7.0]], &[array![1.0]], &[array![1.0]])?;
+    assert_eq!(constant[0].to_vec::<f32>()?, [0.0]);
+    Ok(())
+}
+
+#[test]
+fn forward_and_reverse_mode_nest_into_second_derivatives() -> Result<()> {
+    let f = |x: &Array| ops::sum(&(ops::sin(x) * x), None, false);
+    let x = array![0.5, 1.0, 2.0];
+    let v = array![1.0, -1.0, 0.5];
+    // Forward over reverse: the Hessian of f times v (the Hessian is diagonal here).
+    let (_, hvp) = jvp(
+        |p| grad(|q: &[Array]| f(&q[0]))(&p[..1]).unwrap(),
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&v),
+    )?;
+    let second = |x: f32| 2.0 * x.cos() - x * x.sin();
+    let expected: Vec<f32> = [0.5f32, 1.0, 2.0]
+        .iter()
+        .zip([1.0f32, -1.0, 0.5])
+        .map(|(&x, v)| second(x) * v)
+        .collect();
+    for (got, want) in hvp[0].to_vec::<f32>()?.iter().zip(&expected) {
+        assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+    }
+    // Reverse over forward: the gradient of the directional derivative <∇f, v>.
+    let directional = |p: &[Array]| {
+        jvp(|q| vec![f(&q[0])], &p[..1], std::slice::from_ref(&v))
+            .unwrap()
+            .1[0]
+            .clone()
+    };
+    let rof = grad(directional)(std::slice::from_ref(&x))?;
+    for (got, want) in rof[0].to_vec::<f32>()?.iter().zip(&expected) {
+        assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+    }
+    // jvp of jvp: the second derivative along v twice.
+    let (_, twice) = jvp(
+        |p| {
+            jvp(|q| vec![f(&q[0])], &p[..1], std::slice::from_ref(&v))
+                .unwrap()
+                .1
+        },
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&v),
+    )?;
+    let along: f32 = expected
+        .iter()
+        .zip([1.0f32, -1.0, 0.5])
+        .map(|(h, v)| h * v)
+        .sum();
+    assert!((twice[0].item::<f32>()? - along).abs() < 1e-5);
+    Ok(())
+}
+
+#[test]
+fn jvp_errors_name_the_transform() {
+    let count = jvp(|x| vec![x[0].clone()], &[array![1.0]], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        count.contains("[jvp]") && count.contains("tangents"),
+        "{count}"
+    );
+    let shape = jvp(|x| vec![x[0].clone()], &[array![1.0, 2.0]], &[array![1.0]])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        shape.contains("[jvp]") && shape.contains("[1]") && shape.contains("[2]"),
+        "{shape}"
+    );
+    let no_rule = jvp(
+        |x| vec![ops::cumprod(&x[0], Some(0), false, true)],
+        &[array![1.0, 2.0]],
+        &[array![1.0, 1.0]],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        no_rule.contains("[jvp]") && no_rule.contains("cumprod"),
+        "{no_rule}"
+    );
+    let evaluated = jvp(
+        |x| {
+            let _ = x[0].eval();
+            vec![x[0].clone()]
+        },
+        &[array![1.0]],
+        &[array![1.0]],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        evaluated.contains("[jvp]") && evaluated.contains("evaluated inside"),
+        "{evaluated}"
+    );
 }

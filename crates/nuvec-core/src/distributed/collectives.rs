@@ -56,6 +56,17 @@ impl Primitive for AllReduce {
         Ok(vec![cotangents[0].clone()])
     }
 
+    /// MLX's rule: the same collective applied to the tangent.
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        crate::primitives::linear_jvp(self, inputs, outputs, tangents, argnums)
+    }
+
     fn is_effect(&self) -> bool {
         true
     }
@@ -94,6 +105,17 @@ impl Primitive for AllGather {
             &[start + rows],
             &[1],
         )])
+    }
+
+    /// MLX's rule: the same collective applied to the tangent.
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        crate::primitives::linear_jvp(self, inputs, outputs, tangents, argnums)
     }
 
     fn is_effect(&self) -> bool {
@@ -138,6 +160,17 @@ impl Primitive for ReduceScatter {
         let mut widths = vec![(before, after)];
         widths.extend(std::iter::repeat_n((0, 0), c.ndim() - 1));
         Ok(vec![crate::ops::pad(c, &widths, 0.0)])
+    }
+
+    /// The same collective (MLX has no rule) applied to the tangent.
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        crate::primitives::linear_jvp(self, inputs, outputs, tangents, argnums)
     }
 
     fn is_effect(&self) -> bool {
@@ -363,6 +396,17 @@ impl Primitive for SumGradients {
         _argnums: &[usize],
     ) -> Result<Vec<Array>> {
         Ok(vec![all_sum(&cotangents[0], Some(&self.group))])
+    }
+
+    /// The identity's: the tangent itself.
+    fn jvp(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        tangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![tangents[0].clone()])
     }
 }
 

@@ -52,5 +52,7 @@ impl Primitive for AsType {
         Ok(vec![cotangents[0].astype(inputs[0].dtype())])
     }
 
+    super::jvp_linear!();
+
     same_as!();
 }

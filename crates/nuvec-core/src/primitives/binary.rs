@@ -117,45 +117,75 @@ impl Primitive for Binary {
         cotangents: &[Array],
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
+        Ok(argnums
+            .iter()
+            .map(|&i| {
+                let full = self.partial(i, inputs, &outputs[0], &cotangents[0]);
+                crate::transforms::sum_to_shape(&full, inputs[i].shape())
+            })
+            .collect())
+    }
+
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let out = &outputs[0];
+        let total = argnums
+            .iter()
+            .zip(tangents)
+            .map(|(&i, t)| self.partial(i, inputs, out, &t.astype(inputs[i].dtype())))
+            .reduce(|acc, term| crate::ops::add(&acc, &term))
+            .unwrap_or_else(|| crate::ops::zeros_like(out));
+        Ok(vec![
+            crate::ops::broadcast_to(&total, out.shape()).astype(out.dtype())
+        ])
+    }
+
+    same_as!();
+}
+
+impl Binary {
+    /// `v · ∂out/∂input_i` element-wise, for `v` broadcastable to the output: the vjp term of
+    /// a cotangent and the jvp term of a tangent alike (the Jacobian of each input is
+    /// diagonal once broadcast).
+    fn partial(&self, i: usize, inputs: &[Array], out: &Array, v: &Array) -> Array {
         use crate::ops::*;
-        let (a, b, out, c) = (&inputs[0], &inputs[1], &outputs[0], &cotangents[0]);
-        let (da, db) = match self.0 {
-            BinaryOp::Add => (c.clone(), c.clone()),
-            BinaryOp::Subtract => (c.clone(), negative(c)),
-            BinaryOp::Multiply => (multiply(c, b), multiply(c, a)),
-            BinaryOp::Divide => (divide(c, b), negative(&divide(multiply(c, out), b))),
-            BinaryOp::Power => (
-                multiply(c, multiply(b, power(a, subtract(b, 1.0)))),
-                multiply(c, multiply(out, log(&where_(greater(a, 0.0), a, 1.0)))),
-            ),
-            BinaryOp::Remainder => (c.clone(), negative(&multiply(c, floor_divide(a, b)))),
-            BinaryOp::Maximum | BinaryOp::Minimum => {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        match (self.0, i) {
+            (BinaryOp::Add, _) => v.clone(),
+            (BinaryOp::Subtract, 0) => v.clone(),
+            (BinaryOp::Subtract, _) => negative(v),
+            (BinaryOp::Multiply, 0) => multiply(v, b),
+            (BinaryOp::Multiply, _) => multiply(v, a),
+            (BinaryOp::Divide, 0) => divide(v, b),
+            (BinaryOp::Divide, _) => negative(&divide(multiply(v, out), b)),
+            (BinaryOp::Power, 0) => multiply(v, multiply(b, power(a, subtract(b, 1.0)))),
+            (BinaryOp::Power, _) => {
+                multiply(v, multiply(out, log(&where_(greater(a, 0.0), a, 1.0))))
+            }
+            (BinaryOp::Remainder, 0) => v.clone(),
+            (BinaryOp::Remainder, _) => negative(&multiply(v, floor_divide(a, b))),
+            (BinaryOp::Maximum | BinaryOp::Minimum, _) => {
                 let pick_a = if self.0 == BinaryOp::Maximum {
                     greater_equal(a, b)
                 } else {
                     less_equal(a, b)
                 };
-                (where_(&pick_a, c, 0.0), where_(&pick_a, 0.0, c))
+                if i == 0 {
+                    where_(&pick_a, v, 0.0)
+                } else {
+                    where_(&pick_a, 0.0, v)
+                }
             }
-            BinaryOp::LogAddExp => (
-                multiply(c, sigmoid(&subtract(a, b))),
-                multiply(c, sigmoid(&subtract(b, a))),
-            ),
-            BinaryOp::ArcTan2 => {
-                let norm = add(square(a), square(b));
-                (
-                    multiply(c, divide(b, &norm)),
-                    negative(&multiply(c, divide(a, &norm))),
-                )
-            }
-            _ => (zeros_like(a), zeros_like(b)),
-        };
-        let grads = [da, db];
-        Ok(argnums
-            .iter()
-            .map(|&i| crate::transforms::sum_to_shape(&grads[i], inputs[i].shape()))
-            .collect())
+            (BinaryOp::LogAddExp, 0) => multiply(v, sigmoid(&subtract(a, b))),
+            (BinaryOp::LogAddExp, _) => multiply(v, sigmoid(&subtract(b, a))),
+            (BinaryOp::ArcTan2, 0) => multiply(v, divide(b, add(square(a), square(b)))),
+            (BinaryOp::ArcTan2, _) => negative(&multiply(v, divide(a, add(square(a), square(b))))),
+            _ => zeros_like(&inputs[i]),
+        }
     }
-
-    same_as!();
 }

@@ -2,7 +2,7 @@
 
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::{Error, Result};
+use crate::{Array, Error, Result};
 use nuvec_cpu::{with_dtype, Buffer, Element};
 use std::sync::Arc;
 
@@ -71,6 +71,26 @@ impl Primitive for Take {
         )
     }
 
+    /// Linear in the data; the indices only choose.
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let Some(slot) = argnums.iter().position(|&a| a == 0) else {
+            return super::zero_jvp(outputs);
+        };
+        let tangent = tangents[slot].astype(inputs[0].dtype());
+        Ok(vec![Array::from_primitive(
+            Arc::new(self.clone()),
+            vec![tangent, inputs[1].clone()],
+            outputs[0].shape().to_vec(),
+            outputs[0].dtype(),
+        )])
+    }
+
     same_as!();
 }
 
@@ -106,6 +126,26 @@ impl Primitive for TakeAlongAxis {
                 }
             })
         })
+    }
+
+    /// Linear in the data; the indices only choose.
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let Some(slot) = argnums.iter().position(|&a| a == 0) else {
+            return super::zero_jvp(outputs);
+        };
+        let tangent = tangents[slot].astype(inputs[0].dtype());
+        Ok(vec![Array::from_primitive(
+            Arc::new(self.clone()),
+            vec![tangent, inputs[1].clone()],
+            outputs[0].shape().to_vec(),
+            outputs[0].dtype(),
+        )])
     }
 
     same_as!();

@@ -97,6 +97,8 @@ impl Primitive for AsStrided {
         )
     }
 
+    super::jvp_linear!();
+
     same_as!();
 }
 
@@ -123,6 +125,8 @@ impl Primitive for Reshape {
         Ok(vec![inputs[0].buffer().clone()])
     }
 
+    super::jvp_linear!();
+
     same_as!();
 }
 
@@ -148,6 +152,8 @@ impl Primitive for StopGradient {
     ) -> Result<Vec<Array>> {
         Ok(vec![crate::ops::zeros_like(&inputs[0])])
     }
+
+    super::jvp_zero!();
 
     same_as!();
 }
@@ -205,6 +211,8 @@ impl Primitive for Concatenate {
             output::<T>(spec, |out| concat_into(inputs, self.axis, out))
         )
     }
+
+    super::jvp_linear!();
 
     same_as!();
 }
@@ -286,6 +294,21 @@ impl Primitive for Pad {
                 out
             ))
         )
+    }
+
+    fn jvp(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        tangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        // The padding is a constant: its tangent is zero.
+        let zero_pad = Pad {
+            low: self.low.clone(),
+            value: 0.0,
+        };
+        super::linear_jvp(&zero_pad, _inputs, _outputs, tangents, _argnums)
     }
 
     same_as!();

@@ -93,5 +93,26 @@ impl Primitive for Matmul {
             .collect())
     }
 
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        // (a + ta)(b + tb) to first order: ta·b + a·tb.
+        let terms = argnums.iter().zip(tangents).map(|(&i, t)| {
+            if i == 0 {
+                crate::ops::matmul(t, &inputs[1])
+            } else {
+                crate::ops::matmul(&inputs[0], t)
+            }
+        });
+        let total = terms
+            .reduce(|acc, term| crate::ops::add(&acc, &term))
+            .unwrap_or_else(|| crate::ops::zeros_like(&outputs[0]));
+        Ok(vec![crate::ops::broadcast_to(&total, outputs[0].shape())])
+    }
+
     same_as!();
 }

@@ -13,8 +13,8 @@ pub(crate) mod select;
 pub(crate) mod sort;
 pub(crate) mod unary;
 
-use crate::primitive::OutputSpec;
-use crate::Result;
+use crate::primitive::{OutputSpec, Primitive};
+use crate::{Array, Result};
 use nuvec_cpu::{Buffer, Element};
 use std::sync::Arc;
 
@@ -37,3 +37,71 @@ macro_rules! same_as {
     };
 }
 pub(crate) use same_as;
+
+/// The tangents of every input: those of `argnums` and zeros for the others.
+pub(crate) fn full_tangents(inputs: &[Array], tangents: &[Array], argnums: &[usize]) -> Vec<Array> {
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| match argnums.iter().position(|&a| a == i) {
+            Some(slot) => tangents[slot].astype(input.dtype()),
+            None => crate::ops::zeros_like(input),
+        })
+        .collect()
+}
+
+/// The jvp of a primitive that is linear in its inputs: the primitive applied to the tangents.
+pub(crate) fn linear_jvp<P: Primitive + Clone>(
+    primitive: &P,
+    inputs: &[Array],
+    outputs: &[Array],
+    tangents: &[Array],
+    argnums: &[usize],
+) -> Result<Vec<Array>> {
+    Ok(Array::from_primitive_multi(
+        Arc::new(primitive.clone()),
+        full_tangents(inputs, tangents, argnums),
+        outputs
+            .iter()
+            .map(|o| (o.shape().to_vec(), o.dtype()))
+            .collect(),
+    ))
+}
+
+/// A jvp that is zero: for outputs that do not vary smoothly with the inputs (integers,
+/// comparisons, random bits).
+pub(crate) fn zero_jvp(outputs: &[Array]) -> Result<Vec<Array>> {
+    Ok(outputs.iter().map(crate::ops::zeros_like).collect())
+}
+
+/// Implements `jvp` as [`linear_jvp`].
+macro_rules! jvp_linear {
+    () => {
+        fn jvp(
+            &self,
+            inputs: &[$crate::Array],
+            outputs: &[$crate::Array],
+            tangents: &[$crate::Array],
+            argnums: &[usize],
+        ) -> $crate::Result<Vec<$crate::Array>> {
+            $crate::primitives::linear_jvp(self, inputs, outputs, tangents, argnums)
+        }
+    };
+}
+pub(crate) use jvp_linear;
+
+/// Implements `jvp` as [`zero_jvp`].
+macro_rules! jvp_zero {
+    () => {
+        fn jvp(
+            &self,
+            _inputs: &[$crate::Array],
+            outputs: &[$crate::Array],
+            _tangents: &[$crate::Array],
+            _argnums: &[usize],
+        ) -> $crate::Result<Vec<$crate::Array>> {
+            $crate::primitives::zero_jvp(outputs)
+        }
+    };
+}
+pub(crate) use jvp_zero;

@@ -112,6 +112,30 @@ impl Primitive for Reduce {
         )
     }
 
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        use crate::ops::*;
+        let (x, t) = (&inputs[0], &tangents[0].astype(inputs[0].dtype()));
+        let axes: Vec<i32> = self.axes.iter().map(|&a| a as i32).collect();
+        let out = with_kept_axes(&outputs[0], x.shape(), &self.axes);
+        let tangent = match self.op {
+            ReduceOp::Sum => return super::linear_jvp(self, inputs, outputs, tangents, argnums),
+            ReduceOp::Prod => sum(&multiply(t, divide(&out, x)), axes, false),
+            ReduceOp::Max | ReduceOp::Min => {
+                let mask = equal(x, &out).astype(t.dtype());
+                let share = divide(&mask, sum(&mask, axes.clone(), true));
+                sum(&multiply(t, share), axes, false)
+            }
+            _ => zeros_like(&outputs[0]),
+        };
+        Ok(vec![tangent.reshape(outputs[0].shape())])
+    }
+
     same_as!();
 }
 
@@ -159,6 +183,8 @@ impl Primitive for ArgReduce {
             ))
         )
     }
+
+    super::jvp_zero!();
 
     same_as!();
 }

@@ -67,5 +67,21 @@ impl Primitive for Scan {
         )])
     }
 
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        if self.op != ReduceOp::Sum {
+            return Err(Error::Transform {
+                transform: "jvp",
+                reason: format!("{} has no jvp rule yet", self.name()),
+            });
+        }
+        super::linear_jvp(self, inputs, outputs, tangents, argnums)
+    }
+
     same_as!();
 }

@@ -68,5 +68,18 @@ impl Primitive for Select {
             .collect())
     }
 
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        // Linear in the two branches; the condition only chooses.
+        let full = super::full_tangents(inputs, tangents, argnums);
+        let picked = crate::ops::where_(&inputs[0], &full[1], &full[2]);
+        Ok(vec![crate::ops::broadcast_to(&picked, outputs[0].shape())])
+    }
+
     same_as!();
 }

@@ -2,7 +2,7 @@
 
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::Result;
+use crate::{Array, Result};
 use nuvec_cpu::sort::{argsort_rows, sort_rows, topk_rows};
 use nuvec_cpu::{with_dtype, Buffer};
 use std::sync::Arc;
@@ -49,6 +49,38 @@ impl Primitive for SortLast {
                     output::<T>(spec, |out| topk_rows(input.slice::<T>(), row, k, out)),
             }
         )
+    }
+
+    /// Values follow their elements: the tangent reordered as the input was.
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        use crate::ops::{argsort, slice, take_along_axis};
+        let x = &inputs[0];
+        let order = argsort(x, Some(-1));
+        let chosen = match self.0 {
+            SortKind::Sort => order,
+            SortKind::ArgSort => return super::zero_jvp(outputs),
+            SortKind::TopK(k) => {
+                // The k largest in ascending order are the last k of the ascending order.
+                let n = *x.shape().last().unwrap_or(&0);
+                let mut start = vec![0; x.ndim()];
+                let mut stop = x.shape().to_vec();
+                let last = x.ndim() - 1;
+                start[last] = n - k as i32;
+                stop[last] = n;
+                slice(&order, &start, &stop, &vec![1; x.ndim()])
+            }
+        };
+        Ok(vec![take_along_axis(
+            &tangents[0].astype(x.dtype()),
+            &chosen,
+            Some(-1),
+        )])
     }
 
     same_as!();

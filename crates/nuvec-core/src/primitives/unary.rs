@@ -52,9 +52,36 @@ impl Primitive for Unary {
         cotangents: &[Array],
         _argnums: &[usize],
     ) -> Result<Vec<Array>> {
+        Ok(vec![self.times_derivative(
+            &inputs[0],
+            &outputs[0],
+            &cotangents[0],
+        )])
+    }
+
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![self.times_derivative(
+            &inputs[0],
+            &outputs[0],
+            &tangents[0],
+        )])
+    }
+
+    same_as!();
+}
+
+impl Unary {
+    /// `c · f'(x)` element-wise (`out` is `f(x)`): the vjp of a cotangent `c` and the jvp of
+    /// a tangent `c` alike, since the Jacobian is diagonal.
+    fn times_derivative(&self, x: &Array, out: &Array, c: &Array) -> Array {
         use crate::ops::*;
-        let (x, out, c) = (&inputs[0], &outputs[0], &cotangents[0]);
-        let grad = match self.0 {
+        match self.0 {
             UnaryOp::Abs => multiply(c, sign(x)),
             UnaryOp::Negative => negative(c),
             UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => zeros_like(x),
@@ -81,9 +108,6 @@ impl Primitive for Unary {
                 c,
                 multiply(exp(&square(out)), std::f64::consts::PI.sqrt() / 2.0),
             ),
-        };
-        Ok(vec![grad])
+        }
     }
-
-    same_as!();
 }

@@ -1,8 +1,11 @@
-//! Function transforms over lazy graphs. This first part is reverse mode: [`vjp`], [`grad`]
-//! and [`value_and_grad`]; see `README.md` beside this file for how tracing works.
+//! Function transforms over lazy graphs: reverse mode ([`vjp`], [`grad`], [`value_and_grad`])
+//! and forward mode ([`jvp`]); see `README.md` beside this file for how tracing works.
 
+mod jvp;
+mod trace;
 mod vjp;
 
+pub use jvp::jvp;
 pub use vjp::{grad, value_and_grad, vjp};
 
 /// Sums `cotangent` down to `shape` over the axes that broadcasting added or stretched: the

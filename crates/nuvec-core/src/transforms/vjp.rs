@@ -3,89 +3,15 @@
 //! primitive's `vjp` rule and accumulates cotangents. The results are lazy graphs too, so
 //! `grad(grad(f))` works.
 
-use crate::primitive::{Input, OutputSpec, Primitive};
+use super::trace::{tape, tracers};
 use crate::{Array, Error, Result};
-use nuvec_cpu::Buffer;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-
-/// The identity: marks where a transform's inputs enter the traced graph.
-#[derive(Debug)]
-struct Tracer;
-
-impl Primitive for Tracer {
-    fn name(&self) -> &str {
-        "tracer"
-    }
-
-    fn eval_cpu(&self, inputs: &mut [Input], _outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        Ok(vec![inputs[0].buffer().clone()])
-    }
-
-    fn vjp(
-        &self,
-        _inputs: &[Array],
-        _outputs: &[Array],
-        cotangents: &[Array],
-        _argnums: &[usize],
-    ) -> Result<Vec<Array>> {
-        Ok(vec![cotangents[0].clone()])
-    }
-}
 
 fn transform_error(reason: impl Into<String>) -> Error {
     Error::Transform {
         transform: "vjp",
         reason: reason.into(),
     }
-}
-
-/// Nodes between the tracers and `outputs` that depend on a tracer, each after its inputs.
-fn tape(outputs: &[Array], tracers: &HashSet<usize>) -> Result<Vec<Array>> {
-    let mut depends: HashMap<usize, bool> = HashMap::new();
-    let mut order = Vec::new();
-    let mut stack: Vec<(Array, bool)> = outputs.iter().map(|a| (a.clone(), false)).collect();
-    while let Some((array, expanded)) = stack.pop() {
-        let key = array.node_key();
-        if expanded {
-            let inputs = array
-                .pending_parts()
-                .map(|(_, inputs, _)| inputs)
-                .unwrap_or_default();
-            let on_path = tracers.contains(&key)
-                || inputs
-                    .iter()
-                    .any(|i| depends.get(&i.node_key()) == Some(&true));
-            depends.insert(key, on_path);
-            if on_path && !tracers.contains(&key) {
-                order.push(array);
-            }
-            continue;
-        }
-        if depends.contains_key(&key) {
-            continue;
-        }
-        depends.insert(key, false);
-        if tracers.contains(&key) {
-            if array.pending_parts().is_none() {
-                return Err(transform_error(
-                    "an array was evaluated inside the function being differentiated; evaluate after the transform",
-                ));
-            }
-            depends.insert(key, true);
-            continue;
-        }
-        let Some((_, inputs, _)) = array.pending_parts() else {
-            continue;
-        };
-        stack.push((array, true));
-        for input in inputs {
-            if !depends.contains_key(&input.node_key()) {
-                stack.push((input, false));
-            }
-        }
-    }
-    Ok(order)
 }
 
 /// The outputs of `f` at `primals`, and the vector-Jacobian products of `cotangents` (one per
@@ -103,17 +29,7 @@ pub fn vjp(
     primals: &[Array],
     cotangents: &[Array],
 ) -> Result<(Vec<Array>, Vec<Array>)> {
-    let tracers: Vec<Array> = primals
-        .iter()
-        .map(|p| {
-            Array::from_primitive(
-                Arc::new(Tracer),
-                vec![p.clone()],
-                p.shape().to_vec(),
-                p.dtype(),
-            )
-        })
-        .collect();
+    let tracers = tracers(primals);
     let outputs = f(&tracers);
     if outputs.len() != cotangents.len() {
         return Err(transform_error(format!(
@@ -135,7 +51,7 @@ pub fn vjp(
         }
     }
     let tracer_keys: HashSet<usize> = tracers.iter().map(Array::node_key).collect();
-    let order = tape(&outputs, &tracer_keys)?;
+    let order = tape(&outputs, &tracer_keys, "vjp")?;
     let mut cotangent_of: HashMap<usize, Array> = HashMap::new();
     let accumulate = |key: usize, value: Array, map: &mut HashMap<usize, Array>| {
         let summed = match map.remove(&key) {

@@ -225,7 +225,7 @@ pub(crate) fn mismatched_calls_give_errors(group: Group) {
     assert!(later.contains("failed earlier"), "{later}");
 }
 
-/// Gradients through each collective follow MLX's rules (2 ranks).
+/// Gradients and jvps through each collective follow MLX's rules (2 ranks).
 pub(crate) fn gradients_follow_mlx_rules(group: Group) {
     use nuvec::transforms::grad;
     let rank = group.rank() as f32;
@@ -285,6 +285,34 @@ pub(crate) fn gradients_follow_mlx_rules(group: Group) {
     assert_eq!(
         through_sum_gradients[0].to_vec::<f32>().unwrap(),
         [3.0, 30.0]
+    );
+    // jvp applies the same collective to the tangent (MLX's rule; ours for sum_scatter),
+    // and sum_gradients passes the tangent through.
+    use nuvec::transforms::jvp;
+    let tangent = Array::from_vec(vec![10.0f32 * (1.0 + rank), -1.0], &[2]);
+    let (_, tangents) = jvp(
+        |v| {
+            vec![
+                distributed::all_sum(&v[0], Some(&group)),
+                distributed::all_gather(&v[0], Some(&group)),
+                distributed::sum_scatter(&v[0], Some(&group)),
+                distributed::sum_gradients(&v[0], Some(&group)),
+            ]
+        },
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&tangent),
+    )
+    .unwrap();
+    assert_eq!(tangents[0].to_vec::<f32>().unwrap(), [30.0, -2.0]);
+    assert_eq!(
+        tangents[1].to_vec::<f32>().unwrap(),
+        [10.0, -1.0, 20.0, -1.0]
+    );
+    let scattered = if group.rank() == 0 { [30.0] } else { [-2.0] };
+    assert_eq!(tangents[2].to_vec::<f32>().unwrap(), scattered);
+    assert_eq!(
+        tangents[3].to_vec::<f32>().unwrap(),
+        tangent.to_vec::<f32>().unwrap()
     );
 }
 
