@@ -137,13 +137,16 @@ pub trait Primitive: Send + Sync + Debug + Any {
         })
     }
 
-    /// Batching rule: the outputs and their batch axes for inputs batched along `axes`.
+    /// Batching rule: the outputs of the primitive over inputs batched along `axes` (`None`:
+    /// not batched; at least one is), and each output's batch axis. `outputs` are the
+    /// unbatched outputs, for their shapes and dtypes.
     fn vmap(
         &self,
         inputs: &[Array],
+        outputs: &[Array],
         axes: &[Option<usize>],
     ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
-        let _ = (inputs, axes);
+        let _ = (inputs, outputs, axes);
         Err(Error::Transform {
             transform: "vmap",
             reason: format!("primitive {} has no vmap rule", self.name()),

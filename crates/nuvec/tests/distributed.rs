@@ -340,3 +340,13 @@ fn gradients_flow_through_collectives_with_mlx_rules() {
         collectives::gradients_follow_mlx_rules,
     );
 }
+
+#[test]
+fn vmap_through_collectives_equals_collectives_of_slices() {
+    run_ranks(
+        "vmap_through_collectives_equals_collectives_of_slices",
+        3,
+        TIMEOUT,
+        collectives::vmap_through_collectives,
+    );
+}

@@ -221,3 +221,13 @@ fn a_missing_mpi_library_is_reported_by_name_and_not_available() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[test]
+fn mpi_vmap_through_collectives_equals_collectives_of_slices() {
+    mpi_ranks(
+        "mpi_vmap_through_collectives_equals_collectives_of_slices",
+        2,
+        TIMEOUT,
+        collectives::vmap_through_collectives,
+    );
+}

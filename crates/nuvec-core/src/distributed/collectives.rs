@@ -67,6 +67,16 @@ impl Primitive for AllReduce {
         crate::primitives::linear_jvp(self, inputs, outputs, tangents, argnums)
     }
 
+    /// MLX's rule: the same reduction over the whole batch.
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        crate::primitives::batching::elementwise(self, inputs, outputs, axes)
+    }
+
     fn is_effect(&self) -> bool {
         true
     }
@@ -116,6 +126,28 @@ impl Primitive for AllGather {
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
         crate::primitives::linear_jvp(self, inputs, outputs, tangents, argnums)
+    }
+
+    /// The batch axis goes second, so the gathered axis stays first: right for every batch
+    /// axis (MLX's rule is wrong when the batch axis is 0).
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        let x = &inputs[0];
+        let Some(axis) = axes[0] else {
+            return Ok((vec![all_gather(x, Some(&self.group))], vec![None]));
+        };
+        if x.ndim() == 1 {
+            // A batch of 0-d arrays: each rank contributes one row of the batch.
+            let rows = crate::ops::expand_dims(x, &[0]);
+            let out = all_gather(&rows, Some(&self.group));
+            return Ok((vec![out], vec![Some(1)]));
+        }
+        let second = crate::ops::moveaxis(x, axis as i32, 1);
+        Ok((vec![all_gather(&second, Some(&self.group))], vec![Some(1)]))
     }
 
     fn is_effect(&self) -> bool {
@@ -171,6 +203,27 @@ impl Primitive for ReduceScatter {
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
         crate::primitives::linear_jvp(self, inputs, outputs, tangents, argnums)
+    }
+
+    /// The batch axis goes second, so the scattered axis stays first (MLX has no rule).
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        let x = &inputs[0];
+        let Some(axis) = axes[0] else {
+            return Ok((vec![sum_scatter(x, Some(&self.group))], vec![None]));
+        };
+        if x.ndim() == 1 {
+            // A batch of 0-d arrays: each rank contributes one row of the batch.
+            let rows = crate::ops::expand_dims(x, &[0]);
+            let out = sum_scatter(&rows, Some(&self.group));
+            return Ok((vec![out], vec![Some(1)]));
+        }
+        let second = crate::ops::moveaxis(x, axis as i32, 1);
+        Ok((vec![sum_scatter(&second, Some(&self.group))], vec![Some(1)]))
     }
 
     fn is_effect(&self) -> bool {
@@ -396,6 +449,15 @@ impl Primitive for SumGradients {
         _argnums: &[usize],
     ) -> Result<Vec<Array>> {
         Ok(vec![all_sum(&cotangents[0], Some(&self.group))])
+    }
+
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        crate::primitives::batching::elementwise(self, inputs, outputs, axes)
     }
 
     /// The identity's: the tangent itself.

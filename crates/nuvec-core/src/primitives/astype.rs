@@ -54,5 +54,7 @@ impl Primitive for AsType {
 
     super::jvp_linear!();
 
+    super::batching::vmap_elementwise!();
+
     same_as!();
 }

@@ -145,6 +145,8 @@ impl Primitive for Binary {
         ])
     }
 
+    super::batching::vmap_elementwise!();
+
     same_as!();
 }
 

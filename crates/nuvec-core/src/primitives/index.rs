@@ -91,6 +91,62 @@ impl Primitive for Take {
         )])
     }
 
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        use super::batching::{batch_size, to_front};
+        use crate::ops;
+        let axis = self.axis as i32;
+        match (axes[0], axes[1]) {
+            // Batched data: take along the shifted axis; the batch axis stays in front.
+            (Some(_), None) => {
+                let data = to_front(&inputs[0], axes[0]);
+                Ok((
+                    vec![ops::take(&data, &inputs[1], Some(axis + 1))],
+                    vec![Some(0)],
+                ))
+            }
+            // Batched indices: their batch axis lands where the indices go.
+            (None, Some(_)) => {
+                let indices = to_front(&inputs[1], axes[1]);
+                Ok((
+                    vec![ops::take(&inputs[0], &indices, Some(axis))],
+                    vec![Some(self.axis)],
+                ))
+            }
+            // Both: fold the batch into the taken axis and offset each slice's indices.
+            _ => {
+                let size = batch_size(inputs, axes);
+                let data = ops::moveaxis(&to_front(&inputs[0], axes[0]), axis + 1, 1);
+                let len = data.shape()[1];
+                let mut folded_shape = vec![size * len];
+                folded_shape.extend_from_slice(&data.shape()[2..]);
+                let folded = data.reshape(&folded_shape);
+                let indices = to_front(&inputs[1], axes[1]).astype(crate::DType::I64);
+                let mut offset_shape = vec![size];
+                offset_shape.extend(std::iter::repeat_n(1, indices.ndim() - 1));
+                let offsets = ops::arange(0.0, f64::from(size), 1.0, crate::DType::I64)
+                    .reshape(&offset_shape);
+                // Negative indices count from each slice's end, as in `take`.
+                let wrapped =
+                    ops::where_(ops::less(&indices, 0), &indices + i64::from(len), &indices);
+                let taken = ops::take(&folded, &(&wrapped + &(offsets * i64::from(len))), Some(0));
+                // `taken` is (batch, index dims…, data dims after the axis…, before…): put the
+                // data dims before the axis back in front of the index dims.
+                let before = self.axis;
+                let index_dims = inputs[1].ndim() - 1;
+                let after = taken.ndim() - 1 - index_dims - before;
+                let mut perm: Vec<i32> = vec![0];
+                perm.extend((0..before).map(|i| (1 + index_dims + after + i) as i32));
+                perm.extend((0..index_dims + after).map(|i| (1 + i) as i32));
+                Ok((vec![ops::transpose(&taken, Some(&perm))], vec![Some(0)]))
+            }
+        }
+    }
+
     same_as!();
 }
 
@@ -146,6 +202,27 @@ impl Primitive for TakeAlongAxis {
             outputs[0].shape().to_vec(),
             outputs[0].dtype(),
         )])
+    }
+
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        use super::batching::{apply, batch_size, batched_front};
+        let size = batch_size(inputs, axes);
+        let moved = vec![
+            batched_front(&inputs[0], axes[0], size),
+            batched_front(&inputs[1], axes[1], size),
+        ];
+        let shifted = TakeAlongAxis {
+            axis: self.axis + 1,
+        };
+        Ok((
+            apply(Arc::new(shifted), moved, outputs, size),
+            vec![Some(0)],
+        ))
     }
 
     same_as!();

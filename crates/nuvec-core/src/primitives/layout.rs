@@ -99,6 +99,42 @@ impl Primitive for AsStrided {
 
     super::jvp_linear!();
 
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        // The batch axis in front is one more strided axis: each slice is a whole input.
+        let slice_size: usize = inputs[0]
+            .shape()
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| Some(i) != axes[0])
+            .map(|(_, &d)| d as usize)
+            .product();
+        let view = match &self.view {
+            View::Transpose(perm) => View::Transpose(
+                std::iter::once(0)
+                    .chain(perm.iter().map(|p| p + 1))
+                    .collect(),
+            ),
+            View::Broadcast => View::Broadcast,
+            View::Slice { first, steps } => View::Slice {
+                first: std::iter::once(0).chain(first.iter().copied()).collect(),
+                steps: std::iter::once(1).chain(steps.iter().copied()).collect(),
+            },
+        };
+        let shifted = AsStrided {
+            view,
+            strides: std::iter::once(slice_size as isize)
+                .chain(self.strides.iter().copied())
+                .collect(),
+            offset: self.offset,
+        };
+        super::batching::batch_first(shifted, inputs, outputs, axes)
+    }
+
     same_as!();
 }
 
@@ -127,6 +163,15 @@ impl Primitive for Reshape {
 
     super::jvp_linear!();
 
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        super::batching::batch_first(Reshape, inputs, outputs, axes)
+    }
+
     same_as!();
 }
 
@@ -154,6 +199,8 @@ impl Primitive for StopGradient {
     }
 
     super::jvp_zero!();
+
+    super::batching::vmap_elementwise!();
 
     same_as!();
 }
@@ -213,6 +260,28 @@ impl Primitive for Concatenate {
     }
 
     super::jvp_linear!();
+
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        use super::batching::{apply, batch_size, batched_front};
+        let size = batch_size(inputs, axes);
+        let moved = inputs
+            .iter()
+            .zip(axes)
+            .map(|(x, &axis)| batched_front(x, axis, size))
+            .collect();
+        let shifted = Concatenate {
+            axis: self.axis + 1,
+        };
+        Ok((
+            apply(Arc::new(shifted), moved, outputs, size),
+            vec![Some(0)],
+        ))
+    }
 
     same_as!();
 }
@@ -309,6 +378,19 @@ impl Primitive for Pad {
             value: 0.0,
         };
         super::linear_jvp(&zero_pad, _inputs, _outputs, tangents, _argnums)
+    }
+
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        let shifted = Pad {
+            low: std::iter::once(0).chain(self.low.iter().copied()).collect(),
+            value: self.value,
+        };
+        super::batching::batch_first(shifted, inputs, outputs, axes)
     }
 
     same_as!();

@@ -114,5 +114,46 @@ impl Primitive for Matmul {
         Ok(vec![crate::ops::broadcast_to(&total, outputs[0].shape())])
     }
 
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        use super::batching::{align, to_front};
+        use crate::ops::{expand_dims, matmul, squeeze};
+        let (a, b) = (&inputs[0], &inputs[1]);
+        // Unbatched ranks; vectors become matrices so the batch axis is not taken for rows.
+        let rank_a = a.ndim() - usize::from(axes[0].is_some());
+        let rank_b = b.ndim() - usize::from(axes[1].is_some());
+        let batch_rank = outputs[0].ndim().max(2);
+        let prepare = |x: &Array, axis: Option<usize>, rank: usize, vector_axis: i32| {
+            let Some(_) = axis else {
+                return if rank == 1 {
+                    expand_dims(x, &[vector_axis])
+                } else {
+                    x.clone()
+                };
+            };
+            let front = to_front(x, axis);
+            let front = if rank == 1 {
+                expand_dims(&front, &[vector_axis])
+            } else {
+                front
+            };
+            align(&front, batch_rank.max(2))
+        };
+        let left = prepare(a, axes[0], rank_a, -2);
+        let right = prepare(b, axes[1], rank_b, -1);
+        let mut product = matmul(&left, &right);
+        if rank_b == 1 {
+            product = squeeze(&product, Some(&[-1]));
+        }
+        if rank_a == 1 {
+            product = squeeze(&product, Some(&[-2 + i32::from(rank_b == 1)]));
+        }
+        Ok((vec![product], vec![Some(0)]))
+    }
+
     same_as!();
 }

@@ -2,6 +2,7 @@
 //! (and, as transforms land, its vjp, jvp and vmap rules).
 
 pub(crate) mod astype;
+pub(crate) mod batching;
 pub(crate) mod binary;
 pub(crate) mod index;
 pub(crate) mod layout;

@@ -20,15 +20,22 @@ impl Primitive for RandomBits {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        // One key (`[2]`), or a batch of keys (`[batch, 2]`, from vmap) each drawing its
+        // share of the output as it would alone.
         let key_words = inputs[0].slice::<u32>();
-        let [k0, k1] = key_words else {
+        if key_words.is_empty() || !key_words.len().is_multiple_of(2) {
             return Err(Error::eval(
                 "random_bits",
                 format!("a key has 2 uint32 words, got {}", key_words.len()),
             ));
-        };
+        }
         let spec = &outputs[0];
-        let bytes = random_bits([*k0, *k1], spec.size(), self.width);
+        let keys = key_words.len() / 2;
+        let per_key = spec.size() / keys;
+        let bytes: Vec<u8> = key_words
+            .chunks_exact(2)
+            .flat_map(|k| random_bits([k[0], k[1]], per_key, self.width))
+            .collect();
         output::<u8>(
             &OutputSpec {
                 shape: vec![spec.bytes()],
@@ -49,6 +56,23 @@ impl Primitive for RandomBits {
     }
 
     super::jvp_zero!();
+
+    /// A batch of keys draws one block per key in a single primitive.
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        let keys = super::batching::to_front(&inputs[0], axes[0]);
+        if keys.ndim() != 2 {
+            return Err(super::batching::unsupported(
+                "random_bits",
+                "a batch of keys must have shape [batch, 2]",
+            ));
+        }
+        super::batching::batch_first(self.clone(), &[keys], outputs, &[Some(0)])
+    }
 
     same_as!();
 }

@@ -136,6 +136,19 @@ impl Primitive for Reduce {
         Ok(vec![tangent.reshape(outputs[0].shape())])
     }
 
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        let shifted = Reduce {
+            op: self.op,
+            axes: self.axes.iter().map(|a| a + 1).collect(),
+        };
+        super::batching::batch_first(shifted, inputs, outputs, axes)
+    }
+
     same_as!();
 }
 
@@ -185,6 +198,19 @@ impl Primitive for ArgReduce {
     }
 
     super::jvp_zero!();
+
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        let shifted = ArgReduce {
+            largest: self.largest,
+            axis: self.axis + 1,
+        };
+        super::batching::batch_first(shifted, inputs, outputs, axes)
+    }
 
     same_as!();
 }

@@ -83,5 +83,18 @@ impl Primitive for Scan {
         super::linear_jvp(self, inputs, outputs, tangents, argnums)
     }
 
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        let shifted = Scan {
+            axis: self.axis + 1,
+            ..self.clone()
+        };
+        super::batching::batch_first(shifted, inputs, outputs, axes)
+    }
+
     same_as!();
 }

@@ -81,5 +81,7 @@ impl Primitive for Select {
         Ok(vec![crate::ops::broadcast_to(&picked, outputs[0].shape())])
     }
 
+    super::batching::vmap_elementwise!();
+
     same_as!();
 }

@@ -83,5 +83,18 @@ impl Primitive for SortLast {
         )])
     }
 
+    /// Rows stay rows: the batch axis goes in front, the sorted axis stays last.
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        if inputs[0].ndim() == 1 && axes[0] == Some(0) && outputs[0].ndim() == 0 {
+            return Err(super::batching::unsupported("sort", "a 0-d input"));
+        }
+        super::batching::batch_first(self.clone(), inputs, outputs, axes)
+    }
+
     same_as!();
 }

@@ -73,6 +73,8 @@ impl Primitive for Unary {
         )])
     }
 
+    super::batching::vmap_elementwise!();
+
     same_as!();
 }
 

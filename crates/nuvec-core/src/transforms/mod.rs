@@ -1,12 +1,14 @@
 //! Function transforms over lazy graphs: reverse mode ([`vjp`], [`grad`], [`value_and_grad`])
-//! and forward mode ([`jvp`]); see `README.md` beside this file for how tracing works.
+//! forward mode ([`jvp`]) and vectorisation ([`vmap`]); see `README.md` beside this file for how tracing works.
 
 mod jvp;
 mod trace;
 mod vjp;
+mod vmap;
 
 pub use jvp::jvp;
 pub use vjp::{grad, value_and_grad, vjp};
+pub use vmap::vmap;
 
 /// Sums `cotangent` down to `shape` over the axes that broadcasting added or stretched: the
 /// adjoint of NumPy broadcasting, used by every element-wise vjp rule.

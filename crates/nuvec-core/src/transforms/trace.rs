@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// The identity: marks where a transform's inputs enter the traced graph.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Tracer;
 
 impl Primitive for Tracer {
@@ -39,6 +39,8 @@ impl Primitive for Tracer {
     ) -> Result<Vec<Array>> {
         Ok(vec![tangents[0].clone()])
     }
+
+    crate::primitives::batching::vmap_elementwise!();
 }
 
 /// Nodes between the tracers and `outputs` that depend on a tracer, each after its inputs.

@@ -343,3 +343,56 @@ pub(crate) fn send_and_recv_ring(group: Group) {
         send();
     }
 }
+
+/// `vmap` through each collective equals the collective of each slice, for batch axes 0 and 1
+/// (MLX's all_gather is wrong for axis 0).
+pub(crate) fn vmap_through_collectives(group: Group) {
+    use nuvec::transforms::vmap;
+    let rank = group.rank() as i32;
+    let size = group.size() as i32;
+    // Three slices of shape [2 * size]; rank r's values are offset by 100 r.
+    let x = ops::reshape(
+        &(ops::arange(0.0, f64::from(6 * size), 1.0, DType::F32) + f64::from(100 * rank)),
+        &[3, 2 * size],
+    );
+    for (axis, input) in [(0, x.clone()), (1, x.t())] {
+        let outputs = vmap(
+            |v| {
+                vec![
+                    distributed::all_sum(&v[0], Some(&group)),
+                    distributed::all_gather(&v[0], Some(&group)),
+                    distributed::sum_scatter(&v[0], Some(&group)),
+                ]
+            },
+            &[Some(axis)],
+            &[Some(0)],
+        )(std::slice::from_ref(&input))
+        .unwrap();
+        let rows = |f: &dyn Fn(&Array) -> Array| {
+            let slices: Vec<Array> = (0..3)
+                .map(|b| f(&ops::take(&x, &Array::scalar(b), Some(0))))
+                .collect();
+            ops::stack(&slices, 0)
+        };
+        let expected = [
+            rows(&|s| distributed::all_sum(s, Some(&group))),
+            rows(&|s| distributed::all_gather(s, Some(&group))),
+            rows(&|s| distributed::sum_scatter(s, Some(&group))),
+        ];
+        for (name, (got, want)) in ["all_sum", "all_gather", "sum_scatter"]
+            .iter()
+            .zip(outputs.iter().zip(&expected))
+        {
+            assert_same(got, want, &format!("vmap of {name}, batch axis {axis}"));
+        }
+    }
+    // A batch of 0-d arrays gathers to one row per rank.
+    let scalars = Array::from_vec(vec![rank as f32, 10.0 + rank as f32], &[2]);
+    let gathered = vmap(
+        |v| vec![distributed::all_gather(&v[0], Some(&group))],
+        &[Some(0)],
+        &[Some(0)],
+    )(std::slice::from_ref(&scalars))
+    .unwrap();
+    assert_eq!(gathered[0].shape(), [2, size]);
+}
