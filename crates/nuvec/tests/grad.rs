@@ -325,13 +325,13 @@ fn transform_errors_name_the_transform() {
         evaluated_inside.contains("evaluated inside"),
         "{evaluated_inside}"
     );
-    let no_rule = grad(|inputs: &[Array]| ops::sum(&ops::sort(&inputs[0], None), None, false))(&[
-        array![2.0, 1.0],
-    ])
+    let no_rule = grad(|inputs: &[Array]| {
+        ops::sum(&ops::cummax(&inputs[0], None, false, false), None, false)
+    })(&[array![2.0, 1.0]])
     .unwrap_err()
     .to_string();
     assert!(
-        no_rule.contains("sort") && no_rule.contains("no vjp rule"),
+        no_rule.contains("[vjp]") && no_rule.contains("cummax") && no_rule.contains("no vjp rule"),
         "{no_rule}"
     );
 }
@@ -542,14 +542,14 @@ fn jvp_errors_name_the_transform() {
         "{shape}"
     );
     let no_rule = jvp(
-        |x| vec![ops::cumprod(&x[0], Some(0), false, true)],
+        |x| vec![ops::cummin(&x[0], Some(0), false, false)],
         &[array![1.0, 2.0]],
         &[array![1.0, 1.0]],
     )
     .unwrap_err()
     .to_string();
     assert!(
-        no_rule.contains("[jvp]") && no_rule.contains("cumprod"),
+        no_rule.contains("[jvp]") && no_rule.contains("exclusive cummin"),
         "{no_rule}"
     );
     let evaluated = jvp(
@@ -565,5 +565,49 @@ fn jvp_errors_name_the_transform() {
     assert!(
         evaluated.contains("[jvp]") && evaluated.contains("evaluated inside"),
         "{evaluated}"
+    );
+}
+
+#[test]
+fn gathers_sorts_strided_slices_and_scans_have_gradients() {
+    let x = || values(&[3, 5], -1.0, 1.0, 30);
+    let indices = Array::from_vec(vec![4i32, 0, -1, 2, 2], &[5]);
+    check("take", |a| ops::take(a, &indices, Some(1)), x());
+    check(
+        "take 2-d indices",
+        |a| ops::take(a, &Array::from_vec(vec![1i32, 1, 0, 2], &[2, 2]), Some(0)),
+        x(),
+    );
+    check("take flattened", |a| ops::take(a, &indices, None), x());
+    let along = Array::from_vec(vec![1u32, 0, 4, 4, 3, 0], &[3, 2]).astype(DType::U32);
+    check(
+        "take_along_axis",
+        |a| ops::take_along_axis(a, &along, Some(1)),
+        x(),
+    );
+    check("sort", |a| ops::sort(a, Some(1)), x());
+    check("sort axis 0", |a| ops::sort(a, Some(0)), x());
+    check("topk", |a| ops::topk(a, 3, Some(-1)), x());
+    check(
+        "slice with steps",
+        |a| ops::slice(a, &[2, 0], &[-4, 5], &[-1, 2]),
+        x(),
+    );
+    let positive = || values(&[3, 5], 0.5, 1.5, 31);
+    check(
+        "cumprod",
+        |a| ops::cumprod(a, Some(1), false, true),
+        positive(),
+    );
+    check(
+        "cumprod reverse exclusive",
+        |a| ops::cumprod(a, Some(0), true, false),
+        positive(),
+    );
+    check("cummax", |a| ops::cummax(a, Some(1), false, true), x());
+    check(
+        "cummin reverse",
+        |a| ops::cummin(a, Some(1), true, true),
+        x(),
     );
 }

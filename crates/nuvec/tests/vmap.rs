@@ -362,6 +362,35 @@ fn indexing_batches_data_indices_or_both() {
 }
 
 #[test]
+fn gradients_of_gathers_batch_through_scatter_add() {
+    let x = values(&[3, 4, 5], -1.0, 1.0, 26);
+    let indices = Array::from_vec(vec![4i32, 0, 4], &[3]);
+    let per_example = |v: &[Array]| {
+        let loss =
+            |q: &[Array]| ops::sum(&ops::square(&ops::take(&q[0], &v[1], Some(1))), None, false);
+        grad(loss)(&v[..1]).unwrap().remove(0)
+    };
+    check(
+        "grad of take",
+        per_example,
+        &[x.clone(), indices],
+        &[Some(0), None],
+    );
+    check(
+        "grad of sort",
+        |v| {
+            grad(|q: &[Array]| ops::sum(&(ops::sort(&q[0], Some(-1)) * &v[1]), None, false))(
+                &v[..1],
+            )
+            .unwrap()
+            .remove(0)
+        },
+        &[x, values(&[4, 5], -1.0, 1.0, 27)],
+        &[Some(0), None],
+    );
+}
+
+#[test]
 fn a_batch_of_keys_draws_what_each_key_draws_alone() {
     let keys = nuvec::random::split(&nuvec::random::key(7), 3);
     check(

@@ -7,7 +7,7 @@ use nuvec_cpu::{with_dtype, Buffer, Element};
 use std::sync::Arc;
 
 /// Reads the integer indices of `input` as `i64`.
-fn indices_of(input: &Input) -> Vec<i64> {
+pub(crate) fn indices_of(input: &Input) -> Vec<i64> {
     with_dtype!(
         input.dtype,
         T,
@@ -20,7 +20,7 @@ fn indices_of(input: &Input) -> Vec<i64> {
 }
 
 /// Wraps a negative index and checks the range.
-fn resolve(op: &str, index: i64, len: usize) -> Result<usize> {
+pub(crate) fn resolve(op: &str, index: i64, len: usize) -> Result<usize> {
     let resolved = if index < 0 { index + len as i64 } else { index };
     if resolved < 0 || resolved >= len as i64 {
         return Err(Error::eval(
@@ -69,6 +69,31 @@ impl Primitive for Take {
             T,
             output::<T>(&outputs[0], |out| take_into(a, self.axis, &resolved, out))
         )
+    }
+
+    /// The cotangent's rows added into the rows they were taken from.
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(argnums
+            .iter()
+            .map(|&i| {
+                if i == 0 {
+                    super::scatter::take_vjp(
+                        &cotangents[0],
+                        &inputs[1],
+                        self.axis,
+                        inputs[0].shape(),
+                    )
+                } else {
+                    crate::ops::zeros_like(&inputs[1])
+                }
+            })
+            .collect())
     }
 
     /// Linear in the data; the indices only choose.
@@ -182,6 +207,30 @@ impl Primitive for TakeAlongAxis {
                 }
             })
         })
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(argnums
+            .iter()
+            .map(|&i| {
+                if i == 0 {
+                    super::scatter::scatter_add(
+                        &cotangents[0],
+                        &inputs[1],
+                        self.axis,
+                        inputs[0].shape(),
+                    )
+                } else {
+                    crate::ops::zeros_like(&inputs[1])
+                }
+            })
+            .collect())
     }
 
     /// Linear in the data; the indices only choose.

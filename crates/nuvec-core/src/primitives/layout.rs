@@ -3,7 +3,7 @@
 
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::{Array, Error, Result};
+use crate::{Array, Result};
 use nuvec_cpu::strided::{contiguous_strides, gather};
 use nuvec_cpu::{with_dtype, Buffer, Element};
 use std::sync::Arc;
@@ -56,10 +56,9 @@ impl Primitive for AsStrided {
             View::Broadcast => crate::transforms::sum_to_shape(c, x.shape()),
             View::Slice { first, steps } => {
                 if steps.iter().any(|&s| s != 1) {
-                    return Err(Error::Transform {
-                        transform: "vjp",
-                        reason: "slices with a step other than 1 have no vjp rule yet".into(),
-                    });
+                    let grad =
+                        super::scatter::strided_vjp(c, &self.strides, self.offset, x.shape());
+                    return Ok(vec![grad]);
                 }
                 let widths: Vec<(i32, i32)> = (0..x.ndim())
                     .map(|axis| {

@@ -10,6 +10,7 @@ pub(crate) mod matmul;
 pub(crate) mod random_bits;
 pub(crate) mod reduce;
 pub(crate) mod scan;
+pub(crate) mod scatter;
 pub(crate) mod select;
 pub(crate) mod sort;
 pub(crate) mod unary;

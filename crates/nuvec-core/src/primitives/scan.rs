@@ -47,24 +47,27 @@ impl Primitive for Scan {
 
     fn vjp(
         &self,
-        _inputs: &[Array],
-        _outputs: &[Array],
+        inputs: &[Array],
+        outputs: &[Array],
         cotangents: &[Array],
         _argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        if self.op != ReduceOp::Sum {
-            return Err(Error::Transform {
-                transform: "vjp",
-                reason: format!("{} has no vjp rule yet", self.name()),
-            });
-        }
-        // Each input feeds every later running sum: the cotangents summed the other way.
-        Ok(vec![crate::ops::cumsum(
-            &cotangents[0],
-            Some(self.axis as i32),
-            !self.reverse,
-            self.inclusive,
-        )])
+        use crate::ops::{cumsum, divide, multiply};
+        let (x, out, c) = (&inputs[0], &outputs[0], &cotangents[0]);
+        let axis = Some(self.axis as i32);
+        // Each input feeds every later running value: cotangents summed the other way.
+        let grad = match self.op {
+            ReduceOp::Sum => cumsum(c, axis, !self.reverse, self.inclusive),
+            ReduceOp::Prod => divide(
+                cumsum(&multiply(c, out), axis, !self.reverse, self.inclusive),
+                x,
+            ),
+            _ => {
+                let source = self.extreme_source(x, out, "vjp")?;
+                super::scatter::scatter_add(c, &source, self.axis, x.shape())
+            }
+        };
+        Ok(vec![grad])
     }
 
     fn jvp(
@@ -74,13 +77,18 @@ impl Primitive for Scan {
         tangents: &[Array],
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        if self.op != ReduceOp::Sum {
-            return Err(Error::Transform {
-                transform: "jvp",
-                reason: format!("{} has no jvp rule yet", self.name()),
-            });
-        }
-        super::linear_jvp(self, inputs, outputs, tangents, argnums)
+        use crate::ops::{cumsum, divide, multiply, take_along_axis};
+        let (x, out) = (&inputs[0], &outputs[0]);
+        let t = tangents[0].astype(x.dtype());
+        let axis = Some(self.axis as i32);
+        Ok(vec![match self.op {
+            ReduceOp::Sum => return super::linear_jvp(self, inputs, outputs, tangents, argnums),
+            ReduceOp::Prod => multiply(
+                out,
+                cumsum(&divide(&t, x), axis, self.reverse, self.inclusive),
+            ),
+            _ => take_along_axis(&t, &self.extreme_source(x, out, "jvp")?, axis),
+        }])
     }
 
     fn vmap(
@@ -97,4 +105,29 @@ impl Primitive for Scan {
     }
 
     same_as!();
+}
+
+impl Scan {
+    /// For `cummax`/`cummin`: the position along the axis of the element each running value
+    /// is (the latest of equal ones).
+    fn extreme_source(&self, x: &Array, out: &Array, transform: &'static str) -> Result<Array> {
+        use crate::ops::{arange, cummax, cummin, equal, where_};
+        if !self.inclusive {
+            return Err(Error::Transform {
+                transform,
+                reason: format!("exclusive {} has no {transform} rule", self.name()),
+            });
+        }
+        let n = x.shape()[self.axis];
+        let mut along = vec![1; x.ndim()];
+        along[self.axis] = n;
+        let positions = arange(0.0, f64::from(n), 1.0, crate::DType::I32).reshape(&along);
+        let hit = equal(x, out);
+        let axis = Some(self.axis as i32);
+        Ok(if self.reverse {
+            cummin(&where_(&hit, &positions, n), axis, true, true)
+        } else {
+            cummax(&where_(&hit, &positions, -1), axis, false, true)
+        })
+    }
 }

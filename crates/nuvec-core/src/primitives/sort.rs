@@ -59,27 +59,35 @@ impl Primitive for SortLast {
         tangents: &[Array],
         _argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        use crate::ops::{argsort, slice, take_along_axis};
-        let x = &inputs[0];
-        let order = argsort(x, Some(-1));
-        let chosen = match self.0 {
-            SortKind::Sort => order,
-            SortKind::ArgSort => return super::zero_jvp(outputs),
-            SortKind::TopK(k) => {
-                // The k largest in ascending order are the last k of the ascending order.
-                let n = *x.shape().last().unwrap_or(&0);
-                let mut start = vec![0; x.ndim()];
-                let mut stop = x.shape().to_vec();
-                let last = x.ndim() - 1;
-                start[last] = n - k as i32;
-                stop[last] = n;
-                slice(&order, &start, &stop, &vec![1; x.ndim()])
-            }
+        let Some(chosen) = self.chosen(&inputs[0]) else {
+            return super::zero_jvp(outputs);
         };
-        Ok(vec![take_along_axis(
-            &tangents[0].astype(x.dtype()),
+        let tangent = tangents[0].astype(inputs[0].dtype());
+        Ok(vec![crate::ops::take_along_axis(
+            &tangent,
             &chosen,
             Some(-1),
+        )])
+    }
+
+    /// The cotangent goes back to the places its values came from.
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let x = &inputs[0];
+        let Some(chosen) = self.chosen(x) else {
+            return Ok(vec![crate::ops::zeros_like(x)]);
+        };
+        let last = x.ndim().saturating_sub(1);
+        Ok(vec![super::scatter::scatter_add(
+            &cotangents[0],
+            &chosen,
+            last,
+            x.shape(),
         )])
     }
 
@@ -97,4 +105,27 @@ impl Primitive for SortLast {
     }
 
     same_as!();
+}
+
+impl SortLast {
+    /// Where each output value came from along the last axis (`None` for argsort, whose
+    /// output does not vary smoothly).
+    fn chosen(&self, x: &Array) -> Option<Array> {
+        use crate::ops::{argsort, slice};
+        let order = argsort(x, Some(-1));
+        match self.0 {
+            SortKind::Sort => Some(order),
+            SortKind::ArgSort => None,
+            SortKind::TopK(k) => {
+                // The k largest in ascending order are the last k of the ascending order.
+                let n = *x.shape().last().unwrap_or(&0);
+                let mut start = vec![0; x.ndim()];
+                let mut stop = x.shape().to_vec();
+                let last = x.ndim() - 1;
+                start[last] = n - k as i32;
+                stop[last] = n;
+                Some(slice(&order, &start, &stop, &vec![1; x.ndim()]))
+            }
+        }
+    }
 }

@@ -1,0 +1,166 @@
+//! Scatter-add along an axis: the adjoint of gathering (`take`, `take_along_axis`, sorting,
+//! strided views), used by their vjp rules.
+
+use super::index::{indices_of, resolve};
+use super::{output, same_as};
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::{Array, Result};
+use nuvec_cpu::{with_dtype, Buffer, Element};
+use std::sync::Arc;
+
+/// `out = zeros(shape); out[p, indices[p, j, q], q] += updates[p, j, q]` along `axis`, where
+/// `updates` and `indices` have one shape and `out` differs from it only along `axis`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ScatterAdd {
+    pub(crate) axis: usize,
+}
+
+fn scatter_into<T: Element>(
+    updates: &Input,
+    indices: &[usize],
+    axis: usize,
+    len: usize,
+    out: &mut [T],
+) {
+    out.fill(T::from_f64(0.0));
+    let inner: usize = updates.shape[axis + 1..].iter().product();
+    let taken = updates.shape[axis];
+    for (flat, (&value, &index)) in updates.slice::<T>().iter().zip(indices).enumerate() {
+        let q = flat % inner.max(1);
+        let p = flat / (inner * taken).max(1);
+        let target = (p * len + index) * inner + q;
+        out[target] = out[target].add(value);
+    }
+}
+
+impl Primitive for ScatterAdd {
+    fn name(&self) -> &str {
+        "scatter_add"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let spec = &outputs[0];
+        let len = spec.shape[self.axis];
+        let resolved = indices_of(&inputs[1])
+            .into_iter()
+            .map(|i| resolve("scatter_add", i, len))
+            .collect::<Result<Vec<_>>>()?;
+        let updates = &inputs[0];
+        with_dtype!(
+            spec.dtype,
+            T,
+            output::<T>(spec, |out| scatter_into(
+                updates, &resolved, self.axis, len, out
+            ))
+        )
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let gathered =
+            crate::ops::take_along_axis(&cotangents[0], &inputs[1], Some(self.axis as i32));
+        Ok(argnums
+            .iter()
+            .map(|&i| {
+                if i == 0 {
+                    gathered.clone()
+                } else {
+                    crate::ops::zeros_like(&inputs[1])
+                }
+            })
+            .collect())
+    }
+
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let Some(slot) = argnums.iter().position(|&a| a == 0) else {
+            return super::zero_jvp(outputs);
+        };
+        Ok(vec![scatter_add(
+            &tangents[slot],
+            &inputs[1],
+            self.axis,
+            outputs[0].shape(),
+        )])
+    }
+
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        use super::batching::{apply, batch_size, batched_front};
+        let size = batch_size(inputs, axes);
+        let moved = vec![
+            batched_front(&inputs[0], axes[0], size),
+            batched_front(&inputs[1], axes[1], size),
+        ];
+        let shifted = ScatterAdd {
+            axis: self.axis + 1,
+        };
+        Ok((
+            apply(Arc::new(shifted), moved, outputs, size),
+            vec![Some(0)],
+        ))
+    }
+
+    same_as!();
+}
+
+/// Adds `updates` into zeros of `shape` at `indices` along `axis` (indices of `updates`'s
+/// shape; negative ones count from the end).
+pub(crate) fn scatter_add(updates: &Array, indices: &Array, axis: usize, shape: &[i32]) -> Array {
+    Array::from_primitive(
+        Arc::new(ScatterAdd { axis }),
+        vec![updates.clone(), indices.clone()],
+        shape.to_vec(),
+        updates.dtype(),
+    )
+}
+
+/// The vjp of `take(a, indices, axis)` for `a` of `shape`: the cotangent's rows added into
+/// the rows they were taken from.
+pub(crate) fn take_vjp(cotangent: &Array, indices: &Array, axis: usize, shape: &[i32]) -> Array {
+    let taken = indices.size() as i32;
+    let mut flat_shape = shape[..axis].to_vec();
+    flat_shape.push(taken);
+    flat_shape.extend_from_slice(&shape[axis + 1..]);
+    let updates = cotangent.reshape(&flat_shape);
+    let mut index_shape = vec![1; shape.len()];
+    index_shape[axis] = taken;
+    let spread = crate::ops::broadcast_to(&indices.reshape(&index_shape), &flat_shape);
+    scatter_add(&updates, &spread, axis, shape)
+}
+
+/// The vjp of a strided view (element `o` of the output is element `offset + Σ o_i s_i` of
+/// the flat input): the cotangent added back at those flat positions.
+pub(crate) fn strided_vjp(
+    cotangent: &Array,
+    strides: &[isize],
+    offset: isize,
+    shape: &[i32],
+) -> Array {
+    use crate::ops::{arange, reshape};
+    let out_shape = cotangent.shape().to_vec();
+    let mut flat = Array::scalar(offset as i64);
+    for (axis, (&dim, &stride)) in out_shape.iter().zip(strides).enumerate() {
+        let mut along = vec![1; out_shape.len()];
+        along[axis] = dim;
+        let steps = reshape(&arange(0.0, f64::from(dim), 1.0, crate::DType::I64), &along);
+        flat = &flat + &(steps * stride as i64);
+    }
+    let flat = crate::ops::broadcast_to(&flat, &out_shape).reshape(&[-1]);
+    let size: i32 = shape.iter().product();
+    scatter_add(&cotangent.reshape(&[-1]), &flat, 0, &[size]).reshape(shape)
+}
