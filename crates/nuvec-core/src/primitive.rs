@@ -159,6 +159,13 @@ pub trait Primitive: Send + Sync + Debug + Any {
         false
     }
 
+    /// Whether the primitive is element-wise: one output whose shape is the broadcast of the
+    /// inputs' shapes, whatever they are (compile's shapeless mode replays such programs for
+    /// new shapes, and fuses chains of them).
+    fn is_elementwise(&self) -> bool {
+        false
+    }
+
     /// Whether the primitive has an effect (random draws, communication): never merged or
     /// constant-folded by compile.
     fn is_effect(&self) -> bool {

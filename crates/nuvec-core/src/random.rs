@@ -26,8 +26,23 @@ pub fn seed(seed: u64) {
     *crate::array::lock(&STATE) = Some(threefry::key_from_seed(seed));
 }
 
+thread_local! {
+    /// While `compile` traces a function: the global keys it drew, in order.
+    static DRAWN: std::cell::RefCell<Option<Vec<Array>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Starts noting the global keys drawn on this thread (for `compile`).
+pub(crate) fn start_recording() {
+    DRAWN.with(|d| *d.borrow_mut() = Some(Vec::new()));
+}
+
+/// Stops noting and returns the global keys drawn since [`start_recording`].
+pub(crate) fn finish_recording() -> Vec<Array> {
+    DRAWN.with(|d| d.borrow_mut().take()).unwrap_or_default()
+}
+
 /// Splits the global key: keeps the first half, returns the second (MLX's order).
-fn next_global_key() -> Array {
+pub(crate) fn next_global_key() -> Array {
     let mut state = crate::array::lock(&STATE);
     let current = state.get_or_insert_with(|| {
         // Unseeded: the time in milliseconds, taken once, as MLX.
@@ -38,7 +53,13 @@ fn next_global_key() -> Array {
         threefry::key_from_seed(millis)
     });
     let drawn = threefry::next_key(current);
-    Array::from_slice(&drawn, &[2])
+    let key = Array::from_slice(&drawn, &[2]);
+    DRAWN.with(|d| {
+        if let Some(log) = d.borrow_mut().as_mut() {
+            log.push(key.clone());
+        }
+    });
+    key
 }
 
 /// The key to draw from: `key`, checked, or the next global one.

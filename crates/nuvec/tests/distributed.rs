@@ -350,3 +350,13 @@ fn vmap_through_collectives_equals_collectives_of_slices() {
         collectives::vmap_through_collectives,
     );
 }
+
+#[test]
+fn compiled_collectives_communicate_on_every_call() {
+    run_ranks(
+        "compiled_collectives_communicate_on_every_call",
+        2,
+        TIMEOUT,
+        collectives::compiled_collectives_communicate_every_call,
+    );
+}

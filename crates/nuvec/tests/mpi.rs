@@ -231,3 +231,13 @@ fn mpi_vmap_through_collectives_equals_collectives_of_slices() {
         collectives::vmap_through_collectives,
     );
 }
+
+#[test]
+fn mpi_compiled_collectives_communicate_on_every_call() {
+    mpi_ranks(
+        "mpi_compiled_collectives_communicate_on_every_call",
+        2,
+        TIMEOUT,
+        collectives::compiled_collectives_communicate_every_call,
+    );
+}

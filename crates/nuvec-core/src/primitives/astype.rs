@@ -56,5 +56,9 @@ impl Primitive for AsType {
 
     super::batching::vmap_elementwise!();
 
+    fn is_elementwise(&self) -> bool {
+        true
+    }
+
     same_as!();
 }

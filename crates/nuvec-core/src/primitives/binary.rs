@@ -147,6 +147,10 @@ impl Primitive for Binary {
 
     super::batching::vmap_elementwise!();
 
+    fn is_elementwise(&self) -> bool {
+        true
+    }
+
     same_as!();
 }
 

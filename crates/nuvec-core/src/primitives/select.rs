@@ -83,5 +83,9 @@ impl Primitive for Select {
 
     super::batching::vmap_elementwise!();
 
+    fn is_elementwise(&self) -> bool {
+        true
+    }
+
     same_as!();
 }

@@ -75,6 +75,10 @@ impl Primitive for Unary {
 
     super::batching::vmap_elementwise!();
 
+    fn is_elementwise(&self) -> bool {
+        true
+    }
+
     same_as!();
 }
 

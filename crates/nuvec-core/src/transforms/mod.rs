@@ -1,11 +1,14 @@
 //! Function transforms over lazy graphs: reverse mode ([`vjp`], [`grad`], [`value_and_grad`])
-//! forward mode ([`jvp`]) and vectorisation ([`vmap`]); see `README.md` beside this file for how tracing works.
+//! forward mode ([`jvp`]), vectorisation ([`vmap`]) and compilation ([`compile`]); see `README.md` beside this file for how tracing works.
 
+mod compile;
+mod fuse;
 mod jvp;
 mod trace;
 mod vjp;
 mod vmap;
 
+pub use compile::{compile, compile_shapeless, compile_step, Compiled};
 pub use jvp::jvp;
 pub use vjp::{grad, value_and_grad, vjp};
 pub use vmap::vmap;

@@ -49,6 +49,17 @@ pub(crate) fn tape(
     tracers: &HashSet<usize>,
     transform: &'static str,
 ) -> Result<Vec<Array>> {
+    tape_from(outputs, tracers, &HashSet::new(), transform)
+}
+
+/// [`tape`] where the nodes in `leaves` (evaluated arrays, such as random keys) also count
+/// as sources: what depends on them is taped too.
+pub(crate) fn tape_from(
+    outputs: &[Array],
+    tracers: &HashSet<usize>,
+    leaves: &HashSet<usize>,
+    transform: &'static str,
+) -> Result<Vec<Array>> {
     let mut depends: HashMap<usize, bool> = HashMap::new();
     let mut order = Vec::new();
     let mut stack: Vec<(Array, bool)> = outputs.iter().map(|a| (a.clone(), false)).collect();
@@ -70,6 +81,10 @@ pub(crate) fn tape(
             continue;
         }
         if depends.contains_key(&key) {
+            continue;
+        }
+        if leaves.contains(&key) {
+            depends.insert(key, true);
             continue;
         }
         depends.insert(key, false);

@@ -396,3 +396,22 @@ pub(crate) fn vmap_through_collectives(group: Group) {
     .unwrap();
     assert_eq!(gathered[0].shape(), [2, size]);
 }
+
+/// A compiled function with collectives communicates on every call, and two equal
+/// collectives in it both run (effects are never merged).
+pub(crate) fn compiled_collectives_communicate_every_call(group: Group) {
+    use nuvec::transforms::compile;
+    let size = group.size() as f32;
+    let compiled = compile(|v: &[Array]| {
+        let once = distributed::all_sum(&v[0], Some(&group));
+        let twice = distributed::all_sum(&v[0], Some(&group));
+        vec![once + twice * 10.0]
+    });
+    for call in 0..3 {
+        let x = Array::from_vec(vec![call as f32 + group.rank() as f32], &[1]);
+        let total: f32 = (0..group.size()).map(|r| call as f32 + r as f32).sum();
+        let got = compiled.call(&[x]).unwrap()[0].to_vec::<f32>().unwrap();
+        assert_eq!(got, [11.0 * total], "call {call} on {size} ranks");
+    }
+    assert_eq!(compiled.traces(), 1);
+}

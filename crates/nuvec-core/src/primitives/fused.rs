@@ -1,0 +1,200 @@
+//! A chain of element-wise float ops fused by `compile` into one primitive: one pass over
+//! memory, intermediate values kept in small per-thread blocks instead of whole arrays.
+//!
+//! The results are bit for bit those of the unfused ops: each step applies the same scalar
+//! function as the `Unary` or `Binary` kernel it replaces.
+
+use super::binary::Binary;
+use super::unary::Unary;
+use crate::ops::broadcast_strides;
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::{Array, Result};
+use nuvec_cpu::binary::BinaryOp;
+use nuvec_cpu::unary::{exp_f32, UnaryOp};
+use nuvec_cpu::{parallel, with_float_dtype, Buffer, DType, Float};
+use std::sync::Arc;
+
+/// Elements computed together: small enough that every register of a chain stays in cache.
+const BLOCK: usize = 1024;
+
+/// One step of a fused chain. Operands are registers: the inputs first, then each step's
+/// result in order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Step {
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+}
+
+/// The chain `steps` over `inputs` inputs; the last step's result is the output. Every
+/// step's result has the output's shape; inputs broadcast to it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Fused {
+    pub(crate) steps: Vec<Step>,
+    pub(crate) inputs: usize,
+}
+
+#[inline(always)]
+fn unary<T: Float>(op: UnaryOp, x: T) -> T {
+    // The same scalar functions as `nuvec_cpu::unary::unary_float`.
+    if T::DTYPE == DType::F64 {
+        T::from_f64(op.apply_f64(x.to_f64()))
+    } else if T::DTYPE == DType::F32 && op == UnaryOp::Exp {
+        T::from_f32(exp_f32(x.to_f32()))
+    } else {
+        T::from_f32(op.apply_f32(x.to_f32()))
+    }
+}
+
+fn binary<T: Float>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) {
+    // Separate loops for the common ops keep them free of the op `match`, so they vectorize.
+    let pairs = a.iter().zip(b).zip(out.iter_mut());
+    match op {
+        BinaryOp::Add => pairs.for_each(|((x, y), o)| *o = x.add(*y)),
+        BinaryOp::Subtract => pairs.for_each(|((x, y), o)| *o = x.sub(*y)),
+        BinaryOp::Multiply => pairs.for_each(|((x, y), o)| *o = x.mul(*y)),
+        BinaryOp::Divide => pairs.for_each(|((x, y), o)| *o = x.div(*y)),
+        _ => pairs.for_each(|((x, y), o)| *o = op.apply(*x, *y)),
+    }
+}
+
+/// Fills `block` with elements `start..start + block.len()` of `input` broadcast to `shape`.
+fn load<T: Float>(
+    input: &Input,
+    strides: Option<&[isize]>,
+    shape: &[usize],
+    start: usize,
+    block: &mut [T],
+) {
+    let data = input.slice::<T>();
+    let Some(strides) = strides else {
+        block.copy_from_slice(&data[start..start + block.len()]);
+        return;
+    };
+    if data.len() == 1 {
+        block.fill(data[0]);
+        return;
+    }
+    for (k, value) in block.iter_mut().enumerate() {
+        let mut flat = start + k;
+        let mut offset = 0isize;
+        for (&dim, &stride) in shape.iter().zip(strides).rev() {
+            offset += (flat % dim) as isize * stride;
+            flat /= dim;
+        }
+        *value = data[offset as usize];
+    }
+}
+
+fn run<T: Float>(fused: &Fused, inputs: &[Input], spec: &OutputSpec, out: &mut [T]) {
+    let shape = &spec.shape;
+    let strides: Vec<Option<Vec<isize>>> = inputs
+        .iter()
+        .map(|i| (i.shape != *shape).then(|| broadcast_strides(&i.shape, shape)))
+        .collect();
+    parallel::for_each_chunk(out, |start, part| {
+        let registers = fused.inputs + fused.steps.len();
+        let mut regs: Vec<Vec<T>> = vec![vec![T::zero(); BLOCK]; registers];
+        for offset in (0..part.len()).step_by(BLOCK) {
+            let n = BLOCK.min(part.len() - offset);
+            for (i, input) in inputs.iter().enumerate() {
+                load(
+                    input,
+                    strides[i].as_deref(),
+                    shape,
+                    start + offset,
+                    &mut regs[i][..n],
+                );
+            }
+            for (k, step) in fused.steps.iter().enumerate() {
+                let (done, rest) = regs.split_at_mut(fused.inputs + k);
+                let target = &mut rest[0][..n];
+                match *step {
+                    Step::Unary(op, a) => {
+                        for (o, x) in target.iter_mut().zip(&done[a][..n]) {
+                            *o = unary(op, *x);
+                        }
+                    }
+                    Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], target),
+                }
+            }
+            part[offset..offset + n].copy_from_slice(&regs[registers - 1][..n]);
+        }
+    });
+}
+
+impl Fused {
+    /// The chain as ordinary ops on `inputs`, of `shape` and `dtype`: what the transforms
+    /// differentiate.
+    fn expand(&self, inputs: &[Array], shape: &[i32], dtype: DType) -> Array {
+        let mut regs: Vec<Array> = inputs.to_vec();
+        for step in &self.steps {
+            let (primitive, operands): (Arc<dyn Primitive>, Vec<Array>) = match *step {
+                Step::Unary(op, a) => (Arc::new(Unary(op)), vec![regs[a].clone()]),
+                Step::Binary(op, a, b) => {
+                    (Arc::new(Binary(op)), vec![regs[a].clone(), regs[b].clone()])
+                }
+            };
+            regs.push(Array::from_primitive(
+                primitive,
+                operands,
+                shape.to_vec(),
+                dtype,
+            ));
+        }
+        regs.pop().unwrap_or_else(|| Array::scalar(0.0f32))
+    }
+}
+
+impl Primitive for Fused {
+    fn name(&self) -> &str {
+        "fused"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let spec = &outputs[0];
+        with_float_dtype!(
+            spec.dtype,
+            T,
+            super::output::<T>(spec, |out| run::<T>(self, inputs, spec, out)),
+            Err(crate::Error::eval(
+                "fused",
+                format!("fused chains are float, got {}", spec.dtype)
+            ))
+        )
+    }
+
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let (shape, dtype) = (outputs[0].shape().to_vec(), outputs[0].dtype());
+        let (_, vjps) =
+            crate::transforms::vjp(|x| vec![self.expand(x, &shape, dtype)], inputs, cotangents)?;
+        Ok(argnums.iter().map(|&i| vjps[i].clone()).collect())
+    }
+
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let (shape, dtype) = (outputs[0].shape().to_vec(), outputs[0].dtype());
+        let full = super::full_tangents(inputs, tangents, argnums);
+        let (_, out) =
+            crate::transforms::jvp(|x| vec![self.expand(x, &shape, dtype)], inputs, &full)?;
+        Ok(out)
+    }
+
+    super::batching::vmap_elementwise!();
+
+    fn is_elementwise(&self) -> bool {
+        true
+    }
+
+    super::same_as!();
+}
