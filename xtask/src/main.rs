@@ -25,9 +25,14 @@ fn main() -> ExitCode {
         Some("golden") => golden(),
         Some("bench-core") => bench_core::run(&args[1..]),
         Some("bench-distributed") => bench_distributed::run_bench(&args[1..]),
+        // Compiled against uncompiled gelu, and the cost per op of small graphs.
+        Some("bench-transforms") => run(
+            "cargo",
+            &["run", "--release", "-p", "nuvec", "--example", "bench_transforms"],
+        ),
         Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),
         _ => Err(
-            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | tidy>"
+            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-transforms | tidy>"
                 .to_string(),
         ),
     };

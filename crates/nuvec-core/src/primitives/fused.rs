@@ -10,7 +10,7 @@ use crate::ops::broadcast_strides;
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, Result};
 use nuvec_cpu::binary::BinaryOp;
-use nuvec_cpu::unary::{exp_f32, UnaryOp};
+use nuvec_cpu::unary::{erf_f32, exp_f32, UnaryOp};
 use nuvec_cpu::{parallel, with_float_dtype, Buffer, DType, Float};
 use std::sync::Arc;
 
@@ -33,15 +33,18 @@ pub(crate) struct Fused {
     pub(crate) inputs: usize,
 }
 
-#[inline(always)]
-fn unary<T: Float>(op: UnaryOp, x: T) -> T {
-    // The same scalar functions as `nuvec_cpu::unary::unary_float`.
+/// `out = op(x)` with the scalar functions of `nuvec_cpu::unary::unary_float`, the op
+/// dispatched once per block so that each loop vectorizes.
+fn unary<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) {
+    let pairs = x.iter().zip(out.iter_mut());
     if T::DTYPE == DType::F64 {
-        T::from_f64(op.apply_f64(x.to_f64()))
+        pairs.for_each(|(x, o)| *o = T::from_f64(op.apply_f64(x.to_f64())));
     } else if T::DTYPE == DType::F32 && op == UnaryOp::Exp {
-        T::from_f32(exp_f32(x.to_f32()))
+        pairs.for_each(|(x, o)| *o = T::from_f32(exp_f32(x.to_f32())));
+    } else if T::DTYPE == DType::F32 && op == UnaryOp::Erf {
+        pairs.for_each(|(x, o)| *o = T::from_f32(erf_f32(x.to_f32())));
     } else {
-        T::from_f32(op.apply_f32(x.to_f32()))
+        pairs.for_each(|(x, o)| *o = T::from_f32(op.apply_f32(x.to_f32())));
     }
 }
 
@@ -93,7 +96,8 @@ fn run<T: Float>(fused: &Fused, inputs: &[Input], spec: &OutputSpec, out: &mut [
         .collect();
     parallel::for_each_chunk(out, |start, part| {
         let registers = fused.inputs + fused.steps.len();
-        let mut regs: Vec<Vec<T>> = vec![vec![T::zero(); BLOCK]; registers];
+        let width = BLOCK.min(part.len());
+        let mut regs: Vec<Vec<T>> = vec![vec![T::zero(); width]; registers];
         for offset in (0..part.len()).step_by(BLOCK) {
             let n = BLOCK.min(part.len() - offset);
             for (i, input) in inputs.iter().enumerate() {
@@ -109,11 +113,7 @@ fn run<T: Float>(fused: &Fused, inputs: &[Input], spec: &OutputSpec, out: &mut [
                 let (done, rest) = regs.split_at_mut(fused.inputs + k);
                 let target = &mut rest[0][..n];
                 match *step {
-                    Step::Unary(op, a) => {
-                        for (o, x) in target.iter_mut().zip(&done[a][..n]) {
-                            *o = unary(op, *x);
-                        }
-                    }
+                    Step::Unary(op, a) => unary(op, &done[a][..n], target),
                     Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], target),
                 }
             }
