@@ -611,3 +611,80 @@ fn gathers_sorts_strided_slices_and_scans_have_gradients() {
         x(),
     );
 }
+
+#[test]
+fn checkpointed_blocks_have_the_values_and_derivatives_of_the_block() {
+    let block = |x: &[Array]| vec![ops::sin(&ops::exp(&x[0])) * &x[0]];
+    let kept = nuvec::transforms::checkpoint(block);
+    check(
+        "checkpoint",
+        |a| kept(std::slice::from_ref(a))[0].clone(),
+        values(&[2, 3], 0.1, 0.9, 40),
+    );
+    // Second derivatives through a checkpoint.
+    let x = array![0.3, 0.7];
+    let twice = |f: &dyn Fn(&Array) -> Array| -> Vec<f32> {
+        let first = |v: &[Array]| {
+            grad(|q: &[Array]| ops::sum(&f(&q[0]), None, false))(v)
+                .unwrap()
+                .remove(0)
+        };
+        let second = grad(|v: &[Array]| ops::sum(&first(v), None, false));
+        let result = second(std::slice::from_ref(&x)).unwrap();
+        result[0].to_vec::<f32>().unwrap()
+    };
+    let plain = twice(&|a| block(std::slice::from_ref(a))[0].clone());
+    let through = twice(&|a| kept(std::slice::from_ref(a))[0].clone());
+    for (p, t) in plain.iter().zip(&through) {
+        assert!((p - t).abs() < 1e-5, "{plain:?} vs {through:?}");
+    }
+}
+
+#[test]
+fn custom_functions_use_their_own_rules() -> Result<()> {
+    use nuvec::transforms::{custom_function, vmap};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    // A rounding op with a straight-through gradient and tangent.
+    let straight = custom_function(|x| vec![ops::round(&x[0], 0)])
+        .with_vjp(|_, _, c| vec![c[0].clone()])
+        .with_jvp(|_, t| vec![t[0].clone()]);
+    let x = array![0.2, 1.7];
+    let g = grad(|v: &[Array]| ops::sum(&(straight.call(v)[0].clone() * 3.0), None, false))(
+        std::slice::from_ref(&x),
+    )?;
+    assert_eq!(g[0].to_vec::<f32>()?, [3.0, 3.0]);
+    let (out, tangent) = jvp(
+        |v| straight.call(v),
+        std::slice::from_ref(&x),
+        &[array![1.0, -2.0]],
+    )?;
+    assert_eq!(out[0].to_vec::<f32>()?, [0.0, 2.0]);
+    assert_eq!(tangent[0].to_vec::<f32>()?, [1.0, -2.0]);
+    // A batching rule is called with the batched inputs.
+    let called = Arc::new(AtomicBool::new(false));
+    let seen = called.clone();
+    let doubled = custom_function(|x| vec![&x[0] * 2.0]).with_vmap(move |inputs, axes| {
+        seen.store(true, Ordering::SeqCst);
+        (vec![&inputs[0] * 2.0], axes.to_vec())
+    });
+    let batched =
+        vmap(|v| doubled.call(v), &[Some(0)], &[Some(0)])(&[array![[1.0, 2.0], [3.0, 4.0]]])?;
+    assert!(called.load(Ordering::SeqCst));
+    assert_eq!(batched[0].to_vec::<f32>()?, [2.0, 4.0, 6.0, 8.0]);
+    // Without a batching rule, the function's own graph is batched.
+    let plain = custom_function(|x| vec![ops::exp(&x[0])]);
+    let rows = vmap(|v| plain.call(v), &[Some(1)], &[Some(0)])(&[array![[0.0, 1.0]]])?;
+    assert_eq!(rows[0].shape(), [2, 1]);
+    // A vjp rule that returns the wrong number of cotangents is an error naming vjp.
+    let wrong = custom_function(|x| vec![&x[0] + 1.0]).with_vjp(|_, _, _| vec![]);
+    let error =
+        grad(|v: &[Array]| ops::sum(&wrong.call(v)[0], None, false))(std::slice::from_ref(&x))
+            .unwrap_err()
+            .to_string();
+    assert!(
+        error.contains("[vjp]") && error.contains("custom vjp"),
+        "{error}"
+    );
+    Ok(())
+}

@@ -2,6 +2,7 @@
 //! forward mode ([`jvp`]), vectorisation ([`vmap`]) and compilation ([`compile`]); see `README.md` beside this file for how tracing works.
 
 mod compile;
+mod custom;
 mod fuse;
 mod jvp;
 mod trace;
@@ -9,6 +10,7 @@ mod vjp;
 mod vmap;
 
 pub use compile::{compile, compile_shapeless, compile_step, Compiled};
+pub use custom::{checkpoint, custom_function, CustomFunction};
 pub use jvp::jvp;
 pub use vjp::{grad, value_and_grad, vjp};
 pub use vmap::vmap;
