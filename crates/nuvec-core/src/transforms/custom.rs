@@ -222,7 +222,7 @@ impl CustomFunction {
 /// use nuvec_core::{array, ops, transforms::{checkpoint, grad}, Array};
 /// let block = checkpoint(|x| vec![ops::sin(&ops::exp(&x[0]))]);
 /// let g = grad(|x: &[Array]| ops::sum(&block(x)[0], None, false))(&[array![0.5]])?;
-/// let expected = (0.5f32.exp().cos() * 0.5f32.exp());
+/// let expected = 0.5f32.exp().cos() * 0.5f32.exp();
 /// assert!((g[0].item::<f32>()? - expected).abs() < 1e-6);
 /// # Ok::<(), nuvec_core::Error>(())
 /// ```
