@@ -19,8 +19,40 @@
 
 pub use nuvec_core::{
     array, async_eval, bf16, default_device, default_stream, eval, f16, ops, primitive, random,
-    transforms, with_dtype, with_float_dtype, Array, DType, Device, Element, Error, Result, Stream,
+    with_dtype, with_float_dtype, Array, DType, Device, Element, Error, Result, Stream,
 };
+
+/// Function transforms: `grad`, `vjp`, `jvp`, `vmap`, `compile`, `custom_function`,
+/// `checkpoint`, and their forms over trees of arrays (`tree`), with `#[derive(Tree)]` for
+/// structs of parameters.
+///
+/// ```
+/// use nuvec::prelude::*;
+/// use nuvec::transforms::{tree, Tree};
+///
+/// #[derive(Tree)]
+/// struct Linear {
+///     weight: Array,
+///     bias: Array,
+///     #[tree(skip)]
+///     name: String,
+/// }
+///
+/// # fn main() -> Result<()> {
+/// let layer = Linear { weight: array![[2.0], [3.0]], bias: array![1.0], name: "head".into() };
+/// let x = array![[1.0, 1.0]];
+/// let loss = |p: &Linear| ops::sum(&(ops::matmul(&x, &p.weight) + &p.bias), None, false);
+/// let grads = tree::grad(loss)(&layer)?;
+/// assert_eq!(grads.weight.to_vec::<f32>()?, [1.0, 1.0]);
+/// assert_eq!(grads.bias.to_vec::<f32>()?, [1.0]);
+/// assert_eq!(grads.name, "head");
+/// # Ok(())
+/// # }
+/// ```
+pub mod transforms {
+    pub use nuvec_core::transforms::*;
+    pub use nuvec_macros::Tree;
+}
 
 /// Running one program as many processes: groups, collectives and the backends that carry
 /// them (MLX's `mx.distributed`). See `docs/distributed.md` for the environment, the

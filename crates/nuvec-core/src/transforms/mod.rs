@@ -6,12 +6,14 @@ mod custom;
 mod fuse;
 mod jvp;
 mod trace;
+pub mod tree;
 mod vjp;
 mod vmap;
 
 pub use compile::{compile, compile_shapeless, compile_step, Compiled};
 pub use custom::{checkpoint, custom_function, CustomFunction};
 pub use jvp::jvp;
+pub use tree::{tree_flatten, tree_unflatten, Tree};
 pub use vjp::{grad, value_and_grad, vjp};
 pub use vmap::vmap;
 

@@ -1,0 +1,174 @@
+//! Trees of arrays: values made of arrays (a model's parameters, an optimizer's state) that
+//! the transforms take as one argument. A tree flattens to its leaves in a fixed order and
+//! rebuilds from new leaves with the same structure.
+//!
+//! Implemented for [`Array`], `Vec`, `Option`, tuples of up to four, and string-keyed
+//! `BTreeMap`/`HashMap` (leaves in key order); `#[derive(Tree)]` (crate `nuvec-macros`,
+//! re-exported as `nuvec::transforms::Tree`) implements it for structs.
+
+use crate::{Array, Error, Result};
+use std::collections::{BTreeMap, HashMap};
+
+/// A value made of arrays.
+pub trait Tree: Sized {
+    /// Appends the leaves, in the tree's order.
+    fn flatten_into(&self, leaves: &mut Vec<Array>);
+    /// A tree of this one's structure whose leaves are taken, in order, from `leaves`.
+    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self>;
+}
+
+fn too_few() -> Error {
+    Error::Transform {
+        transform: "tree",
+        reason: "fewer leaves than the tree has".into(),
+    }
+}
+
+impl Tree for Array {
+    fn flatten_into(&self, leaves: &mut Vec<Array>) {
+        leaves.push(self.clone());
+    }
+    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
+        leaves.next().ok_or_else(too_few)
+    }
+}
+
+impl<T: Tree> Tree for Vec<T> {
+    fn flatten_into(&self, leaves: &mut Vec<Array>) {
+        self.iter().for_each(|t| t.flatten_into(leaves));
+    }
+    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
+        self.iter().map(|t| t.rebuild(leaves)).collect()
+    }
+}
+
+impl<T: Tree> Tree for Option<T> {
+    fn flatten_into(&self, leaves: &mut Vec<Array>) {
+        if let Some(t) = self {
+            t.flatten_into(leaves);
+        }
+    }
+    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
+        self.as_ref().map(|t| t.rebuild(leaves)).transpose()
+    }
+}
+
+impl<T: Tree> Tree for BTreeMap<String, T> {
+    fn flatten_into(&self, leaves: &mut Vec<Array>) {
+        self.values().for_each(|t| t.flatten_into(leaves));
+    }
+    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
+        self.iter()
+            .map(|(k, t)| Ok((k.clone(), t.rebuild(leaves)?)))
+            .collect()
+    }
+}
+
+impl<T: Tree> Tree for HashMap<String, T> {
+    fn flatten_into(&self, leaves: &mut Vec<Array>) {
+        let mut keys: Vec<&String> = self.keys().collect();
+        keys.sort();
+        keys.into_iter().for_each(|k| self[k].flatten_into(leaves));
+    }
+    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
+        let mut keys: Vec<&String> = self.keys().collect();
+        keys.sort();
+        keys.into_iter()
+            .map(|k| Ok((k.clone(), self[k].rebuild(leaves)?)))
+            .collect()
+    }
+}
+
+macro_rules! tuple_tree {
+    ($($name:ident $index:tt),+) => {
+        impl<$($name: Tree),+> Tree for ($($name,)+) {
+            fn flatten_into(&self, leaves: &mut Vec<Array>) {
+                $(self.$index.flatten_into(leaves);)+
+            }
+            fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
+                Ok(($(self.$index.rebuild(leaves)?,)+))
+            }
+        }
+    };
+}
+tuple_tree!(A 0);
+tuple_tree!(A 0, B 1);
+tuple_tree!(A 0, B 1, C 2);
+tuple_tree!(A 0, B 1, C 2, D 3);
+
+/// The leaves of `tree`, in order.
+pub fn tree_flatten<T: Tree>(tree: &T) -> Vec<Array> {
+    let mut leaves = Vec::new();
+    tree.flatten_into(&mut leaves);
+    leaves
+}
+
+/// A tree shaped like `template` with `leaves` (as many as it has) in place of its own.
+pub fn tree_unflatten<T: Tree>(template: &T, leaves: Vec<Array>) -> Result<T> {
+    let expected = tree_flatten(template).len();
+    if leaves.len() != expected {
+        return Err(Error::Transform {
+            transform: "tree",
+            reason: format!("{} leaves for a tree of {expected}", leaves.len()),
+        });
+    }
+    template.rebuild(&mut leaves.into_iter())
+}
+
+/// [`super::value_and_grad`] for a function of a tree: its value and the gradient as a tree
+/// of the same structure (a model's parameters differentiated as one value).
+///
+/// ```
+/// use nuvec_core::{array, ops, transforms::tree, Array};
+/// use std::collections::BTreeMap;
+/// let params = BTreeMap::from([("w".to_string(), array![2.0]), ("b".to_string(), array![1.0])]);
+/// let loss = |p: &BTreeMap<String, Array>| ops::sum(&(&p["w"] * 3.0 + &p["b"]), None, false);
+/// let (value, grads) = tree::value_and_grad(loss)(&params)?;
+/// assert_eq!(value.item::<f32>()?, 7.0);
+/// assert_eq!(grads["w"].item::<f32>()?, 3.0);
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+pub fn value_and_grad<T: Tree>(f: impl Fn(&T) -> Array) -> impl Fn(&T) -> Result<(Array, T)> {
+    move |tree: &T| {
+        let leaves = tree_flatten(tree);
+        let argnums: Vec<usize> = (0..leaves.len()).collect();
+        let (value, grads) = super::value_and_grad(
+            |traced: &[Array]| match tree_unflatten(tree, traced.to_vec()) {
+                Ok(rebuilt) => f(&rebuilt),
+                Err(error) => Array::failed(error),
+            },
+            &argnums,
+        )(&leaves)?;
+        Ok((value, tree_unflatten(tree, grads)?))
+    }
+}
+
+/// [`super::grad`] for a function of a tree: the gradient as a tree of the same structure.
+pub fn grad<T: Tree>(f: impl Fn(&T) -> Array) -> impl Fn(&T) -> Result<T> {
+    let both = value_and_grad(f);
+    move |tree: &T| both(tree).map(|(_, grads)| grads)
+}
+
+/// [`super::jvp`] for a function from a tree to a tree: its outputs and their tangents.
+pub fn jvp<T: Tree, U: Tree>(f: impl Fn(&T) -> U, primals: &T, tangents: &T) -> Result<(U, U)> {
+    let (leaves, tangent_leaves) = (tree_flatten(primals), tree_flatten(tangents));
+    let mut template = None;
+    let (outputs, output_tangents) = super::jvp(
+        |traced| {
+            let out = match tree_unflatten(primals, traced.to_vec()) {
+                Ok(rebuilt) => f(&rebuilt),
+                Err(_) => return vec![Array::failed(too_few())],
+            };
+            let flat = tree_flatten(&out);
+            template = Some(out);
+            flat
+        },
+        &leaves,
+        &tangent_leaves,
+    )?;
+    let template = template.ok_or_else(too_few)?;
+    Ok((
+        tree_unflatten(&template, outputs)?,
+        tree_unflatten(&template, output_tangents)?,
+    ))
+}

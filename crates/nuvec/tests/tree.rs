@@ -1,0 +1,121 @@
+//! Trees of arrays through the transforms: derived structs, vectors, maps, tuples and
+//! options, differentiated as one value.
+
+use nuvec::ops;
+use nuvec::prelude::*;
+use nuvec::transforms::{grad, tree, tree_flatten, tree_unflatten, Tree};
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Tree, Clone, Debug)]
+struct Linear {
+    weight: Array,
+    bias: Option<Array>,
+}
+
+#[derive(Tree, Clone, Debug)]
+struct Mlp {
+    layers: Vec<Linear>,
+    scale: (Array,),
+    #[tree(skip)]
+    activation: String,
+}
+
+#[derive(Tree)]
+struct Pair(Array, Array);
+
+fn mlp() -> Mlp {
+    Mlp {
+        layers: vec![
+            Linear {
+                weight: array![[0.5, -1.0], [1.5, 2.0]],
+                bias: Some(array![0.1, -0.2]),
+            },
+            Linear {
+                weight: array![[1.0], [-0.5]],
+                bias: None,
+            },
+        ],
+        scale: (array![2.0],),
+        activation: "tanh".into(),
+    }
+}
+
+fn forward(model: &Mlp, x: &Array) -> Array {
+    let mut h = x.clone();
+    for layer in &model.layers {
+        h = ops::matmul(&h, &layer.weight);
+        if let Some(b) = &layer.bias {
+            h = ops::tanh(&(h + b));
+        }
+    }
+    ops::sum(&(h * &model.scale.0), None, false)
+}
+
+#[test]
+fn a_derived_model_is_differentiated_as_one_value() -> Result<()> {
+    let model = mlp();
+    let x = array![[1.0, -1.0], [0.5, 2.0]];
+    let grads = tree::grad(|m: &Mlp| forward(m, &x))(&model)?;
+    assert_eq!(grads.activation, "tanh", "skipped fields are copied");
+    assert!(grads.layers[1].bias.is_none());
+    // The same gradient through the flat form.
+    let leaves = tree_flatten(&model);
+    assert_eq!(leaves.len(), 4);
+    let flat =
+        grad(|v: &[Array]| forward(&tree_unflatten(&model, v.to_vec()).unwrap(), &x))(&leaves)?;
+    for (tree_leaf, flat_leaf) in tree_flatten(&grads).iter().zip(&flat) {
+        assert_eq!(tree_leaf.shape(), flat_leaf.shape());
+        assert_eq!(tree_leaf.to_vec::<f32>()?, flat_leaf.to_vec::<f32>()?);
+    }
+    let (value, _) = tree::value_and_grad(|m: &Mlp| forward(m, &x))(&model)?;
+    assert_eq!(value.item::<f32>()?, forward(&model, &x).item::<f32>()?);
+    Ok(())
+}
+
+#[test]
+fn maps_tuples_and_tuple_structs_are_trees() -> Result<()> {
+    let hash: HashMap<String, Array> =
+        HashMap::from([("b".into(), array![1.0]), ("a".into(), array![2.0])]);
+    let btree: BTreeMap<String, Array> = hash.clone().into_iter().collect();
+    // Both maps flatten in key order.
+    for leaves in [tree_flatten(&hash), tree_flatten(&btree)] {
+        assert_eq!(leaves[0].item::<f32>()?, 2.0);
+        assert_eq!(leaves[1].item::<f32>()?, 1.0);
+    }
+    let grads =
+        tree::grad(|m: &HashMap<String, Array>| ops::sum(&(&m["a"] * &m["b"] * 3.0), None, false))(
+            &hash,
+        )?;
+    assert_eq!(
+        (grads["a"].item::<f32>()?, grads["b"].item::<f32>()?),
+        (3.0, 6.0)
+    );
+    let pair = Pair(array![1.0, 2.0], array![3.0]);
+    let g = tree::grad(|p: &Pair| ops::sum(&(&p.0 * &p.1), None, false))(&pair)?;
+    assert_eq!(g.0.to_vec::<f32>()?, [3.0, 3.0]);
+    assert_eq!(g.1.to_vec::<f32>()?, [3.0]);
+    let (out, tangent) = tree::jvp(
+        |t: &(Array, Array)| (ops::exp(&t.0), &t.0 * &t.1),
+        &(array![0.0], array![2.0]),
+        &(array![1.0], array![0.5]),
+    )?;
+    assert_eq!(out.0.item::<f32>()?, 1.0);
+    // d(a·b) = da·b + a·db = 1·2 + 0·0.5.
+    assert_eq!(
+        (tangent.0.item::<f32>()?, tangent.1.item::<f32>()?),
+        (1.0, 2.0)
+    );
+    Ok(())
+}
+
+#[test]
+fn rebuilding_from_the_wrong_number_of_leaves_is_an_error() {
+    let model = mlp();
+    let error = tree_unflatten(&model, vec![array![1.0]])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("[tree]") && error.contains("1 leaves for a tree of 4"),
+        "{error}"
+    );
+}
