@@ -63,20 +63,12 @@ fn binary<T: Float>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) {
 /// Fills `block` with elements `start..start + block.len()` of `input` broadcast to `shape`.
 fn load<T: Float>(
     input: &Input,
-    strides: Option<&[isize]>,
+    strides: &[isize],
     shape: &[usize],
     start: usize,
     block: &mut [T],
 ) {
     let data = input.slice::<T>();
-    let Some(strides) = strides else {
-        block.copy_from_slice(&data[start..start + block.len()]);
-        return;
-    };
-    if data.len() == 1 {
-        block.fill(data[0]);
-        return;
-    }
     for (k, value) in block.iter_mut().enumerate() {
         let mut flat = start + k;
         let mut offset = 0isize;
@@ -88,36 +80,67 @@ fn load<T: Float>(
     }
 }
 
+/// How a block reads an input.
+enum Feed {
+    /// The input has the output's shape: read in place.
+    Direct,
+    /// One element: its register is filled once per chunk.
+    Scalar,
+    /// Broadcast by these strides: gathered into its register for each block.
+    Strided(Vec<isize>),
+}
+
 fn run<T: Float>(fused: &Fused, inputs: &[Input], spec: &OutputSpec, out: &mut [T]) {
     let shape = &spec.shape;
-    let strides: Vec<Option<Vec<isize>>> = inputs
+    let feeds: Vec<Feed> = inputs
         .iter()
-        .map(|i| (i.shape != *shape).then(|| broadcast_strides(&i.shape, shape)))
+        .map(|i| {
+            if i.shape == *shape {
+                Feed::Direct
+            } else if i.size() == 1 {
+                Feed::Scalar
+            } else {
+                Feed::Strided(broadcast_strides(&i.shape, shape))
+            }
+        })
         .collect();
+    let last = fused.steps.len().saturating_sub(1);
     parallel::for_each_chunk(out, |start, part| {
         let registers = fused.inputs + fused.steps.len();
         let width = BLOCK.min(part.len());
         let mut regs: Vec<Vec<T>> = vec![vec![T::zero(); width]; registers];
+        for (i, input) in inputs.iter().enumerate() {
+            if let Feed::Scalar = feeds[i] {
+                regs[i].fill(input.slice::<T>()[0]);
+            }
+        }
         for offset in (0..part.len()).step_by(BLOCK) {
             let n = BLOCK.min(part.len() - offset);
+            let from = start + offset;
             for (i, input) in inputs.iter().enumerate() {
-                load(
-                    input,
-                    strides[i].as_deref(),
-                    shape,
-                    start + offset,
-                    &mut regs[i][..n],
-                );
+                if let Feed::Strided(strides) = &feeds[i] {
+                    load(input, strides, shape, from, &mut regs[i][..n]);
+                }
             }
             for (k, step) in fused.steps.iter().enumerate() {
                 let (done, rest) = regs.split_at_mut(fused.inputs + k);
-                let target = &mut rest[0][..n];
+                let operand = |r: usize| -> &[T] {
+                    match feeds.get(r) {
+                        Some(Feed::Direct) => &inputs[r].slice::<T>()[from..from + n],
+                        _ => &done[r][..n],
+                    }
+                };
+                // The last step writes straight into the output.
+                let target = if k == last {
+                    &mut part[offset..offset + n]
+                } else {
+                    &mut rest[0][..n]
+                };
                 match *step {
-                    Step::Unary(op, a) => unary(op, &done[a][..n], target),
-                    Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], target),
+                    Step::Unary(op, a) => unary(op, operand(a), target),
+                    Step::Binary(op, a, b) => binary(op, operand(a), operand(b), target),
                 }
             }
-            part[offset..offset + n].copy_from_slice(&regs[registers - 1][..n]);
         }
     });
 }

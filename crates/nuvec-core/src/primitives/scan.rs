@@ -3,7 +3,7 @@
 use super::reduce::axis_layout;
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
-use crate::{Array, Error, Result};
+use crate::{Array, Result};
 use nuvec_cpu::reduce::ReduceOp;
 use nuvec_cpu::scan::scan;
 use nuvec_cpu::{with_dtype, Buffer};
@@ -63,8 +63,9 @@ impl Primitive for Scan {
                 x,
             ),
             _ => {
-                let source = self.extreme_source(x, out, "vjp")?;
-                super::scatter::scatter_add(c, &source, self.axis, x.shape())
+                let (source, valid) = self.extreme_source(x);
+                let kept = crate::ops::where_(&valid, c, 0.0);
+                super::scatter::scatter_add(&kept, &source, self.axis, x.shape())
             }
         };
         Ok(vec![grad])
@@ -87,7 +88,10 @@ impl Primitive for Scan {
                 out,
                 cumsum(&divide(&t, x), axis, self.reverse, self.inclusive),
             ),
-            _ => take_along_axis(&t, &self.extreme_source(x, out, "jvp")?, axis),
+            _ => {
+                let (source, valid) = self.extreme_source(x);
+                crate::ops::where_(&valid, take_along_axis(&t, &source, axis), 0.0)
+            }
         }])
     }
 
@@ -109,25 +113,41 @@ impl Primitive for Scan {
 
 impl Scan {
     /// For `cummax`/`cummin`: the position along the axis of the element each running value
-    /// is (the latest of equal ones).
-    fn extreme_source(&self, x: &Array, out: &Array, transform: &'static str) -> Result<Array> {
-        use crate::ops::{arange, cummax, cummin, equal, where_};
-        if !self.inclusive {
-            return Err(Error::Transform {
-                transform,
-                reason: format!("exclusive {} has no {transform} rule", self.name()),
-            });
-        }
+    /// is (the latest of equal ones), and where there is one (an exclusive scan's first value
+    /// is the identity, which comes from no element).
+    fn extreme_source(&self, x: &Array) -> (Array, Array) {
+        use crate::ops::{arange, cummax, cummin, equal, pad, slice, where_};
         let n = x.shape()[self.axis];
         let mut along = vec![1; x.ndim()];
         along[self.axis] = n;
         let positions = arange(0.0, f64::from(n), 1.0, crate::DType::I32).reshape(&along);
-        let hit = equal(x, out);
         let axis = Some(self.axis as i32);
-        Ok(if self.reverse {
+        let inclusive = match self.op {
+            ReduceOp::Max => cummax(x, axis, self.reverse, true),
+            _ => cummin(x, axis, self.reverse, true),
+        };
+        let hit = equal(x, &inclusive);
+        let source = if self.reverse {
             cummin(&where_(&hit, &positions, n), axis, true, true)
         } else {
             cummax(&where_(&hit, &positions, -1), axis, false, true)
-        })
+        };
+        let everywhere = crate::ops::full_like(&source, 1.0, crate::DType::Bool);
+        if self.inclusive {
+            return (source, everywhere);
+        }
+        // Exclusive: each value is the inclusive one of the neighbour before it.
+        let mut widths = vec![(0, 0); x.ndim()];
+        widths[self.axis] = if self.reverse { (0, 1) } else { (1, 0) };
+        let (mut start, stop) = (vec![0; x.ndim()], x.shape().to_vec());
+        let mut stop = stop;
+        if self.reverse {
+            start[self.axis] = 1;
+            stop[self.axis] = n + 1;
+        }
+        let ones = vec![1; x.ndim()];
+        let shifted = slice(&pad(&source, &widths, 0.0), &start, &stop, &ones);
+        let valid = slice(&pad(&everywhere, &widths, 0.0), &start, &stop, &ones);
+        (shifted, valid)
     }
 }
