@@ -7,6 +7,25 @@ use crate::{Array, DType, Result};
 use nuvec_cpu::Buffer;
 use std::sync::Arc;
 
+/// The batching rule of a collective along axis 0 (all_gather, sum_scatter): the batch axis
+/// goes second, so the collective's axis stays first, whichever axis was batched.
+fn along_first_axis(
+    x: &Array,
+    axis: Option<usize>,
+    collective: impl Fn(&Array) -> Array,
+) -> (Vec<Array>, Vec<Option<usize>>) {
+    let Some(axis) = axis else {
+        return (vec![collective(x)], vec![None]);
+    };
+    let second = if x.ndim() == 1 {
+        // A batch of 0-d arrays: each rank contributes one row of the batch.
+        crate::ops::expand_dims(x, &[0])
+    } else {
+        crate::ops::moveaxis(x, axis as i32, 1)
+    };
+    (vec![collective(&second)], vec![Some(1)])
+}
+
 /// Resolves `None` to the default group.
 fn group_or_default(group: Option<&Group>) -> Group {
     group.copied().unwrap_or_else(super::default_group)
@@ -136,18 +155,9 @@ impl Primitive for AllGather {
         _outputs: &[Array],
         axes: &[Option<usize>],
     ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
-        let x = &inputs[0];
-        let Some(axis) = axes[0] else {
-            return Ok((vec![all_gather(x, Some(&self.group))], vec![None]));
-        };
-        if x.ndim() == 1 {
-            // A batch of 0-d arrays: each rank contributes one row of the batch.
-            let rows = crate::ops::expand_dims(x, &[0]);
-            let out = all_gather(&rows, Some(&self.group));
-            return Ok((vec![out], vec![Some(1)]));
-        }
-        let second = crate::ops::moveaxis(x, axis as i32, 1);
-        Ok((vec![all_gather(&second, Some(&self.group))], vec![Some(1)]))
+        Ok(along_first_axis(&inputs[0], axes[0], |x| {
+            all_gather(x, Some(&self.group))
+        }))
     }
 
     fn is_effect(&self) -> bool {
@@ -212,18 +222,9 @@ impl Primitive for ReduceScatter {
         _outputs: &[Array],
         axes: &[Option<usize>],
     ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
-        let x = &inputs[0];
-        let Some(axis) = axes[0] else {
-            return Ok((vec![sum_scatter(x, Some(&self.group))], vec![None]));
-        };
-        if x.ndim() == 1 {
-            // A batch of 0-d arrays: each rank contributes one row of the batch.
-            let rows = crate::ops::expand_dims(x, &[0]);
-            let out = sum_scatter(&rows, Some(&self.group));
-            return Ok((vec![out], vec![Some(1)]));
-        }
-        let second = crate::ops::moveaxis(x, axis as i32, 1);
-        Ok((vec![sum_scatter(&second, Some(&self.group))], vec![Some(1)]))
+        Ok(along_first_axis(&inputs[0], axes[0], |x| {
+            sum_scatter(x, Some(&self.group))
+        }))
     }
 
     fn is_effect(&self) -> bool {

@@ -79,21 +79,9 @@ impl Primitive for Take {
         cotangents: &[Array],
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        Ok(argnums
-            .iter()
-            .map(|&i| {
-                if i == 0 {
-                    super::scatter::take_vjp(
-                        &cotangents[0],
-                        &inputs[1],
-                        self.axis,
-                        inputs[0].shape(),
-                    )
-                } else {
-                    crate::ops::zeros_like(&inputs[1])
-                }
-            })
-            .collect())
+        Ok(super::indexed_vjp(inputs, argnums, || {
+            super::scatter::take_vjp(&cotangents[0], &inputs[1], self.axis, inputs[0].shape())
+        }))
     }
 
     /// Linear in the data; the indices only choose.
@@ -104,16 +92,7 @@ impl Primitive for Take {
         tangents: &[Array],
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        let Some(slot) = argnums.iter().position(|&a| a == 0) else {
-            return super::zero_jvp(outputs);
-        };
-        let tangent = tangents[slot].astype(inputs[0].dtype());
-        Ok(vec![Array::from_primitive(
-            Arc::new(self.clone()),
-            vec![tangent, inputs[1].clone()],
-            outputs[0].shape().to_vec(),
-            outputs[0].dtype(),
-        )])
+        super::indexed_jvp(self, inputs, outputs, tangents, argnums)
     }
 
     fn vmap(
@@ -216,21 +195,9 @@ impl Primitive for TakeAlongAxis {
         cotangents: &[Array],
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        Ok(argnums
-            .iter()
-            .map(|&i| {
-                if i == 0 {
-                    super::scatter::scatter_add(
-                        &cotangents[0],
-                        &inputs[1],
-                        self.axis,
-                        inputs[0].shape(),
-                    )
-                } else {
-                    crate::ops::zeros_like(&inputs[1])
-                }
-            })
-            .collect())
+        Ok(super::indexed_vjp(inputs, argnums, || {
+            super::scatter::scatter_add(&cotangents[0], &inputs[1], self.axis, inputs[0].shape())
+        }))
     }
 
     /// Linear in the data; the indices only choose.
@@ -241,16 +208,7 @@ impl Primitive for TakeAlongAxis {
         tangents: &[Array],
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        let Some(slot) = argnums.iter().position(|&a| a == 0) else {
-            return super::zero_jvp(outputs);
-        };
-        let tangent = tangents[slot].astype(inputs[0].dtype());
-        Ok(vec![Array::from_primitive(
-            Arc::new(self.clone()),
-            vec![tangent, inputs[1].clone()],
-            outputs[0].shape().to_vec(),
-            outputs[0].dtype(),
-        )])
+        super::indexed_jvp(self, inputs, outputs, tangents, argnums)
     }
 
     fn vmap(
@@ -259,19 +217,10 @@ impl Primitive for TakeAlongAxis {
         outputs: &[Array],
         axes: &[Option<usize>],
     ) -> Result<super::batching::Batched> {
-        use super::batching::{apply, batch_size, batched_front};
-        let size = batch_size(inputs, axes);
-        let moved = vec![
-            batched_front(&inputs[0], axes[0], size),
-            batched_front(&inputs[1], axes[1], size),
-        ];
         let shifted = TakeAlongAxis {
             axis: self.axis + 1,
         };
-        Ok((
-            apply(Arc::new(shifted), moved, outputs, size),
-            vec![Some(0)],
-        ))
+        super::indexed_vmap(shifted, inputs, outputs, axes)
     }
 
     same_as!();

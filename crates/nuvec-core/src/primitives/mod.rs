@@ -108,3 +108,63 @@ macro_rules! jvp_zero {
     };
 }
 pub(crate) use jvp_zero;
+
+/// The jvp of a primitive linear in its first input whose second input (indices) only
+/// chooses: the primitive applied to the data's tangent and the same indices.
+pub(crate) fn indexed_jvp<P: Primitive + Clone>(
+    primitive: &P,
+    inputs: &[Array],
+    outputs: &[Array],
+    tangents: &[Array],
+    argnums: &[usize],
+) -> Result<Vec<Array>> {
+    let Some(slot) = argnums.iter().position(|&a| a == 0) else {
+        return zero_jvp(outputs);
+    };
+    let tangent = tangents[slot].astype(inputs[0].dtype());
+    Ok(vec![Array::from_primitive(
+        Arc::new(primitive.clone()),
+        vec![tangent, inputs[1].clone()],
+        outputs[0].shape().to_vec(),
+        outputs[0].dtype(),
+    )])
+}
+
+/// The vjp of such a primitive: `data` (the data's cotangent) for input 0, zeros for the
+/// indices.
+pub(crate) fn indexed_vjp(
+    inputs: &[Array],
+    argnums: &[usize],
+    data: impl Fn() -> Array,
+) -> Vec<Array> {
+    argnums
+        .iter()
+        .map(|&i| {
+            if i == 0 {
+                data()
+            } else {
+                crate::ops::zeros_like(&inputs[1])
+            }
+        })
+        .collect()
+}
+
+/// The batching rule of such a primitive with its axis shifted (`shifted`): data and
+/// indices both batch-first.
+pub(crate) fn indexed_vmap<P: Primitive>(
+    shifted: P,
+    inputs: &[Array],
+    outputs: &[Array],
+    axes: &[Option<usize>],
+) -> Result<batching::Batched> {
+    use batching::{apply, batch_size, batched_front};
+    let size = batch_size(inputs, axes);
+    let moved = vec![
+        batched_front(&inputs[0], axes[0], size),
+        batched_front(&inputs[1], axes[1], size),
+    ];
+    Ok((
+        apply(Arc::new(shifted), moved, outputs, size),
+        vec![Some(0)],
+    ))
+}

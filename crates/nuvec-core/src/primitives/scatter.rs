@@ -62,20 +62,13 @@ impl Primitive for ScatterAdd {
         cotangents: &[Array],
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        let gathered =
-            crate::ops::take_along_axis(&cotangents[0], &inputs[1], Some(self.axis as i32));
-        Ok(argnums
-            .iter()
-            .map(|&i| {
-                if i == 0 {
-                    gathered.clone()
-                } else {
-                    crate::ops::zeros_like(&inputs[1])
-                }
-            })
-            .collect())
+        let axis = Some(self.axis as i32);
+        Ok(super::indexed_vjp(inputs, argnums, || {
+            crate::ops::take_along_axis(&cotangents[0], &inputs[1], axis)
+        }))
     }
 
+    /// Linear in the updates; the indices only choose.
     fn jvp(
         &self,
         inputs: &[Array],
@@ -83,15 +76,7 @@ impl Primitive for ScatterAdd {
         tangents: &[Array],
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        let Some(slot) = argnums.iter().position(|&a| a == 0) else {
-            return super::zero_jvp(outputs);
-        };
-        Ok(vec![scatter_add(
-            &tangents[slot],
-            &inputs[1],
-            self.axis,
-            outputs[0].shape(),
-        )])
+        super::indexed_jvp(self, inputs, outputs, tangents, argnums)
     }
 
     fn vmap(
@@ -100,19 +85,10 @@ impl Primitive for ScatterAdd {
         outputs: &[Array],
         axes: &[Option<usize>],
     ) -> Result<super::batching::Batched> {
-        use super::batching::{apply, batch_size, batched_front};
-        let size = batch_size(inputs, axes);
-        let moved = vec![
-            batched_front(&inputs[0], axes[0], size),
-            batched_front(&inputs[1], axes[1], size),
-        ];
         let shifted = ScatterAdd {
             axis: self.axis + 1,
         };
-        Ok((
-            apply(Arc::new(shifted), moved, outputs, size),
-            vec![Some(0)],
-        ))
+        super::indexed_vmap(shifted, inputs, outputs, axes)
     }
 
     same_as!();
