@@ -119,3 +119,38 @@ fn rebuilding_from_the_wrong_number_of_leaves_is_an_error() {
         "{error}"
     );
 }
+
+#[test]
+fn vjp_and_vmap_take_and_return_trees() -> Result<()> {
+    let model = mlp();
+    let x = array![[1.0, -1.0]];
+    // vjp of a tree-valued function: one cotangent per output leaf.
+    let (outputs, cotangents) = tree::vjp(
+        |m: &Mlp| (forward(m, &x), ops::sum(&m.layers[0].weight, None, false)),
+        &model,
+        &(Array::scalar(1.0f32), Array::scalar(2.0f32)),
+    )?;
+    assert_eq!(outputs.0.item::<f32>()?, forward(&model, &x).item::<f32>()?);
+    let through_grad =
+        tree::grad(|m: &Mlp| forward(m, &x) + ops::sum(&m.layers[0].weight, None, false) * 2.0)(
+            &model,
+        )?;
+    for (a, b) in tree_flatten(&cotangents)
+        .iter()
+        .zip(tree_flatten(&through_grad))
+    {
+        assert_eq!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
+    }
+    // vmap over a batch of inputs held in a map.
+    let batch: BTreeMap<String, Array> = BTreeMap::from([
+        ("x".into(), array![[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]),
+        ("y".into(), array![[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
+    ]);
+    let dots = tree::vmap(
+        |m: &BTreeMap<String, Array>| vec![ops::sum(&(&m["x"] * &m["y"]), None, false)],
+        Some(0),
+        Some(0),
+    )(&batch)?;
+    assert_eq!(dots[0].to_vec::<f32>()?, [1.0, 4.0, 11.0]);
+    Ok(())
+}

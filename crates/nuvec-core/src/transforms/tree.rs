@@ -152,23 +152,71 @@ pub fn grad<T: Tree>(f: impl Fn(&T) -> Array) -> impl Fn(&T) -> Result<T> {
 /// [`super::jvp`] for a function from a tree to a tree: its outputs and their tangents.
 pub fn jvp<T: Tree, U: Tree>(f: impl Fn(&T) -> U, primals: &T, tangents: &T) -> Result<(U, U)> {
     let (leaves, tangent_leaves) = (tree_flatten(primals), tree_flatten(tangents));
-    let mut template = None;
-    let (outputs, output_tangents) = super::jvp(
-        |traced| {
-            let out = match tree_unflatten(primals, traced.to_vec()) {
-                Ok(rebuilt) => f(&rebuilt),
-                Err(_) => return vec![Array::failed(too_few())],
-            };
-            let flat = tree_flatten(&out);
-            template = Some(out);
-            flat
-        },
-        &leaves,
-        &tangent_leaves,
-    )?;
-    let template = template.ok_or_else(too_few)?;
+    let ((outputs, output_tangents), template) = through_leaves(&f, primals, |flat| {
+        super::jvp(flat, &leaves, &tangent_leaves)
+    })?;
     Ok((
         tree_unflatten(&template, outputs)?,
         tree_unflatten(&template, output_tangents)?,
     ))
+}
+
+/// Runs an array transform on `f`'s leaves: `run` gets a flat function and returns flat
+/// results; `f`'s output structure is noted while it runs.
+fn through_leaves<T: Tree, U: Tree, R>(
+    f: &impl Fn(&T) -> U,
+    template: &T,
+    run: impl FnOnce(&dyn Fn(&[Array]) -> Vec<Array>) -> Result<R>,
+) -> Result<(R, U)> {
+    let output: std::cell::RefCell<Option<U>> = std::cell::RefCell::new(None);
+    let flat = |leaves: &[Array]| match tree_unflatten(template, leaves.to_vec()) {
+        Ok(tree) => {
+            let out = f(&tree);
+            let flat = tree_flatten(&out);
+            *output.borrow_mut() = Some(out);
+            flat
+        }
+        Err(error) => vec![Array::failed(error)],
+    };
+    let result = run(&flat)?;
+    let output = output.into_inner().ok_or_else(too_few)?;
+    Ok((result, output))
+}
+
+/// [`super::vjp`] for a function from a tree to a tree: its outputs, and the cotangents of
+/// its inputs (a tree like `primals`) for `cotangents` (a tree like the outputs).
+pub fn vjp<T: Tree, U: Tree>(f: impl Fn(&T) -> U, primals: &T, cotangents: &U) -> Result<(U, T)> {
+    let leaves = tree_flatten(primals);
+    let cotangent_leaves = tree_flatten(cotangents);
+    let ((outputs, vjps), template) = through_leaves(&f, primals, |flat| {
+        super::vjp(flat, &leaves, &cotangent_leaves)
+    })?;
+    Ok((
+        tree_unflatten(&template, outputs)?,
+        tree_unflatten(primals, vjps)?,
+    ))
+}
+
+/// [`super::vmap`] for a function from a tree to a tree: every leaf of the input is batched
+/// along `in_axis` (`None`: not batched) and every leaf of the output along `out_axis`.
+///
+/// ```
+/// use nuvec_core::{array, ops, transforms::tree, Array};
+/// let norms = tree::vmap(|p: &(Array, Array)| ops::sum(&(&p.0 * &p.1), None, false), Some(0), Some(0));
+/// let out = norms(&(array![[1.0, 2.0], [3.0, 4.0]], array![[1.0, 1.0], [2.0, 0.0]]))?;
+/// assert_eq!(out.to_vec::<f32>()?, [3.0, 6.0]);
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+pub fn vmap<T: Tree, U: Tree>(
+    f: impl Fn(&T) -> U,
+    in_axis: Option<i32>,
+    out_axis: Option<i32>,
+) -> impl Fn(&T) -> Result<U> {
+    move |inputs: &T| {
+        let leaves = tree_flatten(inputs);
+        let (outputs, template) = through_leaves(&f, inputs, |flat| {
+            super::vmap(flat, &[in_axis], &[out_axis])(&leaves)
+        })?;
+        tree_unflatten(&template, outputs)
+    }
 }
