@@ -166,6 +166,22 @@ pub trait Primitive: Send + Sync + Debug + Any {
         false
     }
 
+    /// The output shapes for inputs of `inputs` shapes, where the primitive was traced with
+    /// outputs of `traced` shapes (same ranks): compile's shapeless mode replays a program
+    /// for new shapes only when every step answers. `None`: the primitive's parameters depend
+    /// on the exact shapes (reshape, slices, padding…). Element-wise primitives broadcast.
+    fn output_shapes(&self, inputs: &[&[i32]], traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        let _ = traced;
+        if !self.is_elementwise() {
+            return None;
+        }
+        let mut shape: Vec<i32> = Vec::new();
+        for input in inputs {
+            shape = crate::ops::broadcast_shapes(&shape, input).ok()?;
+        }
+        Some(vec![shape])
+    }
+
     /// Whether the primitive has an effect (random draws, communication): never merged or
     /// constant-folded by compile.
     fn is_effect(&self) -> bool {

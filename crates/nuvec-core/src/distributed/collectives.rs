@@ -96,6 +96,10 @@ impl Primitive for AllReduce {
         crate::primitives::batching::elementwise(self, inputs, outputs, axes)
     }
 
+    fn output_shapes(&self, inputs: &[&[i32]], _traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        Some(vec![inputs[0].to_vec()])
+    }
+
     fn is_effect(&self) -> bool {
         true
     }
@@ -158,6 +162,13 @@ impl Primitive for AllGather {
         Ok(along_first_axis(&inputs[0], axes[0], |x| {
             all_gather(x, Some(&self.group))
         }))
+    }
+
+    fn output_shapes(&self, inputs: &[&[i32]], _traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        let mut shape = inputs[0].to_vec();
+        let first = shape.first_mut()?;
+        *first *= self.group.size() as i32;
+        Some(vec![shape])
     }
 
     fn is_effect(&self) -> bool {
@@ -225,6 +236,17 @@ impl Primitive for ReduceScatter {
         Ok(along_first_axis(&inputs[0], axes[0], |x| {
             sum_scatter(x, Some(&self.group))
         }))
+    }
+
+    fn output_shapes(&self, inputs: &[&[i32]], _traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        let mut shape = inputs[0].to_vec();
+        let first = shape.first_mut()?;
+        let size = self.group.size() as i32;
+        if *first % size != 0 {
+            return None;
+        }
+        *first /= size;
+        Some(vec![shape])
     }
 
     fn is_effect(&self) -> bool {

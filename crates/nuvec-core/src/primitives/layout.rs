@@ -201,6 +201,10 @@ impl Primitive for StopGradient {
 
     super::batching::vmap_elementwise!();
 
+    fn is_elementwise(&self) -> bool {
+        true
+    }
+
     same_as!();
 }
 

@@ -155,5 +155,16 @@ impl Primitive for Matmul {
         Ok((vec![product], vec![Some(0)]))
     }
 
+    fn output_shapes(&self, inputs: &[&[i32]], _traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        let (a, b) = (inputs[0], inputs[1]);
+        if a.len() < 2 || b.len() < 2 {
+            return None; // Vectors: the traced shapes decide; trace again.
+        }
+        let batch = crate::ops::broadcast_shapes(&a[..a.len() - 2], &b[..b.len() - 2]).ok()?;
+        let mut shape = batch;
+        shape.extend([a[a.len() - 2], b[b.len() - 1]]);
+        Some(vec![shape])
+    }
+
     same_as!();
 }

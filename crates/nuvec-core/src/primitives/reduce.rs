@@ -8,6 +8,20 @@ use nuvec_cpu::strided::{contiguous_strides, gather};
 use nuvec_cpu::{with_dtype, Buffer, Element};
 use std::sync::Arc;
 
+/// `shape` without `axes`, or with them set to 1 when the traced output kept its rank.
+fn reduced_shape(shape: &[i32], axes: &[usize], traced: &[Vec<i32>]) -> Vec<i32> {
+    let keep = traced.first().is_some_and(|t| t.len() == shape.len());
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| match (axes.contains(&i), keep) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
 /// Reduces the (sorted, distinct) `axes`; output dtype = input dtype.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Reduce {
@@ -149,6 +163,10 @@ impl Primitive for Reduce {
         super::batching::batch_first(shifted, inputs, outputs, axes)
     }
 
+    fn output_shapes(&self, inputs: &[&[i32]], traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        Some(vec![reduced_shape(inputs[0], &self.axes, traced)])
+    }
+
     same_as!();
 }
 
@@ -210,6 +228,10 @@ impl Primitive for ArgReduce {
             axis: self.axis + 1,
         };
         super::batching::batch_first(shifted, inputs, outputs, axes)
+    }
+
+    fn output_shapes(&self, inputs: &[&[i32]], traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        Some(vec![reduced_shape(inputs[0], &[self.axis], traced)])
     }
 
     same_as!();

@@ -108,6 +108,10 @@ impl Primitive for Scan {
         super::batching::batch_first(shifted, inputs, outputs, axes)
     }
 
+    fn output_shapes(&self, inputs: &[&[i32]], _traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        Some(vec![inputs[0].to_vec()])
+    }
+
     same_as!();
 }
 

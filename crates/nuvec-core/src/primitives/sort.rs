@@ -104,6 +104,14 @@ impl Primitive for SortLast {
         super::batching::batch_first(self.clone(), inputs, outputs, axes)
     }
 
+    fn output_shapes(&self, inputs: &[&[i32]], _traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        let mut shape = inputs[0].to_vec();
+        if let (SortKind::TopK(k), Some(last)) = (self.0, shape.last_mut()) {
+            *last = k as i32;
+        }
+        Some(vec![shape])
+    }
+
     same_as!();
 }
 

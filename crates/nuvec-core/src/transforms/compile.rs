@@ -45,12 +45,15 @@ impl PartialEq for Source {
     }
 }
 
+/// A step's outputs: shape and dtype of each.
+type Specs = Vec<(Vec<i32>, DType)>;
+
 /// One operation of a program.
 #[derive(Clone, Debug)]
 pub(crate) struct Step {
     pub(crate) primitive: Arc<dyn Primitive>,
     pub(crate) inputs: Vec<Source>,
-    pub(crate) outputs: Vec<(Vec<i32>, DType)>,
+    pub(crate) outputs: Specs,
 }
 
 /// A traced and simplified function.
@@ -276,9 +279,48 @@ pub(crate) fn remove_unused(program: &mut Program) {
 }
 
 impl Program {
-    /// Builds the program's graph on `inputs` (lazy, as the function itself would).
-    /// `reshape` recomputes every step's output shape from its operands (shapeless mode).
-    fn replay(&self, inputs: &[Array], reshape: bool, drawn: Option<Vec<Array>>) -> Vec<Array> {
+    /// Every step's output shapes for `inputs` of new shapes (shapeless mode); `None` when a
+    /// step's parameters depend on the exact shapes it was traced with.
+    fn reshaped(&self, inputs: &[Array]) -> Option<Vec<Specs>> {
+        let mut shapes: Vec<Vec<Vec<i32>>> = Vec::with_capacity(self.steps.len());
+        for step in &self.steps {
+            let operands: Vec<Vec<i32>> = step
+                .inputs
+                .iter()
+                .map(|source| match source {
+                    Source::Input(i) => inputs[*i].shape().to_vec(),
+                    Source::Step(s, j) => shapes[*s][*j].clone(),
+                    Source::Constant(a) => a.shape().to_vec(),
+                    Source::Key(_) => vec![2],
+                })
+                .collect();
+            let operands: Vec<&[i32]> = operands.iter().map(Vec::as_slice).collect();
+            let traced: Vec<Vec<i32>> = step.outputs.iter().map(|(s, _)| s.clone()).collect();
+            shapes.push(step.primitive.output_shapes(&operands, &traced)?);
+        }
+        Some(
+            self.steps
+                .iter()
+                .zip(shapes)
+                .map(|(step, shapes)| {
+                    shapes
+                        .into_iter()
+                        .zip(&step.outputs)
+                        .map(|(shape, (_, dtype))| (shape, *dtype))
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    /// Builds the program's graph on `inputs` (lazy, as the function itself would), with
+    /// `specs` as the steps' outputs when given (shapeless mode), else the traced ones.
+    fn replay(
+        &self,
+        inputs: &[Array],
+        specs: Option<Vec<Specs>>,
+        drawn: Option<Vec<Array>>,
+    ) -> Vec<Array> {
         let keys: Vec<Array> = drawn.unwrap_or_else(|| {
             (0..self.keys)
                 .map(|_| crate::random::next_global_key())
@@ -291,15 +333,11 @@ impl Program {
             Source::Constant(a) => a.clone(),
             Source::Key(k) => keys[*k].clone(),
         };
-        for step in &self.steps {
+        for (index, step) in self.steps.iter().enumerate() {
             let operands: Vec<Array> = step.inputs.iter().map(|s| resolve(s, &values)).collect();
-            let outputs = if reshape {
-                let shape = operands.iter().fold(Vec::new(), |acc, o| {
-                    crate::ops::broadcast_shapes(&acc, o.shape()).unwrap_or(acc)
-                });
-                vec![(shape, step.outputs[0].1)]
-            } else {
-                step.outputs.clone()
+            let outputs = match &specs {
+                Some(specs) => specs[index].clone(),
+                None => step.outputs.clone(),
             };
             values.push(Array::from_primitive_multi(
                 step.primitive.clone(),
@@ -308,11 +346,6 @@ impl Program {
             ));
         }
         self.outputs.iter().map(|s| resolve(s, &values)).collect()
-    }
-
-    /// Whether every step is element-wise (so the program replays for any shapes).
-    fn is_shapeless(&self) -> bool {
-        self.steps.iter().all(|s| s.primitive.is_elementwise())
     }
 
     /// Number of steps (for tests and diagnostics).
@@ -360,10 +393,10 @@ impl<F: Fn(&[Array]) -> Vec<Array>> Compiled<F> {
     pub fn call(&self, inputs: &[Array]) -> Result<Vec<Array>> {
         let (program, drawn) = self.program(signature(inputs, self.shapeless), inputs)?;
         if !self.shapeless {
-            return Ok(program.replay(inputs, false, drawn));
+            return Ok(program.replay(inputs, None, drawn));
         }
-        if program.is_shapeless() {
-            return Ok(program.replay(inputs, true, drawn));
+        if let Some(specs) = program.reshaped(inputs) {
+            return Ok(program.replay(inputs, Some(specs), drawn));
         }
         // Some op depends on the exact shapes: a program per shape, as without shapeless.
         let (program, drawn) = match drawn {
@@ -374,7 +407,7 @@ impl<F: Fn(&[Array]) -> Vec<Array>> Compiled<F> {
             }
             None => self.program(signature(inputs, false), inputs)?,
         };
-        Ok(program.replay(inputs, false, drawn))
+        Ok(program.replay(inputs, None, drawn))
     }
 
     /// The cached program for `key`, or one traced now (with the keys tracing drew).
@@ -425,9 +458,11 @@ pub fn compile<F: Fn(&[Array]) -> Vec<Array>>(f: F) -> Compiled<F> {
     }
 }
 
-/// [`compile`] that traces again only when the inputs' ranks or dtypes change. A program made
-/// of element-wise ops replays for any shapes; one with other ops (whose parameters depend on
-/// shapes) is traced once per shape, as [`compile`].
+/// [`compile`] that traces again only when the inputs' ranks or dtypes change. A program whose
+/// steps can say their output shapes for new input shapes (element-wise ops, reductions,
+/// scans, sorts, matrix products, collectives) replays for any shapes; one with ops whose
+/// parameters depend on the exact shapes (reshape, slices, padding…) is traced once per
+/// shape, as [`compile`].
 pub fn compile_shapeless<F: Fn(&[Array]) -> Vec<Array>>(f: F) -> Compiled<F> {
     Compiled {
         f,
