@@ -310,7 +310,7 @@ fn the_launcher_uses_no_cpu_while_ranks_run() {
     let mut launcher = spawn_launcher(2, "sleep 3");
     std::thread::sleep(Duration::from_millis(500));
     let Some(before) = cpu_seconds(launcher.id()) else {
-        eprintln!("SKIPPED: reading CPU time needs Linux's /proc");
+        nuvec_test_support::skip("reading CPU time needs Linux's /proc");
         let _ = launcher.wait();
         return;
     };
@@ -369,7 +369,10 @@ fn a_nuvec_program_gives_the_same_results_under_nuvec_launch_and_mlx_launch() {
             "NUVEC_REQUIRE_MLX_LAUNCH is set but {} is missing",
             mlx_launch.display()
         );
-        eprintln!("SKIPPED the mlx.launch half: {} is missing (pip install \"mlx[cpu]==0.32.4\" into .venv-mlx)", mlx_launch.display());
+        nuvec_test_support::skip(&format!(
+            "the mlx.launch half: {} is missing (pip install \"mlx[cpu]==0.32.4\" into .venv-mlx)",
+            mlx_launch.display()
+        ));
         return;
     }
     let theirs = Command::new(&mlx_launch)

@@ -132,7 +132,7 @@ fn sshd_or_skip(tag: &str) -> Option<Sshd> {
                 std::env::var_os("NUVEC_REQUIRE_SSHD").is_none(),
                 "NUVEC_REQUIRE_SSHD is set but sshd cannot be started: {reason}"
             );
-            eprintln!("SKIPPED: cannot start a local sshd ({reason})");
+            nuvec_test_support::skip(&format!("cannot start a local sshd ({reason})"));
             None
         }
     }

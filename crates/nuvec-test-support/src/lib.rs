@@ -165,3 +165,10 @@ pub fn compare_with(
 
 pub mod mpi;
 pub mod ranks;
+
+/// Says on the terminal that a test skipped part of its work and why. It writes to stderr
+/// directly: the test harness captures `eprintln!` of passing tests, which would hide it.
+pub fn skip(reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {reason}");
+}

@@ -36,7 +36,7 @@ pub fn mpirun(test_name: &str) -> Option<PathBuf> {
             std::env::var_os(REQUIRE_VARIABLE).is_none(),
             "{test_name}: mpirun is not on PATH but {REQUIRE_VARIABLE} is set (install openmpi-bin)"
         );
-        eprintln!("SKIPPED {test_name}: mpirun is not on PATH (install openmpi-bin; set {REQUIRE_VARIABLE}=1 to make this a failure)");
+        crate::skip(&format!("{test_name}: mpirun is not on PATH (install openmpi-bin; set {REQUIRE_VARIABLE}=1 to make this a failure)"));
     }
     found
 }

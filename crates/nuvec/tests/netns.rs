@@ -113,7 +113,7 @@ fn hosts_or_skip(tag: u32) -> Option<Hosts> {
                 std::env::var_os("NUVEC_REQUIRE_NETNS").is_none(),
                 "NUVEC_REQUIRE_NETNS is set but namespaces cannot be created: {reason}"
             );
-            eprintln!("SKIPPED: cannot create network namespaces here ({reason})");
+            nuvec_test_support::skip(&format!("cannot create network namespaces here ({reason})"));
             None
         }
     }

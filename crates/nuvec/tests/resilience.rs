@@ -287,7 +287,7 @@ fn form_use_close(ports: &[u16]) {
 #[test]
 fn fifty_cycles_of_forming_and_closing_leak_no_threads_descriptors_or_memory() {
     if !std::path::Path::new("/proc/self/task").exists() {
-        eprintln!("SKIPPED: counting threads and descriptors needs Linux's /proc");
+        nuvec_test_support::skip("counting threads and descriptors needs Linux's /proc");
         return;
     }
     // In a process of its own, so the other tests' threads do not blur the counts.

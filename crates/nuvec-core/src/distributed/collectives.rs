@@ -75,16 +75,8 @@ impl Primitive for AllReduce {
         Ok(vec![cotangents[0].clone()])
     }
 
-    /// MLX's rule: the same collective applied to the tangent.
-    fn jvp(
-        &self,
-        inputs: &[Array],
-        outputs: &[Array],
-        tangents: &[Array],
-        argnums: &[usize],
-    ) -> Result<Vec<Array>> {
-        crate::primitives::linear_jvp(self, inputs, outputs, tangents, argnums)
-    }
+    // MLX's rule: the same collective applied to the tangent.
+    crate::primitives::jvp_linear!();
 
     /// MLX's rule: the same reduction over the whole batch.
     fn vmap(
@@ -140,16 +132,8 @@ impl Primitive for AllGather {
         )])
     }
 
-    /// MLX's rule: the same collective applied to the tangent.
-    fn jvp(
-        &self,
-        inputs: &[Array],
-        outputs: &[Array],
-        tangents: &[Array],
-        argnums: &[usize],
-    ) -> Result<Vec<Array>> {
-        crate::primitives::linear_jvp(self, inputs, outputs, tangents, argnums)
-    }
+    // MLX's rule: the same collective applied to the tangent.
+    crate::primitives::jvp_linear!();
 
     /// The batch axis goes second, so the gathered axis stays first: right for every batch
     /// axis (MLX's rule is wrong when the batch axis is 0).
@@ -215,16 +199,8 @@ impl Primitive for ReduceScatter {
         Ok(vec![crate::ops::pad(c, &widths, 0.0)])
     }
 
-    /// The same collective (MLX has no rule) applied to the tangent.
-    fn jvp(
-        &self,
-        inputs: &[Array],
-        outputs: &[Array],
-        tangents: &[Array],
-        argnums: &[usize],
-    ) -> Result<Vec<Array>> {
-        crate::primitives::linear_jvp(self, inputs, outputs, tangents, argnums)
-    }
+    // The same collective applied to the tangent (MLX has no rule).
+    crate::primitives::jvp_linear!();
 
     /// The batch axis goes second, so the scattered axis stays first (MLX has no rule).
     fn vmap(

@@ -134,15 +134,11 @@ impl Primitive for Binary {
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
         let out = &outputs[0];
-        let total = argnums
+        let terms = argnums
             .iter()
             .zip(tangents)
-            .map(|(&i, t)| self.partial(i, inputs, out, &t.astype(inputs[i].dtype())))
-            .reduce(|acc, term| crate::ops::add(&acc, &term))
-            .unwrap_or_else(|| crate::ops::zeros_like(out));
-        Ok(vec![
-            crate::ops::broadcast_to(&total, out.shape()).astype(out.dtype())
-        ])
+            .map(|(&i, t)| self.partial(i, inputs, out, &t.astype(inputs[i].dtype())));
+        Ok(vec![super::sum_of_terms(terms, out)])
     }
 
     super::batching::vmap_elementwise!();

@@ -108,10 +108,7 @@ impl Primitive for Matmul {
                 crate::ops::matmul(&inputs[0], t)
             }
         });
-        let total = terms
-            .reduce(|acc, term| crate::ops::add(&acc, &term))
-            .unwrap_or_else(|| crate::ops::zeros_like(&outputs[0]));
-        Ok(vec![crate::ops::broadcast_to(&total, outputs[0].shape())])
+        Ok(vec![super::sum_of_terms(terms, &outputs[0])])
     }
 
     fn vmap(

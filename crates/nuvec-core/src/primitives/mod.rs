@@ -71,6 +71,15 @@ pub(crate) fn linear_jvp<P: Primitive + Clone>(
     ))
 }
 
+/// The tangent of an output that is the sum of one term per differentiated input (product
+/// rules): the terms added and broadcast to the output's shape and dtype.
+pub(crate) fn sum_of_terms(terms: impl Iterator<Item = Array>, output: &Array) -> Array {
+    let total = terms
+        .reduce(|acc, term| crate::ops::add(&acc, &term))
+        .unwrap_or_else(|| crate::ops::zeros_like(output));
+    crate::ops::broadcast_to(&total, output.shape()).astype(output.dtype())
+}
+
 /// A jvp that is zero: for outputs that do not vary smoothly with the inputs (integers,
 /// comparisons, random bits).
 pub(crate) fn zero_jvp(outputs: &[Array]) -> Result<Vec<Array>> {

@@ -63,7 +63,7 @@ impl Primitive for Scan {
                 x,
             ),
             _ => {
-                let (source, valid) = self.extreme_source(x);
+                let (source, valid) = self.extreme_source(x, out);
                 let kept = crate::ops::where_(&valid, c, 0.0);
                 super::scatter::scatter_add(&kept, &source, self.axis, x.shape())
             }
@@ -89,7 +89,7 @@ impl Primitive for Scan {
                 cumsum(&divide(&t, x), axis, self.reverse, self.inclusive),
             ),
             _ => {
-                let (source, valid) = self.extreme_source(x);
+                let (source, valid) = self.extreme_source(x, out);
                 crate::ops::where_(&valid, take_along_axis(&t, &source, axis), 0.0)
             }
         }])
@@ -119,16 +119,18 @@ impl Scan {
     /// For `cummax`/`cummin`: the position along the axis of the element each running value
     /// is (the latest of equal ones), and where there is one (an exclusive scan's first value
     /// is the identity, which comes from no element).
-    fn extreme_source(&self, x: &Array) -> (Array, Array) {
+    fn extreme_source(&self, x: &Array, out: &Array) -> (Array, Array) {
         use crate::ops::{arange, cummax, cummin, equal, pad, slice, where_};
         let n = x.shape()[self.axis];
         let mut along = vec![1; x.ndim()];
         along[self.axis] = n;
         let positions = arange(0.0, f64::from(n), 1.0, crate::DType::I32).reshape(&along);
         let axis = Some(self.axis as i32);
-        let inclusive = match self.op {
-            ReduceOp::Max => cummax(x, axis, self.reverse, true),
-            _ => cummin(x, axis, self.reverse, true),
+        // The running values including each element: the output itself when inclusive.
+        let inclusive = match (self.inclusive, self.op) {
+            (true, _) => out.clone(),
+            (false, ReduceOp::Max) => cummax(x, axis, self.reverse, true),
+            (false, _) => cummin(x, axis, self.reverse, true),
         };
         let hit = equal(x, &inclusive);
         let source = if self.reverse {

@@ -322,7 +322,7 @@ impl Communicator for MpiCommunicator {
                 .map_err(named("MPI_Recv"))?;
             let header = match Header::decode(&raw[..length]) {
                 Ok(header) => header,
-                Err(reason) => return Ok(Err(reason)),
+                Err(reason) => return Ok(Err((reason, true))),
             };
             if header.dtype == dtype && header.shape == shape {
                 for range in ranges(data.len(), max_count()) {
@@ -337,15 +337,27 @@ impl Communicator for MpiCommunicator {
                 mpi.recv(&mut discard[..range.len()], src, DATA_TAG, self.comm)
                     .map_err(named("MPI_Recv"))?;
             }
-            Ok(Err(format!(
-                "rank {src} sent {} {:?}, rank {} expected {dtype} {shape:?}",
-                header.dtype, header.shape, self.rank
+            Ok(Err((
+                format!(
+                    "rank {src} sent {} {:?}, rank {} expected {dtype} {shape:?}",
+                    header.dtype, header.shape, self.rank
+                ),
+                false,
             )))
         })?;
-        outcome.map_err(|reason| Error::Distributed {
-            op: "recv".into(),
-            rank: Some(src),
-            reason,
+        outcome.map_err(|(reason, unreadable)| {
+            let error = Error::Distributed {
+                op: "recv".into(),
+                rank: Some(src),
+                reason,
+            };
+            // A header that cannot be read leaves its data message unread: later receives
+            // from this peer would take it for theirs, so the group stops here.
+            if unreadable {
+                *self.state.lock().unwrap_or_else(|p| p.into_inner()) =
+                    State::Failed(error.clone());
+            }
+            error
         })
     }
 
