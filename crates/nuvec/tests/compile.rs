@@ -98,6 +98,19 @@ fn compiled_functions_give_the_bits_of_the_uncompiled_ones() {
 }
 
 #[test]
+fn large_fused_outputs_written_past_the_cache_keep_the_bits() {
+    // Over 16 MiB of float32 output, of an odd length, so the fused loop streams its stores
+    // and its chunks start at every alignment.
+    let x = values(&[(1 << 22) + 5], 3);
+    let bias = values(&[1], 4);
+    let f = |v: &[Array]| vec![gelu(&v[0]) * &v[1] + 0.25];
+    let compiled = compile(f);
+    let expected = f(&[x.clone(), bias.clone()]);
+    let got = compiled.call(&[x, bias]).unwrap();
+    assert_bitwise(&got[0], &expected[0], "streamed gelu");
+}
+
+#[test]
 fn a_function_is_traced_once_per_signature() {
     let calls = AtomicUsize::new(0);
     let compiled = compile(|v: &[Array]| {

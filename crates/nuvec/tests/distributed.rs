@@ -102,6 +102,16 @@ fn mismatched_calls_give_errors_naming_both_sides() {
 }
 
 #[test]
+fn send_batches_under_vmap_and_refuses_grad_and_jvp() {
+    run_ranks(
+        "send_batches_under_vmap_and_refuses_grad_and_jvp",
+        2,
+        TIMEOUT,
+        collectives::send_under_transforms,
+    );
+}
+
+#[test]
 fn init_without_environment_is_a_group_of_one_or_a_clear_error() {
     if nuvec_test_support::ranks::is_child() {
         return;

@@ -249,8 +249,64 @@ impl Primitive for Send {
         Ok(vec![input.buffer().clone()])
     }
 
+    fn vjp(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        _cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Err(point_to_point_not_differentiable("vjp", "send"))
+    }
+
+    fn jvp(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        _tangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Err(point_to_point_not_differentiable("jvp", "send"))
+    }
+
+    /// MLX's rule: the whole batch is sent as it is laid out, and the output keeps the
+    /// input's batch axis. The receiver asks for the batched shape.
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        let x = &inputs[0];
+        let sent = Array::from_primitive(
+            Arc::new(self.clone()),
+            vec![x.clone()],
+            x.shape().to_vec(),
+            x.dtype(),
+        );
+        Ok((vec![sent], axes.to_vec()))
+    }
+
+    fn output_shapes(&self, inputs: &[&[i32]], _traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        Some(vec![inputs[0].to_vec()])
+    }
+
     fn is_effect(&self) -> bool {
         true
+    }
+}
+
+/// Why `transform` cannot go through `op`: a send and its receive are two arrays on two
+/// ranks, with no graph edge between them to carry a derivative (MLX has no rule either).
+fn point_to_point_not_differentiable(transform: &'static str, op: &str) -> crate::Error {
+    crate::Error::Transform {
+        transform,
+        reason: format!(
+            "{op} has no {transform} rule: a send and its recv are separate arrays on two \
+             ranks, so no derivative flows between them; differentiate each rank's part \
+             separately (and send the cotangents or tangents explicitly), or wrap the value \
+             in stop_gradient"
+        ),
     }
 }
 

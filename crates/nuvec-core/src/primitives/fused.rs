@@ -17,6 +17,10 @@ use std::sync::Arc;
 /// Elements computed together: small enough that every register of a chain stays in cache.
 const BLOCK: usize = 1024;
 
+/// Outputs of at least this many bytes, far beyond the caches, are written with stores that
+/// bypass them ([`nuvec_cpu::copy_streaming`]).
+const STREAM_BYTES: usize = 16 << 20;
+
 /// One step of a fused chain. Operands are registers: the inputs first, then each step's
 /// result in order.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,6 +39,7 @@ pub(crate) struct Fused {
 
 /// `out = op(x)` with the scalar functions of `nuvec_cpu::unary::unary_float`, the op
 /// dispatched once per block so that each loop vectorizes.
+#[inline(always)]
 fn unary<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) {
     let pairs = x.iter().zip(out.iter_mut());
     if T::DTYPE == DType::F64 {
@@ -48,6 +53,7 @@ fn unary<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) {
     }
 }
 
+#[inline(always)]
 fn binary<T: Float>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) {
     // Separate loops for the common ops keep them free of the op `match`, so they vectorize.
     let pairs = a.iter().zip(b).zip(out.iter_mut());
@@ -104,45 +110,68 @@ fn run<T: Float>(fused: &Fused, inputs: &[Input], spec: &OutputSpec, out: &mut [
             }
         })
         .collect();
-    let last = fused.steps.len().saturating_sub(1);
+    let stream = size_of_val(out) >= STREAM_BYTES;
     parallel::for_each_chunk(out, |start, part| {
-        let registers = fused.inputs + fused.steps.len();
-        let width = BLOCK.min(part.len());
-        let mut regs: Vec<Vec<T>> = vec![vec![T::zero(); width]; registers];
-        for (i, input) in inputs.iter().enumerate() {
-            if let Feed::Scalar = feeds[i] {
-                regs[i].fill(input.slice::<T>()[0]);
-            }
-        }
-        for offset in (0..part.len()).step_by(BLOCK) {
-            let n = BLOCK.min(part.len() - offset);
-            let from = start + offset;
-            for (i, input) in inputs.iter().enumerate() {
-                if let Feed::Strided(strides) = &feeds[i] {
-                    load(input, strides, shape, from, &mut regs[i][..n]);
-                }
-            }
-            for (k, step) in fused.steps.iter().enumerate() {
-                let (done, rest) = regs.split_at_mut(fused.inputs + k);
-                let operand = |r: usize| -> &[T] {
-                    match feeds.get(r) {
-                        Some(Feed::Direct) => &inputs[r].slice::<T>()[from..from + n],
-                        _ => &done[r][..n],
-                    }
-                };
-                // The last step writes straight into the output.
-                let target = if k == last {
-                    &mut part[offset..offset + n]
-                } else {
-                    &mut rest[0][..n]
-                };
-                match *step {
-                    Step::Unary(op, a) => unary(op, operand(a), target),
-                    Step::Binary(op, a, b) => binary(op, operand(a), operand(b), target),
-                }
-            }
-        }
+        nuvec_cpu::with_wide_vectors(
+            #[inline(always)]
+            || chunk(fused, inputs, &feeds, shape, stream, start, part),
+        )
     });
+}
+
+/// Computes `part`, the output's elements from `start` on, one block at a time; `stream`
+/// writes it with stores that bypass the cache.
+#[inline(always)]
+fn chunk<T: Float>(
+    fused: &Fused,
+    inputs: &[Input],
+    feeds: &[Feed],
+    shape: &[usize],
+    stream: bool,
+    start: usize,
+    part: &mut [T],
+) {
+    let last = fused.steps.len().saturating_sub(1);
+    let registers = fused.inputs + fused.steps.len();
+    let width = BLOCK.min(part.len());
+    let mut regs: Vec<Vec<T>> = vec![vec![T::zero(); width]; registers];
+    for (i, input) in inputs.iter().enumerate() {
+        if let Feed::Scalar = feeds[i] {
+            regs[i].fill(input.slice::<T>()[0]);
+        }
+    }
+    for offset in (0..part.len()).step_by(BLOCK) {
+        let n = BLOCK.min(part.len() - offset);
+        let from = start + offset;
+        for (i, input) in inputs.iter().enumerate() {
+            if let Feed::Strided(strides) = &feeds[i] {
+                load(input, strides, shape, from, &mut regs[i][..n]);
+            }
+        }
+        for (k, step) in fused.steps.iter().enumerate() {
+            let (done, rest) = regs.split_at_mut(fused.inputs + k);
+            let operand = |r: usize| -> &[T] {
+                match feeds.get(r) {
+                    Some(Feed::Direct) => &inputs[r].slice::<T>()[from..from + n],
+                    _ => &done[r][..n],
+                }
+            };
+            // The last step writes straight into the output.
+            let target = if k == last && !stream {
+                &mut part[offset..offset + n]
+            } else {
+                &mut rest[0][..n]
+            };
+            match *step {
+                Step::Unary(op, a) => unary(op, operand(a), target),
+                Step::Binary(op, a, b) => binary(op, operand(a), operand(b), target),
+            }
+        }
+        if stream {
+            let result = &regs[registers - 1][..n];
+            nuvec_cpu::copy_streaming(result, &mut part[offset..offset + n]);
+        }
+    }
 }
 
 impl Fused {

@@ -175,6 +175,48 @@ pub(crate) fn send_and_recv_everywhere(group: Group) {
     }
 }
 
+/// `vmap` of `send` sends the whole batch as laid out (MLX's rule); `grad` and `jvp` through
+/// `send` are clear errors, and the group stays usable after them (2 ranks).
+pub(crate) fn send_under_transforms(group: Group) {
+    use nuvec::transforms::{grad, jvp, vmap};
+    if group.rank() == 0 {
+        let x = Array::from_vec((0..6).map(|v| v as f32).collect::<Vec<_>>(), &[2, 3]);
+        let g = group;
+        let sent = vmap(
+            move |v: &[Array]| vec![distributed::send(&v[0], 1, Some(&g))],
+            &[Some(1)],
+            &[Some(1)],
+        )(std::slice::from_ref(&x))
+        .unwrap();
+        assert_eq!(sent[0].to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+        let g = group;
+        let error =
+            grad(move |v: &[Array]| ops::sum(&distributed::send(&v[0], 1, Some(&g)), None, false))(
+                std::slice::from_ref(&x),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("send has no vjp rule"), "{error}");
+        let g = group;
+        let error = jvp(
+            move |v: &[Array]| vec![distributed::send(&v[0], 1, Some(&g))],
+            std::slice::from_ref(&x),
+            std::slice::from_ref(&x),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("send has no jvp rule"), "{error}");
+        distributed::send(&array![7.0f32], 1, Some(&group))
+            .eval()
+            .unwrap();
+    } else {
+        let got = distributed::recv(&[2, 3], DType::F32, 0, Some(&group));
+        assert_eq!(got.to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        let next = distributed::recv(&[1], DType::F32, 0, Some(&group));
+        assert_eq!(next.to_vec::<f32>().unwrap(), [7.0]);
+    }
+}
+
 /// A receiver expecting another shape gets an error naming both, and the connection stays
 /// usable for the next message (2 ranks).
 pub(crate) fn mismatched_send_recv(group: Group) {
