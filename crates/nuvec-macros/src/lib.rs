@@ -76,6 +76,7 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
     let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
     let mut flatten = Vec::new();
     let mut rebuild = Vec::new();
+    let mut structure = Vec::new();
     for (index, field) in data.fields.iter().enumerate() {
         let member: syn::Member = match &field.ident {
             Some(ident) => ident.clone().into(),
@@ -86,6 +87,9 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
         } else {
             flatten.push(quote! {
                 #krate::transforms::Tree::flatten_into(&self.#member, leaves);
+            });
+            structure.push(quote! {
+                #krate::transforms::Tree::structure(&self.#member, key);
             });
             rebuild.push(quote! {
                 #member: #krate::transforms::Tree::rebuild(&self.#member, leaves)?
@@ -106,6 +110,11 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 leaves: &mut dyn ::std::iter::Iterator<Item = #krate::Array>,
             ) -> #krate::Result<Self> {
                 ::std::result::Result::Ok(#built)
+            }
+            fn structure(&self, key: &mut ::std::string::String) {
+                key.push_str(::std::concat!(::std::stringify!(#name), "{"));
+                #(#structure)*
+                key.push('}');
             }
         }
     })

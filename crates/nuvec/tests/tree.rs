@@ -154,3 +154,90 @@ fn vjp_and_vmap_take_and_return_trees() -> Result<()> {
     assert_eq!(dots[0].to_vec::<f32>()?, [1.0, 4.0, 11.0]);
     Ok(())
 }
+
+#[test]
+fn compile_traces_once_per_tree_structure_and_returns_trees() -> Result<()> {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let traces = Rc::new(Cell::new(0));
+    let counter = traces.clone();
+    let x = array![[1.0, -1.0], [0.5, 2.0]];
+    let inner = x.clone();
+    let step = tree::compile(move |m: &Mlp| {
+        counter.set(counter.get() + 1);
+        let loss = forward(m, &inner);
+        (loss, m.layers.len() as f32 * &m.scale.0)
+    });
+
+    let model = mlp();
+    let (loss, scaled) = step(&model)?;
+    assert_eq!(loss.item::<f32>()?, forward(&model, &x).item::<f32>()?);
+    assert_eq!(scaled.to_vec::<f32>()?, [4.0]);
+    assert_eq!(step(&model)?.1.to_vec::<f32>()?, [4.0]);
+    assert_eq!(
+        traces.get(),
+        1,
+        "same structure, shapes and dtypes: replayed"
+    );
+
+    // New leaf values: replayed, with the new values' results.
+    let mut changed = mlp();
+    changed.scale.0 = array![3.0];
+    assert_eq!(step(&changed)?.1.to_vec::<f32>()?, [6.0]);
+    assert_eq!(traces.get(), 1);
+
+    // A bias dropped, a layer fewer, another shape: each a new trace, each right.
+    let mut no_bias = mlp();
+    no_bias.layers[0].bias = None;
+    assert_eq!(
+        step(&no_bias)?.0.item::<f32>()?,
+        forward(&no_bias, &x).item::<f32>()?
+    );
+    assert_eq!(traces.get(), 2);
+    let mut shorter = mlp();
+    shorter.layers.truncate(1);
+    shorter.layers[0].weight = array![[1.0], [2.0]];
+    shorter.layers[0].bias = Some(array![0.5]);
+    let (loss, scaled) = step(&shorter)?;
+    assert_eq!(loss.item::<f32>()?, forward(&shorter, &x).item::<f32>()?);
+    assert_eq!(scaled.to_vec::<f32>()?, [2.0]);
+    assert_eq!(traces.get(), 3);
+    assert_eq!(step(&model)?.1.to_vec::<f32>()?, [4.0]);
+    assert_eq!(
+        step(&no_bias)?.0.item::<f32>()?,
+        forward(&no_bias, &x).item::<f32>()?
+    );
+    assert_eq!(traces.get(), 3, "every earlier signature is still cached");
+    Ok(())
+}
+
+#[test]
+fn compiled_maps_trace_again_for_other_keys() -> Result<()> {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let traces = Rc::new(Cell::new(0));
+    let counter = traces.clone();
+    let total = tree::compile(move |p: &BTreeMap<String, Array>| {
+        counter.set(counter.get() + 1);
+        let mut sum = ops::zeros(&[], DType::F32);
+        for (i, value) in p.values().enumerate() {
+            sum = sum + value * (i + 1) as f64;
+        }
+        sum
+    });
+    let ab = BTreeMap::from([
+        ("a".to_string(), array![1.0]),
+        ("b".to_string(), array![10.0]),
+    ]);
+    let ba = BTreeMap::from([
+        ("b".to_string(), array![1.0]),
+        ("c".to_string(), array![10.0]),
+    ]);
+    assert_eq!(total(&ab)?.to_vec::<f32>()?, [21.0]);
+    assert_eq!(total(&ba)?.to_vec::<f32>()?, [21.0]);
+    assert_eq!(traces.get(), 2);
+    let one = BTreeMap::from([("a".to_string(), array![5.0])]);
+    assert_eq!(total(&one)?.to_vec::<f32>()?, [5.0]);
+    assert_eq!(traces.get(), 3);
+    Ok(())
+}

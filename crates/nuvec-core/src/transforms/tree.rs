@@ -15,6 +15,9 @@ pub trait Tree: Sized {
     fn flatten_into(&self, leaves: &mut Vec<Array>);
     /// A tree of this one's structure whose leaves are taken, in order, from `leaves`.
     fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self>;
+    /// Appends a description of the structure, not of the leaves: two trees with the same
+    /// description rebuild from each other's leaves. [`compile`] keys its traces by it.
+    fn structure(&self, key: &mut String);
 }
 
 fn too_few() -> Error {
@@ -31,6 +34,9 @@ impl Tree for Array {
     fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
         leaves.next().ok_or_else(too_few)
     }
+    fn structure(&self, key: &mut String) {
+        key.push('a');
+    }
 }
 
 impl<T: Tree> Tree for Vec<T> {
@@ -39,6 +45,11 @@ impl<T: Tree> Tree for Vec<T> {
     }
     fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
         self.iter().map(|t| t.rebuild(leaves)).collect()
+    }
+    fn structure(&self, key: &mut String) {
+        key.push_str(&format!("[{};", self.len()));
+        self.iter().for_each(|t| t.structure(key));
+        key.push(']');
     }
 }
 
@@ -51,6 +62,15 @@ impl<T: Tree> Tree for Option<T> {
     fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
         self.as_ref().map(|t| t.rebuild(leaves)).transpose()
     }
+    fn structure(&self, key: &mut String) {
+        match self {
+            Some(t) => {
+                key.push('?');
+                t.structure(key);
+            }
+            None => key.push('_'),
+        }
+    }
 }
 
 impl<T: Tree> Tree for BTreeMap<String, T> {
@@ -61,6 +81,9 @@ impl<T: Tree> Tree for BTreeMap<String, T> {
         self.iter()
             .map(|(k, t)| Ok((k.clone(), t.rebuild(leaves)?)))
             .collect()
+    }
+    fn structure(&self, key: &mut String) {
+        map_structure(self.iter(), key);
     }
 }
 
@@ -77,6 +100,25 @@ impl<T: Tree> Tree for HashMap<String, T> {
             .map(|k| Ok((k.clone(), self[k].rebuild(leaves)?)))
             .collect()
     }
+    fn structure(&self, key: &mut String) {
+        let mut entries: Vec<(&String, &T)> = self.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        map_structure(entries.into_iter(), key);
+    }
+}
+
+/// A map's structure: each key (length-prefixed, so that no key can mimic another's
+/// description) and its value's structure, in key order.
+fn map_structure<'a, T: Tree + 'a>(
+    entries: impl Iterator<Item = (&'a String, &'a T)>,
+    key: &mut String,
+) {
+    key.push('{');
+    for (name, value) in entries {
+        key.push_str(&format!("{}:{name}", name.len()));
+        value.structure(key);
+    }
+    key.push('}');
 }
 
 macro_rules! tuple_tree {
@@ -87,6 +129,11 @@ macro_rules! tuple_tree {
             }
             fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
                 Ok(($(self.$index.rebuild(leaves)?,)+))
+            }
+            fn structure(&self, key: &mut String) {
+                key.push('(');
+                $(self.$index.structure(key);)+
+                key.push(')');
             }
         }
     };
@@ -219,4 +266,76 @@ pub fn vmap<T: Tree, U: Tree>(
         })?;
         tree_unflatten(&template, outputs)
     }
+}
+
+/// [`super::compile`] for a function from a tree to a tree: traced once per input signature
+/// (the tree's structure, and its leaves' shapes and dtypes), the trace cached and replayed.
+/// Fields marked `#[tree(skip)]` are not part of the signature: a trace sees their values at
+/// its first call.
+///
+/// ```
+/// use nuvec_core::{array, ops, transforms::tree, Array};
+/// use std::collections::BTreeMap;
+/// let step = tree::compile(|p: &BTreeMap<String, Array>| (&p["w"] * 2.0, ops::exp(&p["b"])));
+/// let params = BTreeMap::from([("w".to_string(), array![1.5]), ("b".to_string(), array![0.0])]);
+/// let (w, b) = step(&params)?;
+/// assert_eq!((w.item::<f32>()?, b.item::<f32>()?), (3.0, 1.0));
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+pub fn compile<T: Tree + 'static, U: Tree + 'static>(
+    f: impl Fn(&T) -> U + 'static,
+) -> impl Fn(&T) -> Result<U> {
+    let f = std::rc::Rc::new(f);
+    let traces: std::cell::RefCell<HashMap<String, Trace<U>>> = Default::default();
+    move |inputs: &T| {
+        let leaves = tree_flatten(inputs);
+        let mut key = String::new();
+        inputs.structure(&mut key);
+        for leaf in &leaves {
+            key.push_str(&format!("|{}{:?}", leaf.dtype(), leaf.shape()));
+        }
+        // The entry is taken out while it runs, so that `f` may call this function again.
+        let existing = traces.borrow_mut().remove(&key);
+        let trace = match existing {
+            Some(trace) => trace,
+            None => {
+                let input_template = tree_unflatten(inputs, leaves.clone())?;
+                let output: std::rc::Rc<std::cell::RefCell<Option<U>>> = Default::default();
+                let (f, slot) = (f.clone(), output.clone());
+                let flat: FlatFn = Box::new(move |traced: &[Array]| {
+                    match tree_unflatten(&input_template, traced.to_vec()) {
+                        Ok(tree) => {
+                            let out = f(&tree);
+                            let flat = tree_flatten(&out);
+                            // Only the structure is kept, not the traced graph.
+                            let mut placeholders = flat.iter().map(|_| Array::scalar(0.0f32));
+                            *slot.borrow_mut() = out.rebuild(&mut placeholders).ok();
+                            flat
+                        }
+                        Err(error) => vec![Array::failed(error)],
+                    }
+                });
+                Trace {
+                    compiled: super::compile(flat),
+                    output,
+                }
+            }
+        };
+        let result = trace.compiled.call(&leaves).and_then(|outputs| {
+            let template = trace.output.borrow();
+            let template = template.as_ref().ok_or_else(too_few)?;
+            tree_unflatten(template, outputs)
+        });
+        traces.borrow_mut().insert(key, trace);
+        result
+    }
+}
+
+/// A flattened function, as [`super::compile`] takes it.
+type FlatFn = Box<dyn Fn(&[Array]) -> Vec<Array>>;
+
+/// One signature's compiled function and the structure of its output, noted when traced.
+struct Trace<U> {
+    compiled: super::Compiled<FlatFn>,
+    output: std::rc::Rc<std::cell::RefCell<Option<U>>>,
 }
