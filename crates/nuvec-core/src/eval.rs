@@ -4,13 +4,18 @@
 //! its intermediates freed) before the next starts. An op's inputs are taken out of the op
 //! when it runs, so a buffer that nothing else holds can be reused for the result (donation),
 //! and evaluated nodes no longer keep their inputs alive.
+//!
+//! A node that communicates (a collective, send, recv) is handed to its group's worker
+//! thread (`distributed/worker.rs`) and the walk goes on; the first node that reads its
+//! result waits for it. So the evaluating thread computes, say, the rest of a backward pass
+//! while an earlier gradient is being all-reduced.
 
 use crate::array::{lock, Array, Node, Op, State};
 use crate::primitive::{Input, OutputSpec};
 use crate::{Error, Result};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{channel, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Computes every array in `outputs` and what they depend on; returns the first error.
@@ -24,8 +29,33 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// # Ok::<(), nuvec_core::Error>(())
 /// ```
 pub fn eval(outputs: &[Array]) -> Result<()> {
+    // Nodes running on a group's worker, with the signal that they are done.
+    let mut in_flight: HashMap<*const Node, Receiver<()>> = HashMap::new();
     for array in order(outputs) {
-        run(&array);
+        if !in_flight.is_empty() {
+            await_inputs(&array, &mut in_flight);
+        }
+        match communication_worker(&array) {
+            Some(worker) => {
+                let (done, finished) = channel();
+                let node = Arc::as_ptr(&array.node);
+                let job = Box::new(move || {
+                    run(&array);
+                    let _ = done.send(());
+                });
+                match worker.submit(job) {
+                    Ok(()) => {
+                        in_flight.insert(node, finished);
+                    }
+                    // The worker is gone: run the node here; it reports its own error.
+                    Err(job) => job(),
+                }
+            }
+            None => run(&array),
+        }
+    }
+    for finished in in_flight.into_values() {
+        let _ = finished.recv();
     }
     for array in outputs {
         if let State::Failed(error) = &*lock(&array.node.state) {
@@ -65,6 +95,33 @@ fn worker() -> &'static Mutex<Sender<Vec<Array>>> {
             .unwrap_or(());
         Mutex::new(sender)
     })
+}
+
+/// The worker of the group that `array`'s pending node communicates on, if any.
+fn communication_worker(array: &Array) -> Option<Arc<crate::distributed::worker::Worker>> {
+    let group = match &*lock(&array.node.state) {
+        State::Pending { op, .. } => op.primitive.communication_group()?,
+        _ => return None,
+    };
+    group.worker()
+}
+
+/// Waits for those of `array`'s inputs that are still running on a group's worker.
+fn await_inputs(array: &Array, in_flight: &mut HashMap<*const Node, Receiver<()>>) {
+    let inputs: Vec<*const Node> = match &*lock(&array.node.state) {
+        State::Pending { op, .. } => lock(&op.inputs)
+            .iter()
+            .map(|input| Arc::as_ptr(&input.node))
+            .collect(),
+        _ => return,
+    };
+    for input in inputs {
+        if let Some(finished) = in_flight.remove(&input) {
+            // A worker that died mid-job drops its sender: the node then reads as failed
+            // or pending, which the consumer reports.
+            let _ = finished.recv();
+        }
+    }
 }
 
 /// The pending nodes reachable from `outputs`, each after its inputs.

@@ -182,6 +182,12 @@ pub trait Primitive: Send + Sync + Debug + Any {
         Some(vec![shape])
     }
 
+    /// The group whose connections the primitive uses, if it communicates: evaluation runs
+    /// it on that group's communication worker, in order with the group's other collectives.
+    fn communication_group(&self) -> Option<crate::distributed::Group> {
+        None
+    }
+
     /// Whether the primitive has an effect (random draws, communication): never merged or
     /// constant-folded by compile.
     fn is_effect(&self) -> bool {

@@ -112,6 +112,16 @@ fn send_batches_under_vmap_and_refuses_grad_and_jvp() {
 }
 
 #[test]
+fn collectives_run_on_the_group_worker_while_evaluation_goes_on() {
+    run_ranks(
+        "collectives_run_on_the_group_worker_while_evaluation_goes_on",
+        2,
+        TIMEOUT,
+        collectives::collectives_overlap_local_work,
+    );
+}
+
+#[test]
 fn init_without_environment_is_a_group_of_one_or_a_clear_error() {
     if nuvec_test_support::ranks::is_child() {
         return;

@@ -95,6 +95,10 @@ impl Primitive for AllReduce {
     fn is_effect(&self) -> bool {
         true
     }
+
+    fn communication_group(&self) -> Option<Group> {
+        Some(self.group)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -157,6 +161,10 @@ impl Primitive for AllGather {
 
     fn is_effect(&self) -> bool {
         true
+    }
+
+    fn communication_group(&self) -> Option<Group> {
+        Some(self.group)
     }
 }
 
@@ -228,6 +236,10 @@ impl Primitive for ReduceScatter {
     fn is_effect(&self) -> bool {
         true
     }
+
+    fn communication_group(&self) -> Option<Group> {
+        Some(self.group)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -294,6 +306,10 @@ impl Primitive for Send {
     fn is_effect(&self) -> bool {
         true
     }
+
+    fn communication_group(&self) -> Option<Group> {
+        Some(self.group)
+    }
 }
 
 /// Why `transform` cannot go through `op`: a send and its receive are two arrays on two
@@ -338,6 +354,10 @@ impl Primitive for Recv {
 
     fn is_effect(&self) -> bool {
         true
+    }
+
+    fn communication_group(&self) -> Option<Group> {
+        Some(self.group)
     }
 }
 

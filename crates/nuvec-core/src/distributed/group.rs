@@ -1,5 +1,6 @@
 //! [`Group`]: a small value naming a registered communicator.
 
+use super::worker::Worker;
 use super::Communicator;
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -17,8 +18,15 @@ pub struct Group {
     size: usize,
 }
 
-fn registry() -> &'static Mutex<HashMap<u64, Arc<dyn Communicator>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<u64, Arc<dyn Communicator>>>> = OnceLock::new();
+/// A registered group: its connections, and the worker that runs its collectives (started
+/// on first use).
+struct Entry {
+    communicator: Arc<dyn Communicator>,
+    worker: Option<Arc<Worker>>,
+}
+
+fn registry() -> &'static Mutex<HashMap<u64, Entry>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<u64, Entry>>> = OnceLock::new();
     REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -43,7 +51,11 @@ impl Group {
             rank: communicator.rank(),
             size: communicator.size(),
         };
-        crate::array::lock(registry()).insert(id, communicator);
+        let entry = Entry {
+            communicator,
+            worker: None,
+        };
+        crate::array::lock(registry()).insert(id, entry);
         group
     }
 
@@ -59,7 +71,20 @@ impl Group {
 
     /// The communicator behind the group (`None` for [`Group::single`] or a closed group).
     pub fn communicator(&self) -> Option<Arc<dyn Communicator>> {
-        crate::array::lock(registry()).get(&self.id).cloned()
+        crate::array::lock(registry())
+            .get(&self.id)
+            .map(|entry| entry.communicator.clone())
+    }
+
+    /// The thread that runs this group's collectives, started on first use; `None` for a
+    /// closed group (its collectives then fail where they are evaluated).
+    pub(crate) fn worker(&self) -> Option<Arc<Worker>> {
+        let mut registry = crate::array::lock(registry());
+        let entry = registry.get_mut(&self.id)?;
+        if entry.worker.is_none() {
+            entry.worker = Worker::start(self.id).map(Arc::new);
+        }
+        entry.worker.clone()
     }
 
     /// The communicator, or an error saying the group was closed.
@@ -95,8 +120,10 @@ impl Group {
 
     /// Releases the group's connections; later operations on it fail saying it was closed.
     pub fn close(&self) {
-        if let Some(communicator) = crate::array::lock(registry()).remove(&self.id) {
-            communicator.close();
+        // Dropping the entry lets the worker stop once the work handed to it is done.
+        let removed = crate::array::lock(registry()).remove(&self.id);
+        if let Some(entry) = removed {
+            entry.communicator.close();
         }
         let mut default = crate::array::lock(&DEFAULT);
         if *default == Some(*self) {

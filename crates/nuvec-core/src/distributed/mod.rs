@@ -7,6 +7,7 @@
 mod collectives;
 mod communicator;
 mod group;
+pub(crate) mod worker;
 
 pub use collectives::{
     all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_gradients, sum_scatter,

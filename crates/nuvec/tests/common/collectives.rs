@@ -457,3 +457,56 @@ pub(crate) fn compiled_collectives_communicate_every_call(group: Group) {
     }
     assert_eq!(compiled.traces(), 1);
 }
+
+/// A node whose evaluation creates a file.
+#[derive(Debug)]
+struct Touch(std::path::PathBuf);
+
+impl nuvec::primitive::Primitive for Touch {
+    fn name(&self) -> &str {
+        "touch"
+    }
+
+    fn eval_cpu(
+        &self,
+        inputs: &mut [nuvec::primitive::Input],
+        _outputs: &[nuvec::primitive::OutputSpec],
+    ) -> Result<Vec<std::sync::Arc<nuvec::primitive::Buffer>>> {
+        std::fs::write(&self.0, b"computed")
+            .map_err(|e| Error::eval("touch", format!("{}: {e}", self.0.display())))?;
+        Ok(vec![inputs[0].buffer().clone()])
+    }
+}
+
+/// Collectives run on the group's worker while the evaluating thread goes on (2 ranks, ring
+/// launch environment). Rank 1 joins the all_sum only after rank 0 has computed a node that
+/// comes after the all_sum in its evaluation: were the all_sum run on rank 0's evaluating
+/// thread, both ranks would wait for each other until the group's timeout.
+pub(crate) fn collectives_overlap_local_work(group: Group) {
+    let hostfile = std::env::var("MLX_HOSTFILE").expect("the ring's launch environment");
+    let marker = std::path::PathBuf::from(format!("{hostfile}.computed"));
+    let x = ops::full(&[1000], (group.rank() + 1) as f64, DType::F32);
+    if group.rank() == 0 {
+        let reduced = distributed::all_sum(&x, Some(&group));
+        let local = Array::from_primitive(
+            std::sync::Arc::new(Touch(marker)),
+            vec![&x * 2.0],
+            vec![1000],
+            DType::F32,
+        );
+        eval(&[reduced.clone(), local.clone()]).unwrap();
+        assert_eq!(reduced.to_vec::<f32>().unwrap(), vec![3.0; 1000]);
+        assert_eq!(local.to_vec::<f32>().unwrap(), vec![2.0; 1000]);
+    } else {
+        let start = std::time::Instant::now();
+        while !marker.exists() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "rank 0 never computed past its in-flight all_sum"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let reduced = distributed::all_sum(&x, Some(&group));
+        assert_eq!(reduced.to_vec::<f32>().unwrap(), vec![3.0; 1000]);
+    }
+}
