@@ -63,9 +63,21 @@ pub fn write_hostfile(ports: &[u16]) -> std::path::PathBuf {
 
 /// Writes an MLX ring hostfile with one `host:port` address per rank; returns its path.
 pub fn write_hostfile_of(addresses: &[String]) -> std::path::PathBuf {
+    let entries: Vec<Vec<String>> = addresses.iter().map(|a| vec![a.clone()]).collect();
+    write_hostfile_entries(&entries)
+}
+
+/// Writes an MLX ring hostfile with the addresses of each rank; returns its path.
+pub fn write_hostfile_entries(ranks: &[Vec<String>]) -> std::path::PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static WRITTEN: AtomicUsize = AtomicUsize::new(0);
-    let entries: Vec<String> = addresses.iter().map(|a| format!("[\"{a}\"]")).collect();
+    let entries: Vec<String> = ranks
+        .iter()
+        .map(|addresses| {
+            let quoted: Vec<String> = addresses.iter().map(|a| format!("\"{a}\"")).collect();
+            format!("[{}]", quoted.join(", "))
+        })
+        .collect();
     let path = std::env::temp_dir().join(format!(
         "nuvec-hostfile-{}-{}.json",
         std::process::id(),
@@ -94,6 +106,9 @@ pub struct Launch {
     pub group_timeout: Option<Duration>,
     /// Each rank's listening address (`host:port`); free loopback ports when empty.
     pub addresses: Vec<String>,
+    /// How many loopback addresses each rank lists when `addresses` is empty (one when 0):
+    /// the connections every two ranks share.
+    pub connections: usize,
     /// A command each rank is started under (`ip netns exec NAME`, say); none when empty.
     pub prefix: Vec<Vec<String>>,
 }
@@ -120,15 +135,16 @@ pub fn launch_ranks(
         body(nuvec_distributed::init(true));
         return;
     }
-    let addresses = if launch.addresses.is_empty() {
-        free_ports(n_ranks)
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
+    let entries: Vec<Vec<String>> = if launch.addresses.is_empty() {
+        let per_rank = launch.connections.max(1);
+        free_ports(n_ranks * per_rank)
+            .chunks(per_rank)
+            .map(|ports| ports.iter().map(|p| format!("127.0.0.1:{p}")).collect())
             .collect()
     } else {
-        launch.addresses.clone()
+        launch.addresses.iter().map(|a| vec![a.clone()]).collect()
     };
-    let hostfile = write_hostfile_of(&addresses);
+    let hostfile = write_hostfile_entries(&entries);
     let exe = std::env::current_exe().expect("the test binary's path");
     let group_timeout = launch.group_timeout.unwrap_or(timeout);
     let mut children: Vec<_> = (0..n_ranks)

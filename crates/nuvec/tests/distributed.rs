@@ -4,7 +4,7 @@
 
 use nuvec::distributed::{self, Group};
 use nuvec::prelude::*;
-use nuvec_test_support::ranks::run_ranks;
+use nuvec_test_support::ranks::{launch_ranks, run_ranks};
 
 mod common;
 use common::collectives::{self, check_collectives};
@@ -119,6 +119,26 @@ fn collectives_run_on_the_group_worker_while_evaluation_goes_on() {
         TIMEOUT,
         collectives::collectives_overlap_local_work,
     );
+}
+
+#[test]
+fn several_addresses_per_rank_spread_large_collectives_over_several_connections() {
+    for (ranks, connections) in [(2, 3), (3, 2)] {
+        let launch = nuvec_test_support::ranks::Launch {
+            connections,
+            ..Default::default()
+        };
+        launch_ranks(
+            "several_addresses_per_rank_spread_large_collectives_over_several_connections",
+            ranks,
+            TIMEOUT,
+            &launch,
+            |group| collectives::sums_over_several_connections(group.unwrap()),
+        );
+        if nuvec_test_support::ranks::is_child() {
+            return;
+        }
+    }
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! Forming the ring's connections: every rank listens on its first hostfile address and
-//! connects to every higher rank (a full mesh, so send/recv work between any two ranks).
+//! Forming the ring's connections: every rank listens on its hostfile addresses and connects
+//! to every higher rank (a full mesh, so send/recv work between any two ranks), once per
+//! address both ranks list.
 //! Each connection opens with the handshake of `handshake.rs` (ranks, group size and, with a
 //! key, proofs from both ends). Accepted connections are handshaken on their own short-lived
 //! threads, so a stray client (a port scanner, one that sends garbage or nothing) is dropped
@@ -84,13 +85,20 @@ fn connect(address: &Address, peer: usize, deadline: Instant) -> Result<TcpStrea
     }
 }
 
-/// Connects this rank to every other rank; entry `j` of the result is the connection to rank
-/// `j` (`None` for this rank itself).
+/// How many connections ranks `a` and `b` share: one per address both list (MLX's hostfile
+/// gives each rank one or more addresses to spread large transfers over).
+pub(crate) fn connections_between(nodes: &[Vec<Address>], a: usize, b: usize) -> usize {
+    nodes[a].len().min(nodes[b].len()).max(1)
+}
+
+/// Connects this rank to every other rank; entry `j` of the result holds the connections to
+/// rank `j` (empty for this rank itself): connection `m` goes to rank `j`'s `m`-th address
+/// when `j` is higher, and arrives on this rank's `m`-th address when `j` is lower.
 pub(crate) fn form_mesh(
     nodes: &[Vec<Address>],
     rank: usize,
     options: &Options,
-) -> Result<Vec<Option<Peer>>> {
+) -> Result<Vec<Vec<Peer>>> {
     let size = nodes.len();
     let deadline = Instant::now() + options.timeout;
     let local = Local {
@@ -98,33 +106,72 @@ pub(crate) fn form_mesh(
         size,
         key: options.key_material().cloned(),
     };
-    let own = nodes[rank]
-        .first()
-        .ok_or_else(|| init_error(None, format!("rank {rank} has no address in the hostfile")))?;
-    let acceptor = Acceptor::start(listen(own, rank)?, local.clone(), options.timeout)?;
-    let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    if nodes[rank].is_empty() {
+        return Err(init_error(
+            None,
+            format!("rank {rank} has no address in the hostfile"),
+        ));
+    }
+    // One acceptor per address this rank listens on, each expecting the lower ranks that
+    // list that many addresses.
+    let mut acceptors = Vec::new();
+    for (index, own) in nodes[rank].iter().enumerate() {
+        let expected: Vec<usize> = (0..rank)
+            .filter(|&lower| connections_between(nodes, lower, rank) > index)
+            .collect();
+        if index > 0 && expected.is_empty() {
+            break;
+        }
+        acceptors.push(Acceptor::start(
+            listen(own, rank)?,
+            local.clone(),
+            expected,
+            options.timeout,
+        )?);
+    }
+    let mut streams: Vec<Vec<Option<TcpStream>>> = (0..size)
+        .map(|peer| {
+            (0..connections_between(nodes, rank, peer))
+                .map(|_| None)
+                .collect()
+        })
+        .collect();
 
-    // Introduce ourselves to every higher rank while the acceptor takes the lower ones.
+    // Introduce ourselves to every higher rank while the acceptors take the lower ones.
     for (peer, addresses) in nodes.iter().enumerate().skip(rank + 1) {
-        let address = addresses
-            .first()
-            .ok_or_else(|| init_error(Some(peer), "no address in the hostfile".into()))?;
-        let mut stream = connect(address, peer, deadline)?;
-        connect_side(&mut stream, &local, peer, deadline)
-            .map_err(|reason| init_error(Some(peer), reason))?;
-        streams[peer] = Some(stream);
+        if addresses.is_empty() {
+            return Err(init_error(Some(peer), "no address in the hostfile".into()));
+        }
+        for (index, address) in addresses
+            .iter()
+            .take(connections_between(nodes, rank, peer))
+            .enumerate()
+        {
+            let mut stream = connect(address, peer, deadline)?;
+            connect_side(&mut stream, &local, peer, deadline)
+                .map_err(|reason| init_error(Some(peer), reason))?;
+            streams[peer][index] = Some(stream);
+        }
     }
-    for (peer, stream) in acceptor.finish()? {
-        streams[peer] = Some(stream);
+    for (index, acceptor) in acceptors.into_iter().enumerate() {
+        for (peer, stream) in acceptor.finish()? {
+            streams[peer][index] = Some(stream);
+        }
     }
+    streams[rank].clear();
     streams
         .into_iter()
         .enumerate()
-        .map(|(peer, stream)| match stream {
-            Some(stream) => Peer::new(peer, stream)
-                .map(Some)
-                .map_err(|e| init_error(Some(peer), e.to_string())),
-            None => Ok(None),
+        .map(|(peer, connections)| {
+            connections
+                .into_iter()
+                .map(|stream| {
+                    let stream = stream.ok_or_else(|| {
+                        init_error(Some(peer), "a connection was not formed".into())
+                    })?;
+                    Peer::new(peer, stream).map_err(|e| init_error(Some(peer), e.to_string()))
+                })
+                .collect()
         })
         .collect()
 }
@@ -140,7 +187,12 @@ struct Acceptor {
 }
 
 impl Acceptor {
-    fn start(listener: TcpListener, local: Local, timeout: Duration) -> Result<Acceptor> {
+    fn start(
+        listener: TcpListener,
+        local: Local,
+        expected: Vec<usize>,
+        timeout: Duration,
+    ) -> Result<Acceptor> {
         let deadline = Instant::now() + timeout;
         listener
             .set_nonblocking(true)
@@ -149,7 +201,7 @@ impl Acceptor {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("nuvec-ring-accept".into())
-            .spawn(move || accept_loop(&listener, &local, (deadline, timeout), &flag))
+            .spawn(move || accept_loop(&listener, &local, expected, (deadline, timeout), &flag))
             .map_err(|e| init_error(None, format!("starting the acceptor: {e}")))?;
         Ok(Acceptor {
             stop,
@@ -201,12 +253,12 @@ impl Refusals {
 fn accept_loop(
     listener: &TcpListener,
     local: &Local,
+    mut missing: Vec<usize>,
     (deadline, timeout): (Instant, Duration),
     stop: &AtomicBool,
 ) -> Result<Vec<Connected>> {
     let (results, outcomes) = channel::<(TcpStream, Accepted)>();
     let pending = Arc::new(AtomicUsize::new(0));
-    let mut missing: Vec<usize> = (0..local.rank).collect();
     let mut accepted = Vec::new();
     let mut seen = Refusals::default();
     while !missing.is_empty() {

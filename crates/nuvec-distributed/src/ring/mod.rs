@@ -11,6 +11,7 @@ mod frame;
 mod handshake;
 #[cfg(test)]
 mod hostile_peer_tests;
+mod lanes;
 mod outbox;
 mod peer;
 mod schedule;
@@ -52,6 +53,8 @@ struct State {
     closed: bool,
     /// Where chunks from the left are received before being reduced (kept between calls).
     scratch: Vec<u8>,
+    /// The same for each lane of a collective spread over several.
+    lane_scratch: Vec<Vec<u8>>,
 }
 
 /// A connected ring group.
@@ -59,16 +62,22 @@ struct State {
 pub struct RingCommunicator {
     rank: usize,
     size: usize,
-    peers: Vec<Option<Arc<Peer>>>,
+    /// The connections to each rank (none to this rank itself): one per address both list.
+    peers: Vec<Vec<Arc<Peer>>>,
     timeout: Duration,
+    /// How many connections every pair of ring neighbours shares (the lanes' first factor).
+    ring_connections: usize,
     state: Mutex<State>,
 }
 
-/// This rank's neighbours for one collective, and the collective's sequence number.
+/// This rank's neighbours for one collective (or one lane of it), and the collective's
+/// sequence number. `position` is this rank's place on the ring the link goes round: its rank
+/// clockwise, reversed counter-clockwise.
 #[derive(Clone, Copy)]
 struct Link<'a> {
     left: &'a Peer,
     right: &'a Peer,
+    position: usize,
     sequence: u64,
     ours: Header,
 }
@@ -111,16 +120,24 @@ impl RingCommunicator {
                 reason: format!("rank {rank} is out of range for a hostfile of {size} ranks"),
             });
         }
+        let ring_connections = (0..size)
+            .map(|r| connect::connections_between(nodes, r, (r + 1) % size))
+            .min()
+            .unwrap_or(1);
         let peers = if size == 1 {
-            vec![None]
+            vec![Vec::new()]
         } else {
             connect::form_mesh(nodes, rank, options)?
         };
         Ok(RingCommunicator {
             rank,
             size,
-            peers: peers.into_iter().map(|p| p.map(Arc::new)).collect(),
+            peers: peers
+                .into_iter()
+                .map(|connections| connections.into_iter().map(Arc::new).collect())
+                .collect(),
             timeout: options.timeout,
+            ring_connections,
             state: Mutex::new(State {
                 collectives: 0,
                 sent: vec![0; size],
@@ -128,14 +145,17 @@ impl RingCommunicator {
                 failure: None,
                 closed: false,
                 scratch: Vec::new(),
+                lane_scratch: Vec::new(),
             }),
         })
     }
 
+    /// The first connection to `rank`, which carries everything but the extra lanes of
+    /// large collectives.
     fn peer(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
         self.peers
             .get(rank)
-            .and_then(Option::as_ref)
+            .and_then(|connections| connections.first())
             .ok_or_else(|| Error::Distributed {
                 op: op.to_string(),
                 rank: Some(rank),
@@ -144,6 +164,23 @@ impl RingCommunicator {
                     self.size
                 ),
             })
+    }
+
+    /// Connection `index` to `rank`.
+    fn connection(&self, op: &str, rank: usize, index: usize) -> Result<&Arc<Peer>> {
+        self.peers
+            .get(rank)
+            .and_then(|connections| connections.get(index))
+            .ok_or_else(|| Error::Distributed {
+                op: op.to_string(),
+                rank: Some(rank),
+                reason: format!("no connection #{index} to rank {rank}"),
+            })
+    }
+
+    /// Every connection to every peer.
+    fn connections(&self) -> impl Iterator<Item = &Arc<Peer>> {
+        self.peers.iter().flatten()
     }
 
     /// Runs `body` as the group's next operation unless the group failed or closed; a
@@ -173,7 +210,7 @@ impl RingCommunicator {
         if let Err(error) = &result {
             // Hand what was queued (our header, say) to the kernel, so peers learn what this
             // rank called even if the process exits right after the error.
-            for peer in self.peers.iter().flatten() {
+            for peer in self.connections() {
                 let _ = peer.flush(op, FLUSH_ON_ERROR);
             }
             if sticky {
@@ -183,20 +220,26 @@ impl RingCommunicator {
                 // never come.
                 // The rank at fault is told too: a stalled rank that wakes up learns that the
                 // group gave up on it.
-                for peer in self.peers.iter().flatten() {
-                    wire::write_abort(peer, error);
-                    peer.end_writes();
-                }
+                self.abort_all(error);
             }
         }
         result
+    }
+
+    /// Tells every peer, on every connection, that the group failed and why, then ends this
+    /// rank's writes.
+    fn abort_all(&self, error: &Error) {
+        for peer in self.connections() {
+            wire::write_abort(peer, error);
+            peer.end_writes();
+        }
     }
 
     /// The error to report for a failed operation: when a peer has already sent word of the
     /// group's failure (an abort notice naming the rank that was lost), that notice, rather
     /// than this rank's own symptom (a peer that stopped reading, say).
     fn root_cause(&self, op: &str, error: Error) -> Error {
-        for peer in self.peers.iter().flatten() {
+        for peer in self.connections() {
             let waiting = peer.check().ok().flatten();
             if waiting.as_ref().and_then(wire::pending_abort).is_some() {
                 if let Err(notice) = read_header(peer, op, ROOT_CAUSE_WAIT) {
@@ -211,8 +254,6 @@ impl RingCommunicator {
     /// neighbour's header is checked by [`RingCommunicator::check_left`] before any of its data
     /// is used).
     fn begin(&self, state: &mut State, kind: Kind, dtype: DType, bytes: usize) -> Result<Link<'_>> {
-        let right = self.peer(kind.name(), (self.rank + 1) % self.size)?;
-        let left = self.peer(kind.name(), (self.rank + self.size - 1) % self.size)?;
         let ours = Header {
             kind,
             dtype,
@@ -220,13 +261,7 @@ impl RingCommunicator {
             bytes: bytes as u64,
         };
         state.collectives += 1;
-        right.write(kind.name(), &[&ours.encode()])?;
-        Ok(Link {
-            left,
-            right,
-            sequence: ours.sequence,
-            ours,
-        })
+        self.lane_link(lanes::Lane::default(), ours)
     }
 
     /// Reads the left neighbour's header and checks it called the same collective.
@@ -276,7 +311,7 @@ impl RingCommunicator {
         let (n, width) = (self.size, dtype.size());
         let len = data.len() / width;
         let chunk_elements = (CHUNK_BYTES / width).max(1);
-        let steps = reduce_scatter_steps(n, self.rank);
+        let steps = reduce_scatter_steps(n, link.position);
         scratch.resize(scratch.len().max(chunk_elements * width), 0);
         for piece in chunks(segment(len, n, steps[0].send), chunk_elements) {
             outbox.push(piece.start * width..piece.end * width);
@@ -313,7 +348,7 @@ impl RingCommunicator {
         let n = self.size;
         let len = data.len() / width;
         let chunk_elements = (CHUNK_BYTES / width).max(1);
-        let steps = all_gather_steps(n, self.rank);
+        let steps = all_gather_steps(n, link.position);
         for (index, step) in steps.iter().enumerate() {
             for piece in chunks(segment(len, n, step.recv), chunk_elements) {
                 let bytes = piece.start * width..piece.end * width;
@@ -348,12 +383,13 @@ impl Communicator for RingCommunicator {
             if self.uses_doubling(data.len()) {
                 return self.all_reduce_doubling(state, data, dtype, op);
             }
-            let link = self.begin(state, kind, dtype, data.len())?;
-            let mut outbox = Outbox::default();
-            let buffers = (&mut state.scratch, &mut outbox);
-            self.reduce_scatter_phase(kind, &link, data, (dtype, op), true, buffers)?;
-            self.all_gather_phase(kind, &link, data, dtype.size(), &mut outbox)?;
-            link.right.flush(kind.name(), self.timeout)
+            let lanes = lanes::plan(self.size, self.ring_connections, data.len());
+            let sequence = state.collectives;
+            state.collectives += 1;
+            if let [lane] = lanes[..] {
+                return self.all_reduce_lane(lane, sequence, data, (dtype, op), &mut state.scratch);
+            }
+            self.all_reduce_lanes(&lanes, sequence, data, (dtype, op), &mut state.lane_scratch)
         })
     }
 
@@ -496,7 +532,7 @@ impl Communicator for RingCommunicator {
         if let Some(failure) = &state.failure {
             return Err(failure.clone());
         }
-        for peer in self.peers.iter().flatten() {
+        for peer in self.connections() {
             if let Some(culprit) = peer.check()?.as_ref().and_then(wire::pending_abort) {
                 return Err(Error::Distributed {
                     op: "health".into(),
@@ -511,7 +547,7 @@ impl Communicator for RingCommunicator {
     fn close(&self) {
         let mut state = lock(&self.state);
         state.closed = true;
-        for peer in self.peers.iter().flatten() {
+        for peer in self.connections() {
             peer.close();
         }
     }

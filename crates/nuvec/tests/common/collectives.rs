@@ -152,6 +152,45 @@ pub(crate) fn large_float_sums_agree_bitwise(group: Group) {
     assert!(error < 1e-5, "largest error {error}");
 }
 
+/// A group whose ranks share several connections: large sums spread over them (and, on
+/// three ranks or more, both directions) agree bitwise and are right; exact integer sums of
+/// an odd length land in place; small collectives and send/recv work as on one connection.
+pub(crate) fn sums_over_several_connections(group: Group) {
+    large_float_sums_agree_bitwise(group);
+    let (rank, size) = (group.rank(), group.size());
+    let n = (3 << 20) + 3;
+    let x = ops::arange(0.0, n as f64, 1.0, DType::I32) + rank as i32;
+    let sum = distributed::all_sum(&x, Some(&group))
+        .to_vec::<i32>()
+        .unwrap();
+    let offset: i32 = (0..size as i32).sum();
+    assert!(
+        sum.iter()
+            .enumerate()
+            .all(|(i, &v)| v == size as i32 * i as i32 + offset),
+        "integer sums"
+    );
+    let largest = distributed::all_max(&x, Some(&group))
+        .to_vec::<i32>()
+        .unwrap();
+    assert!(largest
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == i as i32 + size as i32 - 1));
+    let small = distributed::all_sum(&array![1.0f32, 2.0], Some(&group));
+    assert_eq!(
+        small.to_vec::<f32>().unwrap(),
+        [size as f32, 2.0 * size as f32]
+    );
+    let right = (rank + 1) % size;
+    let left = (rank + size - 1) % size;
+    distributed::send(&array![rank as f32], right, Some(&group))
+        .eval()
+        .unwrap();
+    let got = distributed::recv(&[1], DType::F32, left, Some(&group));
+    assert_eq!(got.to_vec::<f32>().unwrap(), [left as f32]);
+}
+
 /// Every rank sends to every other rank (4 ranks), neighbours or not.
 pub(crate) fn send_and_recv_everywhere(group: Group) {
     let rank = group.rank();
