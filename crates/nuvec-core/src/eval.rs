@@ -8,7 +8,9 @@
 //! A node that communicates (a collective, send, recv) is handed to its group's worker
 //! thread (`distributed/worker.rs`) and the walk goes on; the first node that reads its
 //! result waits for it. So the evaluating thread computes, say, the rest of a backward pass
-//! while an earlier gradient is being all-reduced.
+//! while an earlier gradient is being all-reduced. When the very next node needs the result
+//! (or there is none) and the worker is idle, the node runs on the evaluating thread instead:
+//! there is nothing to overlap, and the hand-off would only add latency.
 
 use crate::array::{lock, Array, Node, Op, State};
 use crate::primitive::{Input, OutputSpec};
@@ -31,11 +33,17 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub fn eval(outputs: &[Array]) -> Result<()> {
     // Nodes running on a group's worker, with the signal that they are done.
     let mut in_flight: HashMap<*const Node, Receiver<()>> = HashMap::new();
-    for array in order(outputs) {
+    let mut tape = order(outputs).into_iter().peekable();
+    while let Some(array) = tape.next() {
         if !in_flight.is_empty() {
             await_inputs(&array, &mut in_flight);
         }
         match communication_worker(&array) {
+            // Nothing to compute meanwhile, and nothing of the group's queued before it:
+            // running it here saves two thread hand-offs on the latency path.
+            Some(worker) if worker.is_idle() && !independent_work_follows(&array, tape.peek()) => {
+                run(&array)
+            }
             Some(worker) => {
                 let (done, finished) = channel();
                 let node = Arc::as_ptr(&array.node);
@@ -104,6 +112,21 @@ fn communication_worker(array: &Array) -> Option<Arc<crate::distributed::worker:
         _ => return None,
     };
     group.worker()
+}
+
+/// Whether `next`, the node evaluated after `array`, exists and does not read `array`: work
+/// the evaluating thread could do while `array` communicates.
+fn independent_work_follows(array: &Array, next: Option<&Array>) -> bool {
+    let Some(next) = next else {
+        return false;
+    };
+    let node = Arc::as_ptr(&array.node);
+    match &*lock(&next.node.state) {
+        State::Pending { op, .. } => !lock(&op.inputs)
+            .iter()
+            .any(|input| Arc::as_ptr(&input.node) == node),
+        _ => true,
+    }
 }
 
 /// Waits for those of `array`'s inputs that are still running on a group's worker.

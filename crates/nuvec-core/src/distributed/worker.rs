@@ -8,8 +8,9 @@
 //! one at a time, so every rank still sees them in program order. The worker stops when its
 //! group is closed (after the work already handed over) or at process exit.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Work handed to a worker.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
@@ -18,6 +19,8 @@ pub(crate) type Job = Box<dyn FnOnce() + Send>;
 #[derive(Debug)]
 pub(crate) struct Worker {
     sender: Mutex<Sender<Job>>,
+    /// Jobs handed over and not finished yet.
+    pending: Arc<AtomicUsize>,
 }
 
 impl Worker {
@@ -31,13 +34,26 @@ impl Worker {
             .ok()?;
         Some(Worker {
             sender: Mutex::new(sender),
+            pending: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// Whether every job handed over has finished.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0
     }
 
     /// Queues `job` behind the work already handed over; gives it back if the worker is gone.
     pub(crate) fn submit(&self, job: Job) -> Result<(), Job> {
+        let pending = self.pending.clone();
+        pending.fetch_add(1, Ordering::AcqRel);
+        let counted: Job = Box::new(move || {
+            job();
+            pending.fetch_sub(1, Ordering::AcqRel);
+        });
+        // A job given back still counts itself down when the caller runs it.
         crate::array::lock(&self.sender)
-            .send(job)
+            .send(counted)
             .map_err(|returned| returned.0)
     }
 }
