@@ -2,8 +2,11 @@
 //! through nuvec's transforms as one value.
 //!
 //! Every field is a tree (an `Array`, a `Vec`, a map, another derived struct…) and is
-//! flattened in declaration order, except fields marked `#[tree(skip)]`, which are copied
-//! (`Clone`) from the original when the tree is rebuilt. The generated code names
+//! flattened in declaration order, named by its field name (`layers.0.weight`), except fields
+//! marked `#[tree(skip)]`, which are copied (`Clone`) from the original when the tree is
+//! rebuilt, and the field marked `#[tree(state)]` (a `ModuleState`: training mode and frozen
+//! parameters), which is copied too, visited by `Tree::visit_states` and part of the
+//! structure. The generated code names
 //! `::nuvec`; a crate that depends on `nuvec-core` directly writes
 //! `#[tree(crate = "nuvec_core")]` on the struct.
 //!
@@ -31,20 +34,35 @@ pub fn derive_tree(input: TokenStream) -> TokenStream {
     }
 }
 
-/// Whether `attrs` hold `#[tree(skip)]`.
-fn skipped(attrs: &[syn::Attribute]) -> syn::Result<bool> {
-    let mut skip = false;
+/// What a field is to the tree.
+#[derive(PartialEq)]
+enum Role {
+    /// A subtree: flattened, rebuilt, named.
+    Tree,
+    /// `#[tree(skip)]`: copied when the tree is rebuilt.
+    Skip,
+    /// `#[tree(state)]`: the struct's `ModuleState`, copied when rebuilt, visited and part of
+    /// the structure.
+    State,
+}
+
+/// The field's role from its `#[tree(...)]` attributes.
+fn role(attrs: &[syn::Attribute]) -> syn::Result<Role> {
+    let mut role = Role::Tree;
     for attr in attrs.iter().filter(|a| a.path().is_ident("tree")) {
         attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("skip") {
-                skip = true;
+                role = Role::Skip;
+                Ok(())
+            } else if meta.path.is_ident("state") {
+                role = Role::State;
                 Ok(())
             } else {
-                Err(meta.error("expected `skip`"))
+                Err(meta.error("expected `skip` or `state`"))
             }
         })?;
     }
-    Ok(skip)
+    Ok(role)
 }
 
 /// The crate path from `#[tree(crate = "...")]`, `::nuvec` by default.
@@ -77,14 +95,41 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
     let mut flatten = Vec::new();
     let mut rebuild = Vec::new();
     let mut structure = Vec::new();
+    let mut named = Vec::new();
+    let mut states = Vec::new();
     for (index, field) in data.fields.iter().enumerate() {
         let member: syn::Member = match &field.ident {
             Some(ident) => ident.clone().into(),
             None => syn::Index::from(index).into(),
         };
-        if skipped(&field.attrs)? {
+        let field_name = match &field.ident {
+            Some(ident) => ident.to_string(),
+            None => index.to_string(),
+        };
+        let role = role(&field.attrs)?;
+        if role == Role::State {
+            states.push(quote! { visit(prefix, &mut self.#member); });
+            structure.push(quote! {
+                key.push(if self.#member.training { 'T' } else { 'E' });
+            });
+        }
+        if role != Role::Tree {
             rebuild.push(quote! { #member: ::std::clone::Clone::clone(&self.#member) });
         } else {
+            named.push(quote! {
+                #krate::transforms::Tree::flatten_named(
+                    &self.#member,
+                    &#krate::transforms::tree::join_path(prefix, #field_name),
+                    leaves,
+                );
+            });
+            states.push(quote! {
+                #krate::transforms::Tree::visit_states(
+                    &mut self.#member,
+                    &#krate::transforms::tree::join_path(prefix, #field_name),
+                    visit,
+                );
+            });
             flatten.push(quote! {
                 #krate::transforms::Tree::flatten_into(&self.#member, leaves);
             });
@@ -115,6 +160,21 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 key.push_str(::std::concat!(::std::stringify!(#name), "{"));
                 #(#structure)*
                 key.push('}');
+            }
+            fn flatten_named(
+                &self,
+                prefix: &str,
+                leaves: &mut ::std::vec::Vec<(::std::string::String, #krate::Array)>,
+            ) {
+                #(#named)*
+            }
+            #[allow(unused_variables)]
+            fn visit_states(
+                &mut self,
+                prefix: &str,
+                visit: &mut dyn ::std::ops::FnMut(&str, &mut #krate::transforms::ModuleState),
+            ) {
+                #(#states)*
             }
         }
     })

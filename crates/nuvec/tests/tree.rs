@@ -241,3 +241,62 @@ fn compiled_maps_trace_again_for_other_keys() -> Result<()> {
     assert_eq!(traces.get(), 3);
     Ok(())
 }
+
+#[test]
+fn leaves_are_named_by_path_as_mlx_names_parameters() {
+    use nuvec::transforms::tree_flatten_named;
+    let names: Vec<String> = tree_flatten_named(&mlp())
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "layers.0.weight",
+            "layers.0.bias",
+            "layers.1.weight",
+            "scale.0"
+        ]
+    );
+    let map = BTreeMap::from([("b".to_string(), Pair(array![1.0], array![2.0]))]);
+    let names: Vec<String> = tree_flatten_named(&map)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["b.0", "b.1"]);
+}
+
+#[derive(Tree, Clone)]
+struct WithState {
+    weight: Array,
+    #[tree(state)]
+    state: nuvec::transforms::ModuleState,
+}
+
+#[test]
+fn module_states_are_visited_with_their_paths_and_shape_the_structure() {
+    let mut layers = vec![
+        WithState {
+            weight: array![1.0],
+            state: Default::default(),
+        },
+        WithState {
+            weight: array![2.0],
+            state: Default::default(),
+        },
+    ];
+    let mut seen = Vec::new();
+    layers.visit_states("", &mut |path, state| {
+        seen.push(path.to_string());
+        state.training = false;
+    });
+    assert_eq!(seen, ["0", "1"]);
+    assert!(layers.iter().all(|l| !l.state.training));
+    let mut eval_key = String::new();
+    layers.structure(&mut eval_key);
+    layers[0].state.training = true;
+    let mut train_key = String::new();
+    layers.structure(&mut train_key);
+    assert_ne!(eval_key, train_key, "the mode is part of the structure");
+    assert_eq!(tree_flatten(&layers).len(), 2, "the state is not a leaf");
+}

@@ -13,7 +13,7 @@ mod vmap;
 pub use compile::{compile, compile_shapeless, compile_step, Compiled};
 pub use custom::{checkpoint, custom_function, CustomFunction};
 pub use jvp::jvp;
-pub use tree::{tree_flatten, tree_unflatten, Tree};
+pub use tree::{tree_flatten, tree_flatten_named, tree_unflatten, ModuleState, Tree};
 pub use vjp::{grad, value_and_grad, vjp};
 pub use vmap::vmap;
 

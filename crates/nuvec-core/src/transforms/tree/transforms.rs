@@ -1,168 +1,11 @@
-//! Trees of arrays: values made of arrays (a model's parameters, an optimizer's state) that
-//! the transforms take as one argument. A tree flattens to its leaves in a fixed order and
-//! rebuilds from new leaves with the same structure.
-//!
-//! Implemented for [`Array`], `Vec`, `Option`, tuples of up to four, and string-keyed
-//! `BTreeMap`/`HashMap` (leaves in key order); `#[derive(Tree)]` (crate `nuvec-macros`,
-//! re-exported as `nuvec::transforms::Tree`) implements it for structs.
+//! The transforms over trees: each flattens its tree arguments to leaves, runs the array
+//! transform, and rebuilds trees from the results.
 
-use crate::{Array, Error, Result};
-use std::collections::{BTreeMap, HashMap};
+use super::{too_few, tree_flatten, tree_unflatten, Tree};
+use crate::{Array, Result};
+use std::collections::HashMap;
 
-/// A value made of arrays.
-pub trait Tree: Sized {
-    /// Appends the leaves, in the tree's order.
-    fn flatten_into(&self, leaves: &mut Vec<Array>);
-    /// A tree of this one's structure whose leaves are taken, in order, from `leaves`.
-    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self>;
-    /// Appends a description of the structure, not of the leaves: two trees with the same
-    /// description rebuild from each other's leaves. [`compile`] keys its traces by it.
-    fn structure(&self, key: &mut String);
-}
-
-fn too_few() -> Error {
-    Error::Transform {
-        transform: "tree",
-        reason: "fewer leaves than the tree has".into(),
-    }
-}
-
-impl Tree for Array {
-    fn flatten_into(&self, leaves: &mut Vec<Array>) {
-        leaves.push(self.clone());
-    }
-    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
-        leaves.next().ok_or_else(too_few)
-    }
-    fn structure(&self, key: &mut String) {
-        key.push('a');
-    }
-}
-
-impl<T: Tree> Tree for Vec<T> {
-    fn flatten_into(&self, leaves: &mut Vec<Array>) {
-        self.iter().for_each(|t| t.flatten_into(leaves));
-    }
-    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
-        self.iter().map(|t| t.rebuild(leaves)).collect()
-    }
-    fn structure(&self, key: &mut String) {
-        key.push_str(&format!("[{};", self.len()));
-        self.iter().for_each(|t| t.structure(key));
-        key.push(']');
-    }
-}
-
-impl<T: Tree> Tree for Option<T> {
-    fn flatten_into(&self, leaves: &mut Vec<Array>) {
-        if let Some(t) = self {
-            t.flatten_into(leaves);
-        }
-    }
-    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
-        self.as_ref().map(|t| t.rebuild(leaves)).transpose()
-    }
-    fn structure(&self, key: &mut String) {
-        match self {
-            Some(t) => {
-                key.push('?');
-                t.structure(key);
-            }
-            None => key.push('_'),
-        }
-    }
-}
-
-impl<T: Tree> Tree for BTreeMap<String, T> {
-    fn flatten_into(&self, leaves: &mut Vec<Array>) {
-        self.values().for_each(|t| t.flatten_into(leaves));
-    }
-    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
-        self.iter()
-            .map(|(k, t)| Ok((k.clone(), t.rebuild(leaves)?)))
-            .collect()
-    }
-    fn structure(&self, key: &mut String) {
-        map_structure(self.iter(), key);
-    }
-}
-
-impl<T: Tree> Tree for HashMap<String, T> {
-    fn flatten_into(&self, leaves: &mut Vec<Array>) {
-        let mut keys: Vec<&String> = self.keys().collect();
-        keys.sort();
-        keys.into_iter().for_each(|k| self[k].flatten_into(leaves));
-    }
-    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
-        let mut keys: Vec<&String> = self.keys().collect();
-        keys.sort();
-        keys.into_iter()
-            .map(|k| Ok((k.clone(), self[k].rebuild(leaves)?)))
-            .collect()
-    }
-    fn structure(&self, key: &mut String) {
-        let mut entries: Vec<(&String, &T)> = self.iter().collect();
-        entries.sort_by(|a, b| a.0.cmp(b.0));
-        map_structure(entries.into_iter(), key);
-    }
-}
-
-/// A map's structure: each key (length-prefixed, so that no key can mimic another's
-/// description) and its value's structure, in key order.
-fn map_structure<'a, T: Tree + 'a>(
-    entries: impl Iterator<Item = (&'a String, &'a T)>,
-    key: &mut String,
-) {
-    key.push('{');
-    for (name, value) in entries {
-        key.push_str(&format!("{}:{name}", name.len()));
-        value.structure(key);
-    }
-    key.push('}');
-}
-
-macro_rules! tuple_tree {
-    ($($name:ident $index:tt),+) => {
-        impl<$($name: Tree),+> Tree for ($($name,)+) {
-            fn flatten_into(&self, leaves: &mut Vec<Array>) {
-                $(self.$index.flatten_into(leaves);)+
-            }
-            fn rebuild(&self, leaves: &mut dyn Iterator<Item = Array>) -> Result<Self> {
-                Ok(($(self.$index.rebuild(leaves)?,)+))
-            }
-            fn structure(&self, key: &mut String) {
-                key.push('(');
-                $(self.$index.structure(key);)+
-                key.push(')');
-            }
-        }
-    };
-}
-tuple_tree!(A 0);
-tuple_tree!(A 0, B 1);
-tuple_tree!(A 0, B 1, C 2);
-tuple_tree!(A 0, B 1, C 2, D 3);
-
-/// The leaves of `tree`, in order.
-pub fn tree_flatten<T: Tree>(tree: &T) -> Vec<Array> {
-    let mut leaves = Vec::new();
-    tree.flatten_into(&mut leaves);
-    leaves
-}
-
-/// A tree shaped like `template` with `leaves` (as many as it has) in place of its own.
-pub fn tree_unflatten<T: Tree>(template: &T, leaves: Vec<Array>) -> Result<T> {
-    let expected = tree_flatten(template).len();
-    if leaves.len() != expected {
-        return Err(Error::Transform {
-            transform: "tree",
-            reason: format!("{} leaves for a tree of {expected}", leaves.len()),
-        });
-    }
-    template.rebuild(&mut leaves.into_iter())
-}
-
-/// [`super::value_and_grad`] for a function of a tree: its value and the gradient as a tree
+/// [`super::super::value_and_grad`] for a function of a tree: its value and the gradient as a tree
 /// of the same structure (a model's parameters differentiated as one value).
 ///
 /// ```
@@ -179,7 +22,7 @@ pub fn value_and_grad<T: Tree>(f: impl Fn(&T) -> Array) -> impl Fn(&T) -> Result
     move |tree: &T| {
         let leaves = tree_flatten(tree);
         let argnums: Vec<usize> = (0..leaves.len()).collect();
-        let (value, grads) = super::value_and_grad(
+        let (value, grads) = super::super::value_and_grad(
             |traced: &[Array]| match tree_unflatten(tree, traced.to_vec()) {
                 Ok(rebuilt) => f(&rebuilt),
                 Err(error) => Array::failed(error),
@@ -190,17 +33,17 @@ pub fn value_and_grad<T: Tree>(f: impl Fn(&T) -> Array) -> impl Fn(&T) -> Result
     }
 }
 
-/// [`super::grad`] for a function of a tree: the gradient as a tree of the same structure.
+/// [`super::super::grad`] for a function of a tree: the gradient as a tree of the same structure.
 pub fn grad<T: Tree>(f: impl Fn(&T) -> Array) -> impl Fn(&T) -> Result<T> {
     let both = value_and_grad(f);
     move |tree: &T| both(tree).map(|(_, grads)| grads)
 }
 
-/// [`super::jvp`] for a function from a tree to a tree: its outputs and their tangents.
+/// [`super::super::jvp`] for a function from a tree to a tree: its outputs and their tangents.
 pub fn jvp<T: Tree, U: Tree>(f: impl Fn(&T) -> U, primals: &T, tangents: &T) -> Result<(U, U)> {
     let (leaves, tangent_leaves) = (tree_flatten(primals), tree_flatten(tangents));
     let ((outputs, output_tangents), template) = through_leaves(&f, primals, |flat| {
-        super::jvp(flat, &leaves, &tangent_leaves)
+        super::super::jvp(flat, &leaves, &tangent_leaves)
     })?;
     Ok((
         tree_unflatten(&template, outputs)?,
@@ -230,13 +73,13 @@ fn through_leaves<T: Tree, U: Tree, R>(
     Ok((result, output))
 }
 
-/// [`super::vjp`] for a function from a tree to a tree: its outputs, and the cotangents of
+/// [`super::super::vjp`] for a function from a tree to a tree: its outputs, and the cotangents of
 /// its inputs (a tree like `primals`) for `cotangents` (a tree like the outputs).
 pub fn vjp<T: Tree, U: Tree>(f: impl Fn(&T) -> U, primals: &T, cotangents: &U) -> Result<(U, T)> {
     let leaves = tree_flatten(primals);
     let cotangent_leaves = tree_flatten(cotangents);
     let ((outputs, vjps), template) = through_leaves(&f, primals, |flat| {
-        super::vjp(flat, &leaves, &cotangent_leaves)
+        super::super::vjp(flat, &leaves, &cotangent_leaves)
     })?;
     Ok((
         tree_unflatten(&template, outputs)?,
@@ -244,7 +87,7 @@ pub fn vjp<T: Tree, U: Tree>(f: impl Fn(&T) -> U, primals: &T, cotangents: &U) -
     ))
 }
 
-/// [`super::vmap`] for a function from a tree to a tree: every leaf of the input is batched
+/// [`super::super::vmap`] for a function from a tree to a tree: every leaf of the input is batched
 /// along `in_axis` (`None`: not batched) and every leaf of the output along `out_axis`.
 ///
 /// ```
@@ -262,13 +105,13 @@ pub fn vmap<T: Tree, U: Tree>(
     move |inputs: &T| {
         let leaves = tree_flatten(inputs);
         let (outputs, template) = through_leaves(&f, inputs, |flat| {
-            super::vmap(flat, &[in_axis], &[out_axis])(&leaves)
+            super::super::vmap(flat, &[in_axis], &[out_axis])(&leaves)
         })?;
         tree_unflatten(&template, outputs)
     }
 }
 
-/// [`super::compile`] for a function from a tree to a tree: traced once per input signature
+/// [`super::super::compile`] for a function from a tree to a tree: traced once per input signature
 /// (the tree's structure, and its leaves' shapes and dtypes), the trace cached and replayed.
 /// Fields marked `#[tree(skip)]` are not part of the signature: a trace sees their values at
 /// its first call.
@@ -316,7 +159,7 @@ pub fn compile<T: Tree + 'static, U: Tree + 'static>(
                     }
                 });
                 Trace {
-                    compiled: super::compile(flat),
+                    compiled: super::super::compile(flat),
                     output,
                 }
             }
@@ -331,11 +174,11 @@ pub fn compile<T: Tree + 'static, U: Tree + 'static>(
     }
 }
 
-/// A flattened function, as [`super::compile`] takes it.
+/// A flattened function, as [`super::super::compile`] takes it.
 type FlatFn = Box<dyn Fn(&[Array]) -> Vec<Array>>;
 
 /// One signature's compiled function and the structure of its output, noted when traced.
 struct Trace<U> {
-    compiled: super::Compiled<FlatFn>,
+    compiled: super::super::Compiled<FlatFn>,
     output: std::rc::Rc<std::cell::RefCell<Option<U>>>,
 }
