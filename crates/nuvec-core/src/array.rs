@@ -103,7 +103,7 @@ impl Array {
 
     /// A failed array for op `op` with `reason`, located at the caller.
     #[track_caller]
-    pub(crate) fn invalid(op: &str, reason: impl Into<String>) -> Array {
+    pub fn invalid(op: &str, reason: impl Into<String>) -> Array {
         Array::failed(Error::invalid(op, reason, Location::caller()))
     }
 

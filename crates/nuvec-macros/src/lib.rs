@@ -6,7 +6,8 @@
 //! marked `#[tree(skip)]`, which are copied (`Clone`) from the original when the tree is
 //! rebuilt, and the field marked `#[tree(state)]` (a `ModuleState`: training mode and frozen
 //! parameters), which is copied too, visited by `Tree::visit_states` and part of the
-//! structure. The generated code names
+//! structure. A field marked `#[tree(flatten)]` is a subtree whose leaves are named as the
+//! struct's own (`weight`, not `projection.weight`). The generated code names
 //! `::nuvec`; a crate that depends on `nuvec-core` directly writes
 //! `#[tree(crate = "nuvec_core")]` on the struct.
 //!
@@ -44,6 +45,8 @@ enum Role {
     /// `#[tree(state)]`: the struct's `ModuleState`, copied when rebuilt, visited and part of
     /// the structure.
     State,
+    /// `#[tree(flatten)]`: a subtree whose leaves are named as if they were the struct's own.
+    Flatten,
 }
 
 /// The field's role from its `#[tree(...)]` attributes.
@@ -57,8 +60,11 @@ fn role(attrs: &[syn::Attribute]) -> syn::Result<Role> {
             } else if meta.path.is_ident("state") {
                 role = Role::State;
                 Ok(())
+            } else if meta.path.is_ident("flatten") {
+                role = Role::Flatten;
+                Ok(())
             } else {
-                Err(meta.error("expected `skip` or `state`"))
+                Err(meta.error("expected `skip`, `state` or `flatten`"))
             }
         })?;
     }
@@ -113,22 +119,19 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 key.push(if self.#member.training { 'T' } else { 'E' });
             });
         }
-        if role != Role::Tree {
+        if role == Role::Skip || role == Role::State {
             rebuild.push(quote! { #member: ::std::clone::Clone::clone(&self.#member) });
         } else {
+            let path = if role == Role::Flatten {
+                quote! { ::std::string::ToString::to_string(prefix) }
+            } else {
+                quote! { #krate::transforms::tree::join_path(prefix, #field_name) }
+            };
             named.push(quote! {
-                #krate::transforms::Tree::flatten_named(
-                    &self.#member,
-                    &#krate::transforms::tree::join_path(prefix, #field_name),
-                    leaves,
-                );
+                #krate::transforms::Tree::flatten_named(&self.#member, &#path, leaves);
             });
             states.push(quote! {
-                #krate::transforms::Tree::visit_states(
-                    &mut self.#member,
-                    &#krate::transforms::tree::join_path(prefix, #field_name),
-                    visit,
-                );
+                #krate::transforms::Tree::visit_states(&mut self.#member, &#path, visit);
             });
             flatten.push(quote! {
                 #krate::transforms::Tree::flatten_into(&self.#member, leaves);

@@ -19,14 +19,42 @@ pub fn load_fixture(name: &str) -> Fixture {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../nuvec/tests/fixtures")
         .join(format!("{name}.json"));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    load_fixture_file(&path)
+}
+
+/// Loads the fixture file at `path`.
+pub fn load_fixture_file(path: &Path) -> Fixture {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let json: Value =
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
     Fixture {
         mlx_version: json["mlx_version"].as_str().unwrap_or("?").to_string(),
         cases: json["cases"].as_array().cloned().unwrap_or_default(),
     }
+}
+
+/// Compares a float32 array with an expected one bit for bit, each expected value (written
+/// as its shortest decimal) rounded to float32 first.
+pub fn compare_f32_bits(actual: &Array, expected: &Value) -> Result<(), String> {
+    let shape = shape_of(expected);
+    if actual.dtype() != DType::F32 || actual.shape() != shape.as_slice() {
+        return Err(format!(
+            "{} {:?} != expected float32 {shape:?}",
+            actual.dtype(),
+            actual.shape()
+        ));
+    }
+    let got = actual.to_vec::<f32>().map_err(|e| e.to_string())?;
+    for (i, (g, w)) in got.iter().zip(values_of(expected)).enumerate() {
+        let w = number(&w) as f32;
+        if g.to_bits() != w.to_bits() && !(g.is_nan() && w.is_nan()) {
+            return Err(format!(
+                "element {i}: {g:e} != expected {w:e} (bit for bit)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A JSON number, or one of the strings "nan", "inf", "-inf".

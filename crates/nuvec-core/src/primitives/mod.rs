@@ -8,6 +8,7 @@ pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod layout;
 pub(crate) mod matmul;
+pub(crate) mod quantized;
 pub(crate) mod random_bits;
 pub(crate) mod reduce;
 pub(crate) mod scan;

@@ -1,0 +1,373 @@
+//! MLX's affine quantization: `Quantize` (float rows to packed integers, scales and biases
+//! per group) and `Dequantize` (back to floats), with MLX's rounding and bit packing.
+//!
+//! A group of `group_size` consecutive values along the last axis shares a scale `s` and a
+//! bias `b`; each value is stored as `q = clip(rint((w - b) / s), 0, 2ᵇⁱᵗˢ - 1)` and read back
+//! as `s·q + b`. The values' bits are laid end to end, least significant first, in 32-bit
+//! words, so 3-, 5- and 6-bit values may straddle two words, exactly as MLX packs them.
+
+use super::batching;
+use crate::primitive::{Input, OutputSpec, Primitive};
+use crate::{ops, Array, DType, Error, Result};
+use nuvec_cpu::{with_float_dtype, Buffer, Float};
+use std::sync::Arc;
+
+/// The scale and bias of one group, computed in f32 as MLX's CPU kernel does: the end with
+/// the larger magnitude becomes exactly representable (`q0 · s`), a zero range keeps `1e-7`.
+fn group_parameters(values: impl Iterator<Item = f32> + Clone, bits: u32) -> (f32, f32) {
+    let n_bins = ((1u32 << bits) - 1) as f32;
+    let (mut w_min, mut w_max) = (f32::INFINITY, f32::NEG_INFINITY);
+    for v in values {
+        w_min = w_min.min(v);
+        w_max = w_max.max(v);
+    }
+    let mask = w_min.abs() > w_max.abs();
+    let mut scale = ((w_max - w_min) / n_bins).max(1e-7);
+    if !mask {
+        scale = -scale;
+    }
+    let edge = if mask { w_min } else { w_max };
+    let q0 = (edge / scale).round_ties_even();
+    if q0 != 0.0 {
+        (edge / q0, edge)
+    } else {
+        (scale, 0.0)
+    }
+}
+
+/// Writes `q` (of `bits` bits) at value position `index` of a little-endian bit stream.
+fn pack(words: &mut [u32], index: usize, bits: u32, q: u32) {
+    let bit = index * bits as usize;
+    let (word, offset) = (bit / 32, (bit % 32) as u32);
+    words[word] |= q << offset;
+    if offset + bits > 32 {
+        words[word + 1] |= q >> (32 - offset);
+    }
+}
+
+/// Reads the value at position `index` of a bit stream of `bits`-bit values.
+fn unpack(words: &[u32], index: usize, bits: u32) -> u32 {
+    let bit = index * bits as usize;
+    let (word, offset) = (bit / 32, (bit % 32) as u32);
+    let mut q = words[word] >> offset;
+    if offset + bits > 32 {
+        q |= words[word + 1] << (32 - offset);
+    }
+    q & ((1u32 << bits) - 1)
+}
+
+/// Float rows `[..., n]` to packed words `[..., n·bits/32]`, scales and biases
+/// `[..., n/group_size]` (of the input's dtype).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Quantize {
+    pub(crate) group_size: usize,
+    pub(crate) bits: u32,
+}
+
+fn quantize_rows<T: Float>(
+    q: &Quantize,
+    w: &[T],
+    n: usize,
+    (words, scales, biases): (&mut [u32], &mut [T], &mut [T]),
+) {
+    let (group, bits) = (q.group_size, q.bits);
+    let n_bins = ((1u32 << bits) - 1) as f32;
+    let words_per_row = n * bits as usize / 32;
+    for (row, values) in w.chunks_exact(n).enumerate() {
+        let row_words = &mut words[row * words_per_row..(row + 1) * words_per_row];
+        row_words.fill(0);
+        for (g, chunk) in values.chunks_exact(group).enumerate() {
+            let (scale, bias) = group_parameters(chunk.iter().map(|v| v.to_f32()), bits);
+            scales[row * (n / group) + g] = T::from_f32(scale);
+            biases[row * (n / group) + g] = T::from_f32(bias);
+            for (k, v) in chunk.iter().enumerate() {
+                let level = ((v.to_f32() - bias) / scale)
+                    .round_ties_even()
+                    .clamp(0.0, n_bins);
+                pack(row_words, g * group + k, bits, level as u32);
+            }
+        }
+    }
+}
+
+impl Primitive for Quantize {
+    fn name(&self) -> &str {
+        "quantize"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let w = &inputs[0];
+        let n = *w.shape.last().unwrap_or(&0);
+        let mut words = outputs[0].alloc();
+        let mut scales = outputs[1].alloc();
+        let mut biases = outputs[2].alloc();
+        with_float_dtype!(
+            w.dtype,
+            T,
+            quantize_rows::<T>(
+                self,
+                w.slice::<T>(),
+                n,
+                (
+                    &mut words.as_mut_slice::<u32>()[..outputs[0].size()],
+                    &mut scales.as_mut_slice::<T>()[..outputs[1].size()],
+                    &mut biases.as_mut_slice::<T>()[..outputs[2].size()],
+                ),
+            ),
+            return Err(Error::eval(
+                "quantize",
+                format!("needs floats, got {}", w.dtype)
+            ))
+        );
+        Ok(vec![Arc::new(words), Arc::new(scales), Arc::new(biases)])
+    }
+
+    fn vjp(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        _cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Err(Error::Transform {
+            transform: "vjp",
+            reason: "quantize is not differentiable (its outputs are integers and rounded \
+                     parameters, as in MLX)"
+                .into(),
+        })
+    }
+
+    fn jvp(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        _tangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Err(Error::Transform {
+            transform: "jvp",
+            reason: "quantize is not differentiable (as in MLX)".into(),
+        })
+    }
+
+    /// Rows are independent: the batch axis goes first and stays there.
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        let w = batching::to_front(&inputs[0], axes[0]);
+        let (wq, scales, biases) = quantize_array(&w, self.group_size, self.bits);
+        Ok((vec![wq, scales, biases], vec![Some(0); 3]))
+    }
+
+    super::same_as!();
+}
+
+/// Packed words, scales and biases back to floats of the scales' dtype.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Dequantize {
+    pub(crate) group_size: usize,
+    pub(crate) bits: u32,
+}
+
+fn dequantize_rows<T: Float>(
+    d: &Dequantize,
+    n: usize,
+    (words, scales, biases): (&[u32], &[T], &[T]),
+    out: &mut [T],
+) {
+    let (group, bits) = (d.group_size, d.bits);
+    let words_per_row = n * bits as usize / 32;
+    for (row, values) in out.chunks_exact_mut(n.max(1)).enumerate() {
+        let row_words = &words[row * words_per_row..(row + 1) * words_per_row];
+        for (k, value) in values.iter_mut().enumerate() {
+            let g = row * (n / group) + k / group;
+            let q = unpack(row_words, k, bits) as f32;
+            *value = T::from_f32(scales[g].to_f32() * q + biases[g].to_f32());
+        }
+    }
+}
+
+impl Primitive for Dequantize {
+    fn name(&self) -> &str {
+        "dequantize"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let spec = &outputs[0];
+        let (words, scales, biases) = (&inputs[0], &inputs[1], &inputs[2]);
+        with_float_dtype!(
+            spec.dtype,
+            T,
+            super::output::<T>(spec, |out| {
+                let n = *spec.shape.last().unwrap_or(&0);
+                let parts = (
+                    words.slice::<u32>(),
+                    scales.slice::<T>(),
+                    biases.slice::<T>(),
+                );
+                dequantize_rows::<T>(self, n, parts, out)
+            }),
+            Err(Error::eval(
+                "dequantize",
+                format!("needs float scales, got {}", spec.dtype)
+            ))
+        )
+    }
+
+    /// Linear in the scales and biases: `∂/∂s = Σ_group c·q`, `∂/∂b = Σ_group c`. The packed
+    /// integers have no gradient.
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let levels = self.levels(inputs);
+        argnums
+            .iter()
+            .map(|&i| match i {
+                1 => Ok(self.group_sum(&(&cotangents[0] * &levels), &inputs[1])),
+                2 => Ok(self.group_sum(&cotangents[0], &inputs[2])),
+                _ => Err(Error::Transform {
+                    transform: "vjp",
+                    reason: "the packed integers of dequantize have no gradient".into(),
+                }),
+            })
+            .collect()
+    }
+
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let full = super::full_tangents(inputs, tangents, argnums);
+        let levels = self.levels(inputs);
+        let scale = self.expand(&full[1], &outputs[0]);
+        let bias = self.expand(&full[2], &outputs[0]);
+        Ok(vec![levels * scale + bias])
+    }
+
+    /// Rows are independent: every input's batch axis goes first (unbatched inputs are
+    /// broadcast to the batch).
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        let size = batching::batch_size(inputs, axes);
+        let moved: Vec<Array> = inputs
+            .iter()
+            .zip(axes)
+            .map(|(x, &axis)| match axis {
+                Some(_) => batching::to_front(x, axis),
+                None => {
+                    let mut shape = vec![size];
+                    shape.extend_from_slice(x.shape());
+                    ops::broadcast_to(x, &shape)
+                }
+            })
+            .collect();
+        let out = dequantize_array(&moved[0], &moved[1], &moved[2], self.group_size, self.bits);
+        Ok((vec![out], vec![Some(0)]))
+    }
+
+    super::same_as!();
+}
+
+impl Dequantize {
+    /// The integer levels `q` as floats of the scales' dtype.
+    fn levels(&self, inputs: &[Array]) -> Array {
+        let ones = ops::ones_like(&inputs[1]);
+        let zeros = ops::zeros_like(&inputs[2]);
+        dequantize_array(&inputs[0], &ones, &zeros, self.group_size, self.bits)
+    }
+
+    /// Per-group sums of `values` (the output's shape), shaped like `like` (the scales).
+    fn group_sum(&self, values: &Array, like: &Array) -> Array {
+        let mut shape = like.shape().to_vec();
+        shape.push(self.group_size as i32);
+        ops::sum(&ops::reshape(values, &shape), -1, false)
+    }
+
+    /// `per_group` (shaped like the scales) repeated over each group, shaped like `output`.
+    fn expand(&self, per_group: &Array, output: &Array) -> Array {
+        let expanded = ops::repeat(per_group, self.group_size as i32, Some(-1));
+        ops::reshape(&expanded, output.shape())
+    }
+}
+
+/// [`Quantize`] as an op; arguments are checked by `ops::quantize`.
+pub(crate) fn quantize_array(w: &Array, group_size: usize, bits: u32) -> (Array, Array, Array) {
+    let mut wq_shape = w.shape().to_vec();
+    let mut s_shape = w.shape().to_vec();
+    let n = *wq_shape.last().unwrap_or(&0) as usize;
+    *wq_shape.last_mut().expect("checked rank") = (n * bits as usize / 32) as i32;
+    *s_shape.last_mut().expect("checked rank") = (n / group_size) as i32;
+    let mut outputs = Array::from_primitive_multi(
+        Arc::new(Quantize { group_size, bits }),
+        vec![w.clone()],
+        vec![
+            (wq_shape, DType::U32),
+            (s_shape.clone(), w.dtype()),
+            (s_shape, w.dtype()),
+        ],
+    );
+    let biases = outputs.pop().expect("three outputs");
+    let scales = outputs.pop().expect("three outputs");
+    let wq = outputs.pop().expect("three outputs");
+    (wq, scales, biases)
+}
+
+/// [`Dequantize`] as an op; arguments are checked by `ops::dequantize`.
+pub(crate) fn dequantize_array(
+    wq: &Array,
+    scales: &Array,
+    biases: &Array,
+    group_size: usize,
+    bits: u32,
+) -> Array {
+    let mut shape = wq.shape().to_vec();
+    let words = *shape.last().unwrap_or(&0) as usize;
+    *shape.last_mut().expect("checked rank") = (words * 32 / bits as usize) as i32;
+    Array::from_primitive(
+        Arc::new(Dequantize { group_size, bits }),
+        vec![wq.clone(), scales.clone(), biases.clone()],
+        shape,
+        scales.dtype(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_values_round_trip_at_every_width_and_position() {
+        for bits in [2, 3, 4, 5, 6, 8] {
+            let count = 64;
+            let mut words = vec![0u32; count * bits as usize / 32];
+            let values: Vec<u32> = (0..count as u32)
+                .map(|i| (i * 7 + 3) % (1 << bits))
+                .collect();
+            for (i, &q) in values.iter().enumerate() {
+                pack(&mut words, i, bits, q);
+            }
+            let back: Vec<u32> = (0..count).map(|i| unpack(&words, i, bits)).collect();
+            assert_eq!(back, values, "{bits} bits");
+        }
+    }
+
+    #[test]
+    fn a_group_of_one_value_keeps_the_minimum_scale() {
+        let (scale, bias) = group_parameters([0.0f32; 4].into_iter(), 4);
+        assert_eq!((scale, bias), (-1e-7, 0.0));
+    }
+}
