@@ -35,5 +35,5 @@ pub use module::{Module, Parameters};
 pub use nuvec_core::transforms::{ModuleState, Tree};
 pub use nuvec_macros::Tree;
 pub use quantized::{
-    quantize, QuantizedEmbedding, QuantizedLinear, DEFAULT_BITS, DEFAULT_GROUP_SIZE,
+    quantize, LayerPredicate, QuantizedEmbedding, QuantizedLinear, DEFAULT_BITS, DEFAULT_GROUP_SIZE,
 };
