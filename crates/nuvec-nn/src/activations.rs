@@ -95,9 +95,13 @@ pub fn hardswish(x: &Array) -> Array {
     x * gate / 6.0
 }
 
-/// 1 where `x > threshold`, else 0.
+/// 1 where `x >= threshold`, else 0, as int32 (MLX's dtype).
 pub fn step(x: &Array, threshold: f64) -> Array {
-    ops::where_(ops::greater(x, threshold), 1.0, 0.0)
+    ops::where_(
+        ops::greater_equal(x, threshold),
+        &Array::scalar(1i32),
+        &Array::scalar(0i32),
+    )
 }
 
 /// `max(x, 0) + alpha · min(x, 0)`.

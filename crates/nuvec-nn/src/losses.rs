@@ -34,14 +34,17 @@ pub enum Targets<'a> {
 /// Cross-entropy of `logits` (classes along the last axis) against `targets`:
 /// `logsumexp(logits) - score`, where the score is the target's logit (or the
 /// probability-weighted sum of logits). With `label_smoothing` `s`, the score is scaled by
-/// `1 - s` and `s · mean(logits)` is subtracted. MLX's default reduction is `None`.
+/// `1 - s` and `s · mean(logits)` is subtracted. The logits are first shifted by their row
+/// maximum, as MLX shifts them (this matters for probability targets that do not sum to
+/// one). `weights` multiply each element's loss before the reduction. MLX's default
+/// reduction is `None`.
 ///
 /// ```
 /// use nuvec::{array, ops, DType};
 /// use nuvec_nn::losses::{cross_entropy, Reduction, Targets};
 /// let logits = array![[2.0, 0.0], [0.0, 2.0]];
 /// let classes = ops::astype(&array![0, 1], DType::I32);
-/// let loss = cross_entropy(&logits, Targets::Classes(&classes), 0.0, Reduction::Mean);
+/// let loss = cross_entropy(&logits, Targets::Classes(&classes), None, 0.0, Reduction::Mean);
 /// assert!((loss.item::<f32>()? - 0.126928).abs() < 1e-5);
 /// # Ok::<(), nuvec::Error>(())
 /// ```
@@ -49,6 +52,7 @@ pub enum Targets<'a> {
 pub fn cross_entropy(
     logits: &Array,
     targets: Targets<'_>,
+    weights: Option<&Array>,
     label_smoothing: f64,
     reduction: Reduction,
 ) -> Array {
@@ -58,6 +62,9 @@ pub fn cross_entropy(
             format!("label smoothing must be in [0, 1), got {label_smoothing}"),
         );
     }
+    // Shifted by the (constant) row maximum first, as MLX does: with probability targets
+    // that do not sum to one, the shift changes the result.
+    let logits = &(logits - ops::stop_gradient(&ops::max(logits, -1, true)));
     let score = match targets {
         Targets::Classes(classes) => {
             let picked = ops::take_along_axis(logits, &ops::expand_dims(classes, &[-1]), Some(-1));
@@ -71,6 +78,10 @@ pub fn cross_entropy(
         normalizer - score * (1.0 - label_smoothing) + smoothed
     } else {
         normalizer - score
+    };
+    let loss = match weights {
+        Some(weights) => loss * weights,
+        None => loss,
     };
     reduce(loss, reduction)
 }

@@ -90,6 +90,10 @@ impl Optimizer for Sgd {
             gradient = gradient + parameter * self.weight_decay;
         }
         if self.momentum <= 0.0 {
+            // MLX keeps a (zero) velocity for every parameter even without momentum; so
+            // does this state, so that saved states match.
+            let v = slot(&self.state, name, "v", parameter);
+            self.state.arrays.insert(format!("{name}.v"), v);
             return Ok(parameter - gradient * rate);
         }
         let mut v = slot(&self.state, name, "v", parameter) * self.momentum;
