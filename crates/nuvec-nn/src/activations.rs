@@ -99,8 +99,8 @@ pub fn hardswish(x: &Array) -> Array {
 pub fn step(x: &Array, threshold: f64) -> Array {
     ops::where_(
         ops::greater_equal(x, threshold),
-        &Array::scalar(1i32),
-        &Array::scalar(0i32),
+        Array::scalar(1i32),
+        Array::scalar(0i32),
     )
 }
 
