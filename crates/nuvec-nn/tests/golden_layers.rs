@@ -251,8 +251,10 @@ fn losses_and_their_gradients_equal_mlx() {
         let first = first_input(&case);
         close(&loss(&case, &first), &case["y"], name(&case));
         if case.get("grad").is_some() {
-            let g = nuvec::transforms::grad(|v: &[Array]| loss(&case, &v[0]))(&[first.clone()])
-                .unwrap();
+            let g = nuvec::transforms::grad(|v: &[Array]| loss(&case, &v[0]))(
+                std::slice::from_ref(&first),
+            )
+            .unwrap();
             close(&g[0], &case["grad"], &format!("{} gradient", name(&case)));
         }
     }

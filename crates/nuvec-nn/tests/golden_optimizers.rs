@@ -64,15 +64,11 @@ fn rate(kwargs: &Value) -> LearningRate {
     }
 }
 
-fn optimizer(
-    case: &Value,
-) -> Box<dyn FnMut(&Parameters, &Parameters) -> (Parameters, optim::OptimizerState)> {
+fn optimizer(case: &Value) -> Stepper {
     let kwargs = &case["kwargs"];
     let num = |k: &str, d: f64| kwargs[k].as_f64().unwrap_or(d);
     let flag = |k: &str| kwargs[k].as_bool().unwrap_or(false);
-    fn boxed<O: Optimizer + 'static>(
-        mut o: O,
-    ) -> Box<dyn FnMut(&Parameters, &Parameters) -> (Parameters, optim::OptimizerState)> {
+    fn boxed<O: Optimizer + 'static>(mut o: O) -> Stepper {
         Box::new(move |g, p| (o.apply_gradients(g, p).unwrap(), o.state().clone()))
     }
     match case["optimizer"].as_str().unwrap() {
