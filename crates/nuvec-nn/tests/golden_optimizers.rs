@@ -64,6 +64,9 @@ fn rate(kwargs: &Value) -> LearningRate {
     }
 }
 
+/// One optimizer step: new parameters and the state after it.
+type Stepper = Box<dyn FnMut(&Parameters, &Parameters) -> (Parameters, optim::OptimizerState)>;
+
 fn optimizer(case: &Value) -> Stepper {
     let kwargs = &case["kwargs"];
     let num = |k: &str, d: f64| kwargs[k].as_f64().unwrap_or(d);
