@@ -4,6 +4,25 @@
 //! attention's projections by heads) with one collective per pair. Both hold full-precision
 //! or quantized weights; [`shard_linear`] and [`shard_inplace`] shard fused weights (QKV)
 //! segment by segment.
+//!
+//! The specification's example, as written there:
+//!
+//! ```
+//! use nuvec::distributed::Group;
+//! use nuvec::{array, random};
+//! use nuvec_nn::Linear;
+//! use nuvec_nn::sharded::{AllToShardedLinear, ShardedToAllLinear};
+//!
+//! # fn main() -> nuvec::Result<()> {
+//! random::seed(0);
+//! let group = Group::single();
+//! let up = AllToShardedLinear::from_linear(&Linear::new(4, 16), &group)?;
+//! let down = ShardedToAllLinear::from_linear(&Linear::new(16, 4), &group)?;
+//! let y = down.forward(&up.forward(&array![[1.0, 2.0, 3.0, 4.0]]));
+//! assert_eq!(y.shape(), [1, 4]);
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::layers::Linear;
 use crate::quantized::QuantizedLinear;
