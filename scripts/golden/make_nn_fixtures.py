@@ -6,7 +6,9 @@ make_fixtures.py):
 
     .venv-mlx/bin/python scripts/golden/make_nn_fixtures.py
 
-Writes three files into ``crates/nuvec-nn/tests/fixtures/``, every value
+Writes three files into ``crates/nuvec-nn/tests/fixtures/`` (and
+``mlp_weights.safetensors`` with ``mlp_weights.json``: an MLP's weights saved by
+``save_weights`` and its output for one input, for the weights interop test), every value
 computed by calling MLX on its CPU backend (float32 unless noted):
 
   quantize.json    mx.quantize / mx.dequantize / mx.quantized_matmul
@@ -593,12 +595,26 @@ def optimizer_cases():
     return cases
 
 
+def weights_file():
+    """An MLP's weights written by mlx.nn's save_weights (mlp_weights.safetensors), and
+    its output for one input (mlp_weights.json: "x", "y"), for the interop test."""
+    mx.random.seed(3)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    model.save_weights(os.path.join(OUT_DIR, "mlp_weights.safetensors"))
+    x = mx.array(f32(np.random.RandomState(11).normal(size=(3, 4)).round(3)))
+    y = model(x)
+    mx.eval(y)
+    with open(os.path.join(OUT_DIR, "mlp_weights.json"), "w") as f:
+        json.dump({"mlx_version": MLX_VERSION, "x": enc(x), "y": enc(y)}, f)
+
+
 def main():
     assert mx.__version__ == MLX_VERSION, mx.__version__
     os.makedirs(OUT_DIR, exist_ok=True)
     write("quantize.json", quantize_cases())
     write("layers.json", layer_cases())
     write("optimizers.json", optimizer_cases())
+    weights_file()
 
 
 if __name__ == "__main__":
