@@ -2,10 +2,12 @@
 //!
 //! - `ci`: what CI checks: formatting, clippy with warnings denied, the whole test suite.
 //! - `demo`: the main job (the README's first command): 4 ranks on loopback.
-//! - `golden`: regenerates the MLX fixtures with `scripts/golden/make_fixtures.py`.
+//! - `golden`: regenerates the MLX fixtures with `scripts/golden/make_*fixtures.py`.
 //! - `bench-core`: nuvec's core kernels against numpy, side by side.
 //! - `bench-distributed`: nuvec's ring against MLX's ring, side by side (collectives, 2 and 4
 //!   ranks, 4 KB to 256 MB), with this machine's ceilings; table, JSON and SVG.
+//! - `bench-nn`: a 4-layer MLP's training step on one process and data-parallel on 2 ranks,
+//!   and `quantized_matmul` against `matmul`.
 //! - `tidy`: repository hygiene (also run as a test: `cargo test -p xtask`).
 
 mod bench_core;
@@ -30,9 +32,10 @@ fn main() -> ExitCode {
             "cargo",
             &["run", "--release", "-p", "nuvec", "--example", "bench_transforms"],
         ),
+        Some("bench-nn") => bench_nn(),
         Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),
         _ => Err(
-            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-transforms | tidy>"
+            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-transforms | bench-nn | tidy>"
                 .to_string(),
         ),
     };
@@ -43,6 +46,41 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cargo xtask bench-nn`: the nn benchmark alone, then under `nuvec launch -n 2`.
+fn bench_nn() -> Result<(), String> {
+    run(
+        "cargo",
+        &[
+            "build",
+            "--release",
+            "-p",
+            "nuvec-cli",
+            "--bin",
+            "nuvec",
+            "-p",
+            "nuvec-nn",
+            "--example",
+            "bench_nn",
+        ],
+    )?;
+    let root = workspace_root();
+    let bench = root.join("target/release/examples/bench_nn");
+    run(&bench.to_string_lossy(), &[])?;
+    let start = free_port_range(2)?;
+    run(
+        &root.join("target/release/nuvec").to_string_lossy(),
+        &[
+            "launch",
+            "-n",
+            "2",
+            "--starting-port",
+            &start.to_string(),
+            "--",
+            &bench.to_string_lossy(),
+        ],
+    )
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -116,5 +154,9 @@ fn golden() -> Result<(), String> {
     run(
         ".venv-mlx/bin/python",
         &["scripts/golden/make_grad_fixtures.py"],
+    )?;
+    run(
+        ".venv-mlx/bin/python",
+        &["scripts/golden/make_nn_fixtures.py"],
     )
 }

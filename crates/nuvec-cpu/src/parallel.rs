@@ -23,6 +23,23 @@ pub fn for_each_chunk<T: Send>(out: &mut [T], body: impl Fn(usize, &mut [T]) + S
         .for_each(|(index, part)| body(index * chunk, part));
 }
 
+/// Calls `body(row, slice)` for each row of `out` (rows of `row_len` elements), in
+/// parallel when `out` is large.
+pub fn for_each_row<T: Send>(out: &mut [T], row_len: usize, body: impl Fn(usize, &mut [T]) + Sync) {
+    if row_len == 0 {
+        return;
+    }
+    if out.len() < MIN_PARALLEL_ELEMENTS || rayon::current_num_threads() == 1 {
+        out.chunks_mut(row_len)
+            .enumerate()
+            .for_each(|(row, slice)| body(row, slice));
+        return;
+    }
+    out.par_chunks_mut(row_len)
+        .enumerate()
+        .for_each(|(row, slice)| body(row, slice));
+}
+
 /// Maps `input` into `out` element by element (`out.len() == input.len()`).
 pub fn map<T: Sync, U: Send>(input: &[T], out: &mut [U], f: impl Fn(&T) -> U + Sync) {
     for_each_chunk(out, |start, part| {

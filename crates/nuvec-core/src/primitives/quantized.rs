@@ -180,14 +180,19 @@ fn dequantize_rows<T: Float>(
 ) {
     let (group, bits) = (d.group_size, d.bits);
     let words_per_row = n * bits as usize / 32;
-    for (row, values) in out.chunks_exact_mut(n.max(1)).enumerate() {
+    nuvec_cpu::parallel::for_each_row(out, n, |row, values| {
         let row_words = &words[row * words_per_row..(row + 1) * words_per_row];
-        for (k, value) in values.iter_mut().enumerate() {
-            let g = row * (n / group) + k / group;
-            let q = unpack(row_words, k, bits) as f32;
-            *value = T::from_f32(scales[g].to_f32() * q + biases[g].to_f32());
+        for (g, chunk) in values.chunks_mut(group).enumerate() {
+            let (scale, bias) = (
+                scales[row * (n / group) + g].to_f32(),
+                biases[row * (n / group) + g].to_f32(),
+            );
+            for (k, value) in chunk.iter_mut().enumerate() {
+                let q = unpack(row_words, g * group + k, bits) as f32;
+                *value = T::from_f32(scale * q + bias);
+            }
         }
-    }
+    });
 }
 
 impl Primitive for Dequantize {
