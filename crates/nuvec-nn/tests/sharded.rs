@@ -120,6 +120,27 @@ fn mlp_equals_dense(group: Group) {
                 .forward(&xq),
         );
     assert_close(&sharded_q, &dense_q, "quantized forward");
+    let (qup_s, qdown_s) = (
+        AllToShardedLinear::from_quantized(&qup, &group).unwrap(),
+        ShardedToAllLinear::from_quantized(&qdown, &group).unwrap(),
+    );
+    let dxq_dense = nuvec::transforms::grad(|v: &[Array]| {
+        ops::sum(
+            &ops::square(&qdown.forward(&qup.forward(&v[0]))),
+            None,
+            false,
+        )
+    })(std::slice::from_ref(&xq))
+    .unwrap();
+    let dxq = nuvec::transforms::grad(|v: &[Array]| {
+        ops::sum(
+            &ops::square(&qdown_s.forward(&qup_s.forward(&v[0]))),
+            None,
+            false,
+        )
+    })(std::slice::from_ref(&xq))
+    .unwrap();
+    assert_close(&dxq[0], &dxq_dense[0], "quantized input gradient");
     let names: Vec<String> =
         nuvec_nn::Module::parameters(&AllToShardedLinear::from_quantized(&qup, &group).unwrap())
             .into_keys()
