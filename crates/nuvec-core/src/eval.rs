@@ -38,28 +38,35 @@ pub fn eval(outputs: &[Array]) -> Result<()> {
         if !in_flight.is_empty() {
             await_inputs(&array, &mut in_flight);
         }
-        match communication_worker(&array) {
-            // Nothing to compute meanwhile, and nothing of the group's queued before it:
-            // running it here saves two thread hand-offs on the latency path.
-            Some(worker) if worker.is_idle() && !independent_work_follows(&array, tape.peek()) => {
-                run(&array)
+        let Some(group) = communication_group(&array) else {
+            run(&array);
+            continue;
+        };
+        let started = group.started_worker();
+        // Nothing to compute meanwhile, and nothing of the group's queued before it: running
+        // it here saves two thread hand-offs on the latency path.
+        let idle = started.as_ref().is_none_or(|worker| worker.is_idle());
+        if idle && !independent_work_follows(&array, tape.peek()) {
+            run(&array);
+            continue;
+        }
+        let Some(worker) = started.or_else(|| group.worker()) else {
+            // A closed group: the node reports it.
+            run(&array);
+            continue;
+        };
+        let (done, finished) = channel();
+        let node = Arc::as_ptr(&array.node);
+        let job = Box::new(move || {
+            run(&array);
+            let _ = done.send(());
+        });
+        match worker.submit(job) {
+            Ok(()) => {
+                in_flight.insert(node, finished);
             }
-            Some(worker) => {
-                let (done, finished) = channel();
-                let node = Arc::as_ptr(&array.node);
-                let job = Box::new(move || {
-                    run(&array);
-                    let _ = done.send(());
-                });
-                match worker.submit(job) {
-                    Ok(()) => {
-                        in_flight.insert(node, finished);
-                    }
-                    // The worker is gone: run the node here; it reports its own error.
-                    Err(job) => job(),
-                }
-            }
-            None => run(&array),
+            // The worker was stopped: run the node here; it reports its own error.
+            Err(job) => job(),
         }
     }
     for finished in in_flight.into_values() {
@@ -105,13 +112,12 @@ fn worker() -> &'static Mutex<Sender<Vec<Array>>> {
     })
 }
 
-/// The worker of the group that `array`'s pending node communicates on, if any.
-fn communication_worker(array: &Array) -> Option<Arc<crate::distributed::worker::Worker>> {
-    let group = match &*lock(&array.node.state) {
-        State::Pending { op, .. } => op.primitive.communication_group()?,
-        _ => return None,
-    };
-    group.worker()
+/// The group that `array`'s pending node communicates on, if any.
+fn communication_group(array: &Array) -> Option<crate::distributed::Group> {
+    match &*lock(&array.node.state) {
+        State::Pending { op, .. } => op.primitive.communication_group(),
+        _ => None,
+    }
 }
 
 /// Whether `next`, the node evaluated after `array`, exists and does not read `array`: work

@@ -277,6 +277,14 @@ fn form_use_close(ports: &[u16]) {
                     .to_vec::<f32>()
                     .unwrap();
                 assert_eq!(total, [2.0, 4.0]);
+                // Two sums at once: the first goes to the group's worker thread, which
+                // `close` must stop.
+                let (a, b) = (
+                    distributed::all_sum(&array![1.0], Some(&group)),
+                    distributed::all_sum(&(array![2.0] * 2.0), Some(&group)),
+                );
+                nuvec::eval(&[a.clone(), b.clone()]).unwrap();
+                assert_eq!((a.item::<f32>().unwrap(), b.item::<f32>().unwrap()), (2.0, 8.0));
                 group.close();
             })
         })

@@ -76,6 +76,13 @@ impl Group {
             .map(|entry| entry.communicator.clone())
     }
 
+    /// The group's worker if it has been started.
+    pub(crate) fn started_worker(&self) -> Option<Arc<Worker>> {
+        crate::array::lock(registry())
+            .get(&self.id)
+            .and_then(|entry| entry.worker.clone())
+    }
+
     /// The thread that runs this group's collectives, started on first use; `None` for a
     /// closed group (its collectives then fail where they are evaluated).
     pub(crate) fn worker(&self) -> Option<Arc<Worker>> {
@@ -124,6 +131,9 @@ impl Group {
         let removed = crate::array::lock(registry()).remove(&self.id);
         if let Some(entry) = removed {
             entry.communicator.close();
+            if let Some(worker) = entry.worker {
+                worker.stop();
+            }
         }
         let mut default = crate::array::lock(&DEFAULT);
         if *default == Some(*self) {
