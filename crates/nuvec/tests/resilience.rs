@@ -284,7 +284,10 @@ fn form_use_close(ports: &[u16]) {
                     distributed::all_sum(&(array![2.0] * 2.0), Some(&group)),
                 );
                 eval(&[a.clone(), b.clone()]).unwrap();
-                assert_eq!((a.item::<f32>().unwrap(), b.item::<f32>().unwrap()), (2.0, 8.0));
+                assert_eq!(
+                    (a.item::<f32>().unwrap(), b.item::<f32>().unwrap()),
+                    (2.0, 8.0)
+                );
                 group.close();
             })
         })
