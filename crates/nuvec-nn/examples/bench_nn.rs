@@ -101,6 +101,13 @@ fn quantized_products(group: &Group) -> Result<()> {
     for bits in [4, 8] {
         let (wq, scales, biases) = ops::quantize(&w, 64, bits);
         nuvec::eval(&[wq.clone(), scales.clone(), biases.clone()])?;
+        let dequantized = median(Duration::from_secs(1), group, || {
+            ops::dequantize(&wq, &scales, &biases, 64, bits).eval()
+        })?;
+        println!(
+            "dequantize {bits}-bit [1024, 1024]: {:.3} ms",
+            ms(dequantized)
+        );
         let quantized = median(Duration::from_secs(2), group, || {
             ops::quantized_matmul(&x, &wq, &scales, &biases, true, 64, bits).eval()
         })?;

@@ -100,3 +100,53 @@ fn quantized_products_differentiate_in_x_scales_and_biases() {
         expected_s.to_vec::<f32>().unwrap()
     );
 }
+
+#[test]
+fn quantized_products_batch_under_vmap_and_have_forward_derivatives() {
+    use nuvec::transforms::{jvp, vmap};
+    let w = ops::reshape(&ops::arange(0.0, 256.0, 1.0, nuvec::DType::F32), &[4, 64]) / 100.0;
+    let (wq, scales, biases) = ops::quantize(&w, 32, 8);
+    let xs = ops::reshape(
+        &ops::arange(0.0, 384.0, 1.0, nuvec::DType::F32),
+        &[3, 2, 64],
+    ) / 300.0;
+    let product =
+        |x: &nuvec::Array, s: &nuvec::Array| ops::quantized_matmul(x, &wq, s, &biases, true, 32, 8);
+    let batched = vmap(
+        |v: &[nuvec::Array]| vec![product(&v[0], &scales)],
+        &[Some(0)],
+        &[Some(0)],
+    )(std::slice::from_ref(&xs))
+    .unwrap();
+    let stacked = ops::stack(
+        &(0..3)
+            .map(|i| product(&ops::take(&xs, &nuvec::Array::scalar(i), Some(0)), &scales))
+            .collect::<Vec<_>>(),
+        0,
+    );
+    assert_eq!(
+        batched[0].to_vec::<f32>().unwrap(),
+        stacked.to_vec::<f32>().unwrap()
+    );
+    // Along a tangent of the scales, the product moves by x · (q ⊙ ds)ᵀ.
+    let x = ops::take(&xs, &nuvec::Array::scalar(0), Some(0));
+    let ds = ops::ones_like(&scales) * 0.5;
+    let (_, tangent) = jvp(
+        |v: &[nuvec::Array]| vec![product(&x, &v[0])],
+        std::slice::from_ref(&scales),
+        std::slice::from_ref(&ds),
+    )
+    .unwrap();
+    let levels = ops::dequantize(
+        &wq,
+        &ops::ones_like(&scales),
+        &ops::zeros_like(&biases),
+        32,
+        8,
+    );
+    let expected = ops::matmul(&x, &ops::transpose(&(levels * 0.5), None));
+    let error = ops::max(&ops::abs(&(&tangent[0] - &expected)), None, false)
+        .item::<f32>()
+        .unwrap();
+    assert!(error < 1e-4, "{error}");
+}

@@ -105,7 +105,23 @@ pub fn dequantize(
             ),
         );
     }
-    dequantize_array(wq, scales, biases, group_size, bits)
+    dequantize_array(wq, scales, biases, (group_size, bits), false)
+}
+
+/// [`dequantize`]'s arguments checked; the reason when they do not fit.
+#[track_caller]
+fn checked_dequantize(
+    wq: &Array,
+    scales: &Array,
+    biases: &Array,
+    (group_size, bits): (usize, u32),
+    transposed: bool,
+) -> Array {
+    let checked = dequantize(wq, scales, biases, group_size, bits);
+    if checked.known_error().is_some() || !transposed {
+        return checked;
+    }
+    dequantize_array(wq, scales, biases, (group_size, bits), true)
 }
 
 /// `x · Wᵀ` (with `transpose`, W's rows being output features, as `QuantizedLinear` stores
@@ -122,13 +138,10 @@ pub fn quantized_matmul(
     group_size: usize,
     bits: u32,
 ) -> Array {
-    let w = dequantize(wq, scales, biases, group_size, bits);
+    // With `transpose`, the matrix is dequantized straight into its transposed layout.
+    let w = checked_dequantize(wq, scales, biases, (group_size, bits), transpose);
     if let Some(error) = w.known_error() {
         return Array::failed(error.clone());
     }
-    if transpose {
-        ops::matmul(x, &ops::swapaxes(&w, -1, -2))
-    } else {
-        ops::matmul(x, &w)
-    }
+    ops::matmul(x, &w)
 }

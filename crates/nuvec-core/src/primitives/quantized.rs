@@ -165,11 +165,14 @@ impl Primitive for Quantize {
     super::same_as!();
 }
 
-/// Packed words, scales and biases back to floats of the scales' dtype.
+/// Packed words, scales and biases back to floats of the scales' dtype; with `transposed`,
+/// the last two axes swapped (what `quantized_matmul` multiplies by), written directly
+/// instead of through a second, strided copy.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Dequantize {
     pub(crate) group_size: usize,
     pub(crate) bits: u32,
+    pub(crate) transposed: bool,
 }
 
 fn dequantize_rows<T: Float>(
@@ -195,6 +198,28 @@ fn dequantize_rows<T: Float>(
     });
 }
 
+/// [`dequantize_rows`] writing each matrix transposed: `out[k][n] = w[n][k]` for `rows`
+/// rows of `n` values per matrix.
+fn dequantize_transposed<T: Float>(
+    d: &Dequantize,
+    (rows, n): (usize, usize),
+    (words, scales, biases): (&[u32], &[T], &[T]),
+    out: &mut [T],
+) {
+    let (group, bits) = (d.group_size, d.bits);
+    let words_per_row = n * bits as usize / 32;
+    let groups = n / group;
+    nuvec_cpu::parallel::for_each_row(out, rows, |out_row, values| {
+        let (matrix, k) = (out_row / n, out_row % n);
+        for (r, value) in values.iter_mut().enumerate() {
+            let row = matrix * rows + r;
+            let q = unpack(&words[row * words_per_row..], k, bits) as f32;
+            let g = row * groups + k / group;
+            *value = T::from_f32(scales[g].to_f32() * q + biases[g].to_f32());
+        }
+    });
+}
+
 impl Primitive for Dequantize {
     fn name(&self) -> &str {
         "dequantize"
@@ -207,13 +232,18 @@ impl Primitive for Dequantize {
             spec.dtype,
             T,
             super::output::<T>(spec, |out| {
-                let n = *spec.shape.last().unwrap_or(&0);
                 let parts = (
                     words.slice::<u32>(),
                     scales.slice::<T>(),
                     biases.slice::<T>(),
                 );
-                dequantize_rows::<T>(self, n, parts, out)
+                let ndim = spec.shape.len();
+                if self.transposed {
+                    let (n, rows) = (spec.shape[ndim - 2], spec.shape[ndim - 1]);
+                    dequantize_transposed::<T>(self, (rows, n), parts, out)
+                } else {
+                    dequantize_rows::<T>(self, spec.shape[ndim - 1], parts, out)
+                }
             }),
             Err(Error::eval(
                 "dequantize",
@@ -232,11 +262,16 @@ impl Primitive for Dequantize {
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
         let levels = self.levels(inputs);
+        let cotangent = if self.transposed {
+            ops::swapaxes(&cotangents[0], -1, -2)
+        } else {
+            cotangents[0].clone()
+        };
         argnums
             .iter()
             .map(|&i| match i {
-                1 => Ok(self.group_sum(&(&cotangents[0] * &levels), &inputs[1])),
-                2 => Ok(self.group_sum(&cotangents[0], &inputs[2])),
+                1 => Ok(self.group_sum(&(&cotangent * &levels), &inputs[1])),
+                2 => Ok(self.group_sum(&cotangent, &inputs[2])),
                 _ => Err(Error::Transform {
                     transform: "vjp",
                     reason: "the packed integers of dequantize have no gradient".into(),
@@ -248,15 +283,20 @@ impl Primitive for Dequantize {
     fn jvp(
         &self,
         inputs: &[Array],
-        outputs: &[Array],
+        _outputs: &[Array],
         tangents: &[Array],
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
         let full = super::full_tangents(inputs, tangents, argnums);
         let levels = self.levels(inputs);
-        let scale = self.expand(&full[1], &outputs[0]);
-        let bias = self.expand(&full[2], &outputs[0]);
-        Ok(vec![levels * scale + bias])
+        let scale = self.expand(&full[1], levels.shape());
+        let bias = self.expand(&full[2], levels.shape());
+        let tangent = levels * scale + bias;
+        Ok(vec![if self.transposed {
+            ops::swapaxes(&tangent, -1, -2)
+        } else {
+            tangent
+        }])
     }
 
     /// Rows are independent: every input's batch axis goes first (unbatched inputs are
@@ -280,7 +320,13 @@ impl Primitive for Dequantize {
                 }
             })
             .collect();
-        let out = dequantize_array(&moved[0], &moved[1], &moved[2], self.group_size, self.bits);
+        let out = dequantize_array(
+            &moved[0],
+            &moved[1],
+            &moved[2],
+            (self.group_size, self.bits),
+            self.transposed,
+        );
         Ok((vec![out], vec![Some(0)]))
     }
 
@@ -288,11 +334,17 @@ impl Primitive for Dequantize {
 }
 
 impl Dequantize {
-    /// The integer levels `q` as floats of the scales' dtype.
+    /// The integer levels `q` as floats of the scales' dtype, not transposed.
     fn levels(&self, inputs: &[Array]) -> Array {
         let ones = ops::ones_like(&inputs[1]);
         let zeros = ops::zeros_like(&inputs[2]);
-        dequantize_array(&inputs[0], &ones, &zeros, self.group_size, self.bits)
+        dequantize_array(
+            &inputs[0],
+            &ones,
+            &zeros,
+            (self.group_size, self.bits),
+            false,
+        )
     }
 
     /// Per-group sums of `values` (the output's shape), shaped like `like` (the scales).
@@ -302,10 +354,10 @@ impl Dequantize {
         ops::sum(&ops::reshape(values, &shape), -1, false)
     }
 
-    /// `per_group` (shaped like the scales) repeated over each group, shaped like `output`.
-    fn expand(&self, per_group: &Array, output: &Array) -> Array {
+    /// `per_group` (shaped like the scales) repeated over each group, of `shape`.
+    fn expand(&self, per_group: &Array, shape: &[i32]) -> Array {
         let expanded = ops::repeat(per_group, self.group_size as i32, Some(-1));
-        ops::reshape(&expanded, output.shape())
+        ops::reshape(&expanded, shape)
     }
 }
 
@@ -331,19 +383,28 @@ pub(crate) fn quantize_array(w: &Array, group_size: usize, bits: u32) -> (Array,
     (wq, scales, biases)
 }
 
-/// [`Dequantize`] as an op; arguments are checked by `ops::dequantize`.
+/// [`Dequantize`] as an op (the last two axes swapped with `transposed`); arguments are
+/// checked by `ops::dequantize`.
 pub(crate) fn dequantize_array(
     wq: &Array,
     scales: &Array,
     biases: &Array,
-    group_size: usize,
-    bits: u32,
+    (group_size, bits): (usize, u32),
+    transposed: bool,
 ) -> Array {
     let mut shape = wq.shape().to_vec();
     let words = *shape.last().unwrap_or(&0) as usize;
     *shape.last_mut().expect("checked rank") = (words * 32 / bits as usize) as i32;
+    if transposed {
+        let ndim = shape.len();
+        shape.swap(ndim - 1, ndim - 2);
+    }
     Array::from_primitive(
-        Arc::new(Dequantize { group_size, bits }),
+        Arc::new(Dequantize {
+            group_size,
+            bits,
+            transposed,
+        }),
         vec![wq.clone(), scales.clone(), biases.clone()],
         shape,
         scales.dtype(),
