@@ -17,7 +17,8 @@ pub enum Backend {
     Any,
     /// MLX's TCP ring (`MLX_HOSTFILE`, `MLX_RANK`).
     Ring,
-    /// MLX's RDMA backend over Thunderbolt 5 (not built in this version).
+    /// MLX's RDMA backend over Thunderbolt 5. Its configuration is read (`jaccl::Config`);
+    /// its transport is not built in this version, and `init_backend` says so.
     Jaccl,
     /// MPI: Open MPI loaded at run time, for processes started by `mpirun` or `srun`.
     Mpi,
@@ -95,6 +96,9 @@ pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
     if use_mpi {
         return init_mpi(strict);
     }
+    if backend == Backend::Jaccl && strict {
+        return Err(jaccl_not_built());
+    }
     if !is_available(backend) {
         if strict {
             return Err(init_error(format!(
@@ -132,6 +136,26 @@ pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
     let group = connect(&nodes, rank, &options)?;
     set_default_group(group);
     Ok(group)
+}
+
+/// Why JACCL cannot start here: its configuration is checked (so a bad device file is named
+/// now), but its transport is not built in this version.
+fn jaccl_not_built() -> Error {
+    let described = match crate::jaccl::Config::from_env() {
+        Err(error) => return error,
+        Ok(None) => "no JACCL launch environment (MLX_IBV_DEVICES) either".to_string(),
+        Ok(Some(config)) => match config.topology() {
+            Err(error) => return error,
+            Ok(topology) => format!(
+                "its configuration was read ({topology:?} of {} ranks, this is rank {})",
+                config.size(),
+                config.rank
+            ),
+        },
+    };
+    init_error(format!(
+        "the jaccl backend's transport is not built in this version of nuvec; {described}. Use the ring (`nuvec launch --backend ring` or `mlx.launch --backend ring`) or MPI"
+    ))
 }
 
 /// Joins MPI's world. Outside `mpirun` MPI forms a world of one: the group of one when not

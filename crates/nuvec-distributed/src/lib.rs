@@ -13,6 +13,7 @@
 mod auth;
 mod backend;
 mod hostfile;
+pub mod jaccl;
 pub mod mpi;
 mod options;
 mod platform;
