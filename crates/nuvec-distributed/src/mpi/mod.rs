@@ -1,7 +1,7 @@
 //! The MPI backend: nuvec's collectives over Open MPI, loaded at run time.
 //!
 //! # Design
-//! The library is opened on first use ([`available`], [`world`]); nothing about MPI is needed
+//! The library is opened on first use (`available`, `world`); nothing about MPI is needed
 //! to build nuvec. `MPI_Init_thread` runs once per process at the `SERIALIZED` level, and
 //! every MPI call is made under one process-wide lock, so collectives may be evaluated on any
 //! thread. Communicators return errors (`MPI_ERRORS_RETURN`) instead of aborting the process;
