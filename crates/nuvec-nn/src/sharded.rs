@@ -177,7 +177,17 @@ fn shard(
     (segments, rank, size): (usize, usize, usize),
 ) -> Result<Array> {
     let ndim = array.ndim() as i32;
-    let axis_index = if axis < 0 { ndim + axis } else { axis } as usize;
+    let axis_index = if axis < 0 { ndim + axis } else { axis };
+    if !(0..ndim).contains(&axis_index) {
+        return Err(shard_error(
+            layer,
+            format!(
+                "{name} of shape {:?} has no axis {axis} to split",
+                array.shape()
+            ),
+        ));
+    }
+    let axis_index = axis_index as usize;
     let length = array.shape()[axis_index] as usize;
     if !length.is_multiple_of(segments * size) {
         return Err(shard_error(

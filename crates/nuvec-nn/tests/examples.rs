@@ -1,39 +1,11 @@
 //! The data-parallel and tensor-parallel examples, run by `nuvec launch` on 4 local ranks.
 
-use std::path::PathBuf;
 use std::process::Command;
-
-/// `target/debug`, where `cargo test` put this test and the package's examples.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir")
-        .to_path_buf()
-}
-
-/// A binary of the workspace, built first when a filtered run did not build it.
-fn built(path: PathBuf, cargo_args: &[&str]) -> PathBuf {
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(cargo_args)
-            .status()
-            .expect("running cargo");
-        assert!(status.success(), "cargo {cargo_args:?} failed");
-    }
-    assert!(path.exists(), "{} was not built", path.display());
-    path
-}
 
 /// Runs example `name` on 4 ranks through the launcher; returns its output.
 fn launch(name: &str) -> String {
-    let target = target_dir();
-    let nuvec = built(target.join("nuvec"), &["build", "-p", "nuvec-cli"]);
-    let example = built(
-        target.join("examples").join(name),
-        &["build", "-p", "nuvec-nn", "--example", name],
-    );
+    let nuvec = nuvec_test_support::ranks::binary_of("nuvec-cli", "nuvec");
+    let example = nuvec_test_support::ranks::example_of("nuvec-nn", name);
     let port = nuvec_test_support::ranks::free_port_range(4);
     let output = Command::new(nuvec)
         .args(["launch", "-n", "4", "-p", &port.to_string(), "--"])

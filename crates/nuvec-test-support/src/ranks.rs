@@ -39,20 +39,38 @@ pub fn free_port_range(n: usize) -> u16 {
 
 /// The debug build of the `nuvec` crate's example `name`, built first when missing.
 pub fn example(name: &str) -> std::path::PathBuf {
+    example_of("nuvec", name)
+}
+
+/// The debug build of package `package`'s example `name`, built first when missing.
+pub fn example_of(package: &str, name: &str) -> std::path::PathBuf {
+    built(
+        &format!("examples/{name}"),
+        &["build", "-p", package, "--example", name],
+    )
+}
+
+/// The debug build of package `package`'s binary `name`, built first when missing.
+pub fn binary_of(package: &str, name: &str) -> std::path::PathBuf {
+    built(name, &["build", "-p", package, "--bin", name])
+}
+
+/// `target/debug/<path>`, built with `cargo <cargo_args>` first when missing.
+fn built(path: &str, cargo_args: &[&str]) -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from);
-    let path = target.join("debug/examples").join(name);
+    let path = target.join("debug").join(path);
     if !path.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(&root)
-            .args(["build", "-p", "nuvec", "--example", name])
+            .args(cargo_args)
             .status()
             .expect("running cargo");
-        assert!(status.success(), "building {name} failed");
+        assert!(status.success(), "cargo {cargo_args:?} failed");
     }
-    path.canonicalize().expect("the example's path")
+    path.canonicalize().expect("the built file's path")
 }
 
 /// Writes an MLX ring hostfile for `ports` on loopback; returns its path.

@@ -201,30 +201,9 @@ fn init_with_forms_a_group_from_addresses_in_code() {
     }
 }
 
-/// The spec's first example as a program. `cargo test` builds the examples with the tests; a
-/// filtered run may not have, so build it then.
-fn spec_example() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let example = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir")
-        .join("examples/spec_first_example");
-    if !example.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "-p", "nuvec", "--example", "spec_first_example"])
-            .status()
-            .expect("running cargo");
-        assert!(status.success(), "building the example failed");
-    }
-    assert!(example.exists(), "{} was not built", example.display());
-    example
-}
-
 #[test]
 fn the_spec_first_example_runs_on_4_ranks() {
-    let example = spec_example();
+    let example = nuvec_test_support::ranks::example("spec_first_example");
     let ports = nuvec_test_support::ranks::free_ports(4);
     let hostfile = nuvec_test_support::ranks::write_hostfile(&ports);
     let children: Vec<_> = (0..4)
@@ -347,7 +326,7 @@ fn programs_started_by_mlx_launch_form_a_group() {
         eprintln!("skipped: mlx.launch not found (pip install \"mlx[cpu]==0.32.4\" into .venv-mlx, or set NUVEC_MLX_LAUNCH)");
         return;
     };
-    let example = spec_example();
+    let example = nuvec_test_support::ranks::example("spec_first_example");
     for ranks in [2, 4] {
         let output = std::process::Command::new(&launcher)
             .args(["--backend", "ring", "-n", &ranks.to_string(), "--"])

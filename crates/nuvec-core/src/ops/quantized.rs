@@ -57,6 +57,47 @@ pub fn quantize(w: &Array, group_size: usize, bits: u32) -> (Array, Array, Array
     quantize_array(w, group_size, bits)
 }
 
+/// Why `wq`, `scales` and `biases` are not a quantized matrix of `bits`-bit values in groups
+/// of `group_size`, if they are not.
+fn quantized_problem(
+    wq: &Array,
+    scales: &Array,
+    biases: &Array,
+    group_size: usize,
+    bits: u32,
+) -> Option<String> {
+    if let Some(reason) = check_parameters(group_size, bits) {
+        return Some(reason);
+    }
+    if wq.dtype() != crate::DType::U32 || wq.ndim() < 2 {
+        return Some(format!(
+            "needs packed uint32 words of rank 2 or more, got {} of shape {:?}",
+            wq.dtype(),
+            wq.shape()
+        ));
+    }
+    let words = *wq.shape().last().unwrap_or(&0) as usize;
+    let n = words * 32 / bits as usize;
+    let mut expected = wq.shape().to_vec();
+    *expected.last_mut().expect("rank 2 or more") = (n / group_size) as i32;
+    for (name, part) in [("scales", scales), ("biases", biases)] {
+        if part.shape() != expected.as_slice() || !part.dtype().is_float() {
+            return Some(format!(
+                "{name} must be floats of shape {expected:?} for words of shape {:?}, got {} {:?}",
+                wq.shape(),
+                part.dtype(),
+                part.shape()
+            ));
+        }
+    }
+    if !(words * 32).is_multiple_of(bits as usize) || !n.is_multiple_of(group_size) {
+        return Some(format!(
+            "{words} words per row do not hold whole groups of {group_size} {bits}-bit values"
+        ));
+    }
+    None
+}
+
 /// The floats `scale · q + bias` of a quantized matrix (MLX's `mx.dequantize`), of the
 /// scales' dtype. Differentiable in the scales and biases.
 #[track_caller]
@@ -67,61 +108,10 @@ pub fn dequantize(
     group_size: usize,
     bits: u32,
 ) -> Array {
-    if let Some(reason) = check_parameters(group_size, bits) {
-        return Array::invalid("dequantize", reason);
+    match quantized_problem(wq, scales, biases, group_size, bits) {
+        Some(reason) => Array::invalid("dequantize", reason),
+        None => dequantize_array(wq, scales, biases, (group_size, bits), false),
     }
-    if wq.dtype() != crate::DType::U32 || wq.ndim() < 2 {
-        return Array::invalid(
-            "dequantize",
-            format!(
-                "needs packed uint32 words of rank 2 or more, got {} of shape {:?}",
-                wq.dtype(),
-                wq.shape()
-            ),
-        );
-    }
-    let words = *wq.shape().last().unwrap_or(&0) as usize;
-    let n = words * 32 / bits as usize;
-    let mut expected = wq.shape().to_vec();
-    *expected.last_mut().expect("rank 2 or more") = (n / group_size) as i32;
-    for (name, part) in [("scales", scales), ("biases", biases)] {
-        if part.shape() != expected.as_slice() || !part.dtype().is_float() {
-            return Array::invalid(
-                "dequantize",
-                format!(
-                    "{name} must be floats of shape {expected:?} for words of shape {:?}, got {} {:?}",
-                    wq.shape(),
-                    part.dtype(),
-                    part.shape()
-                ),
-            );
-        }
-    }
-    if !(words * 32).is_multiple_of(bits as usize) || !n.is_multiple_of(group_size) {
-        return Array::invalid(
-            "dequantize",
-            format!(
-                "{words} words per row do not hold whole groups of {group_size} {bits}-bit values"
-            ),
-        );
-    }
-    dequantize_array(wq, scales, biases, (group_size, bits), false)
-}
-
-/// [`dequantize`]'s arguments checked; the reason when they do not fit.
-#[track_caller]
-fn checked_dequantize(
-    wq: &Array,
-    scales: &Array,
-    biases: &Array,
-    (group_size, bits): (usize, u32),
-    transposed: bool,
-) -> Array {
-    let checked = dequantize(wq, scales, biases, group_size, bits);
-    if checked.known_error().is_some() || !transposed {
-        return checked;
-    }
-    dequantize_array(wq, scales, biases, (group_size, bits), true)
 }
 
 /// `x · Wᵀ` (with `transpose`, W's rows being output features, as `QuantizedLinear` stores
@@ -138,10 +128,10 @@ pub fn quantized_matmul(
     group_size: usize,
     bits: u32,
 ) -> Array {
-    // With `transpose`, the matrix is dequantized straight into its transposed layout.
-    let w = checked_dequantize(wq, scales, biases, (group_size, bits), transpose);
-    if let Some(error) = w.known_error() {
-        return Array::failed(error.clone());
+    if let Some(reason) = quantized_problem(wq, scales, biases, group_size, bits) {
+        return Array::invalid("quantized_matmul", reason);
     }
+    // With `transpose`, the matrix is dequantized straight into its transposed layout.
+    let w = dequantize_array(wq, scales, biases, (group_size, bits), transpose);
     ops::matmul(x, &w)
 }
