@@ -13,12 +13,13 @@ use std::sync::{Arc, Mutex};
 #[non_exhaustive]
 pub enum Backend {
     /// The first backend whose launch environment is present: the ring (`MLX_HOSTFILE` and
-    /// `MLX_RANK`), then MPI (a process of several started by `mpirun` or `srun`).
+    /// `MLX_RANK`), then JACCL (`MLX_IBV_DEVICES`), then MPI (a process of several started by
+    /// `mpirun` or `srun`).
     Any,
     /// MLX's TCP ring (`MLX_HOSTFILE`, `MLX_RANK`).
     Ring,
-    /// MLX's RDMA backend over Thunderbolt 5. Its configuration is read (`jaccl::Config`);
-    /// its transport is not built in this version, and `init_backend` says so.
+    /// MLX's RDMA backend (`MLX_IBV_DEVICES`, `MLX_JACCL_COORDINATOR`, `MLX_RANK`): a mesh
+    /// or a ring over ibverbs, or over the emulated fabric (`NUVEC_JACCL_FABRIC=emulated`).
     Jaccl,
     /// MPI: Open MPI loaded at run time, for processes started by `mpirun` or `srun`.
     Mpi,
@@ -41,7 +42,7 @@ pub fn is_available(backend: Backend) -> bool {
     match backend {
         Backend::Any | Backend::Ring => true,
         Backend::Mpi => crate::mpi::available(),
-        Backend::Jaccl => false,
+        Backend::Jaccl => crate::jaccl::available(),
     }
 }
 
@@ -85,19 +86,26 @@ pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
         std::env::var("MLX_HOSTFILE").ok(),
         std::env::var("MLX_RANK").ok(),
     );
+    let ring_present = matches!(ring_env, (Some(_), Some(_)));
+    // The ring's environment wins, as in MLX; then JACCL's; then MPI when mpirun/srun
+    // started us.
+    let jaccl = match backend {
+        Backend::Jaccl => true,
+        Backend::Any => {
+            !ring_present && crate::jaccl::Config::from_env().is_ok_and(|c| c.is_some())
+        }
+        _ => false,
+    };
+    if jaccl {
+        return init_jaccl(strict);
+    }
     let use_mpi = match backend {
         Backend::Mpi => true,
-        // The ring's environment wins, as in MLX; then MPI when mpirun/srun started us.
-        Backend::Any => {
-            !matches!(ring_env, (Some(_), Some(_))) && crate::mpi::launched_size().is_some()
-        }
+        Backend::Any => !ring_present && crate::mpi::launched_size().is_some(),
         _ => false,
     };
     if use_mpi {
         return init_mpi(strict);
-    }
-    if backend == Backend::Jaccl && strict {
-        return Err(jaccl_not_built());
     }
     if !is_available(backend) {
         if strict {
@@ -138,24 +146,24 @@ pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
     Ok(group)
 }
 
-/// Why JACCL cannot start here: its configuration is checked (so a bad device file is named
-/// now), but its transport is not built in this version.
-fn jaccl_not_built() -> Error {
-    let described = match crate::jaccl::Config::from_env() {
-        Err(error) => return error,
-        Ok(None) => "no JACCL launch environment (MLX_IBV_DEVICES) either".to_string(),
-        Ok(Some(config)) => match config.topology() {
-            Err(error) => return error,
-            Ok(topology) => format!(
-                "its configuration was read ({topology:?} of {} ranks, this is rank {})",
-                config.size(),
-                config.rank
-            ),
-        },
+/// Forms the JACCL group of the launch environment. Without it, the group of one when not
+/// strict, else an error naming the missing variables.
+fn init_jaccl(strict: bool) -> Result<Group> {
+    let Some(config) = crate::jaccl::Config::from_env()? else {
+        if !strict {
+            return Ok(Group::single());
+        }
+        return Err(init_error(
+            "no launch environment for the jaccl backend: MLX_IBV_DEVICES (or JACCL_IBV_DEVICES) is not set; start the program with `nuvec launch --backend jaccl` or `mlx.launch --backend jaccl`".into(),
+        ));
     };
-    init_error(format!(
-        "the jaccl backend's transport is not built in this version of nuvec; {described}. Use the ring (`nuvec launch --backend ring` or `mlx.launch --backend ring`) or MPI"
-    ))
+    if config.size() == 1 {
+        return Ok(Group::single());
+    }
+    let options = crate::jaccl::Options::from_env().map_err(init_error)?;
+    let group = crate::jaccl::init_with(&config, &options)?;
+    set_default_group(group);
+    Ok(group)
 }
 
 /// Joins MPI's world. Outside `mpirun` MPI forms a world of one: the group of one when not

@@ -1,4 +1,5 @@
-//! The one place with platform-specific code in this crate: socket options.
+//! The one place with platform-specific code in this crate: socket options, and waiting on
+//! several descriptors at once (poll(2)).
 
 use std::net::TcpStream;
 use std::time::Duration;
@@ -43,6 +44,31 @@ pub(crate) fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<us
     } else {
         Ok(n as usize)
     }
+}
+
+/// Waits until one of `fds` is readable (or, where its flag is set, writable), or `timeout`
+/// passes. Errors other than an interruption are returned; an interruption counts as a wake-up.
+#[allow(unsafe_code)]
+pub(crate) fn wait_fds(fds: &[(i32, bool)], timeout: Duration) -> std::io::Result<()> {
+    let mut polled: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&(fd, writable)| libc::pollfd {
+            fd,
+            events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
+            revents: 0,
+        })
+        .collect();
+    let millis = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: `polled` is a valid array of `polled.len()` pollfd records, exclusively
+    // borrowed for the call; poll(2) only writes their `revents`.
+    let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, millis) };
+    if n < 0 {
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+    Ok(())
 }
 
 /// Turns on TCP keepalive with nuvec's timing.

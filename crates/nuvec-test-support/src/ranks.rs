@@ -85,10 +85,11 @@ pub fn write_hostfile_of(addresses: &[String]) -> std::path::PathBuf {
     write_hostfile_entries(&entries)
 }
 
+/// Files written by this process (for unique names).
+static WRITTEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Writes an MLX ring hostfile with the addresses of each rank; returns its path.
 pub fn write_hostfile_entries(ranks: &[Vec<String>]) -> std::path::PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static WRITTEN: AtomicUsize = AtomicUsize::new(0);
     let entries: Vec<String> = ranks
         .iter()
         .map(|addresses| {
@@ -99,7 +100,7 @@ pub fn write_hostfile_entries(ranks: &[Vec<String>]) -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!(
         "nuvec-hostfile-{}-{}.json",
         std::process::id(),
-        WRITTEN.fetch_add(1, Ordering::Relaxed)
+        WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::write(&path, format!("[{}]", entries.join(", "))).expect("writing the hostfile");
     path
@@ -129,6 +130,47 @@ pub struct Launch {
     pub connections: usize,
     /// A command each rank is started under (`ip netns exec NAME`, say); none when empty.
     pub prefix: Vec<Vec<String>>,
+    /// Form a JACCL group on the emulated fabric instead of a ring.
+    pub jaccl: Option<Jaccl>,
+}
+
+/// A JACCL group on the emulated fabric: a mesh, or a ring with `wires` cables each way.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Jaccl {
+    /// Cable the ranks as a ring (neighbours only) and prefer it; else a full mesh.
+    pub ring: bool,
+    /// Cables between each cabled pair (at least 1).
+    pub wires: usize,
+}
+
+/// Writes a JACCL device file for `n` ranks cabled as `jaccl` says, with made-up device names.
+pub fn write_device_file(n: usize, jaccl: Jaccl) -> std::path::PathBuf {
+    let wires = jaccl.wires.max(1);
+    let rows: Vec<String> = (0..n)
+        .map(|i| {
+            let entries: Vec<String> = (0..n)
+                .map(|j| {
+                    let neighbours = (i + 1) % n == j || (j + 1) % n == i;
+                    if i == j || (jaccl.ring && !neighbours) {
+                        "null".to_string()
+                    } else {
+                        let (a, b) = (i.min(j), i.max(j));
+                        let names: Vec<String> =
+                            (0..wires).map(|w| format!("\"emu{a}_{b}_{w}\"")).collect();
+                        format!("[{}]", names.join(", "))
+                    }
+                })
+                .collect();
+            format!("[{}]", entries.join(", "))
+        })
+        .collect();
+    let path = std::env::temp_dir().join(format!(
+        "nuvec-devices-{}-{}.json",
+        std::process::id(),
+        WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::write(&path, format!("[{}]", rows.join(", "))).expect("writing the device file");
+    path
 }
 
 /// Runs `body` on `n_ranks` processes. In the parent (the test as started by `cargo test`)
@@ -139,6 +181,30 @@ pub fn run_ranks(test_name: &str, n_ranks: usize, timeout: Duration, body: impl 
     launch_ranks(test_name, n_ranks, timeout, &Launch::default(), |group| {
         body(group.expect("joining the group"))
     });
+}
+
+/// The variables that tell a rank its backend: the ring's hostfile, or JACCL's device file,
+/// coordinator and the emulated fabric.
+fn backend_environment(
+    launch: &Launch,
+    file: &std::path::Path,
+    coordinator: &str,
+) -> Vec<(String, String)> {
+    let file = file.display().to_string();
+    match launch.jaccl {
+        None => vec![("MLX_HOSTFILE".into(), file)],
+        Some(jaccl) => {
+            let mut env = vec![
+                ("MLX_IBV_DEVICES".into(), file),
+                ("MLX_JACCL_COORDINATOR".into(), coordinator.to_string()),
+                ("NUVEC_JACCL_FABRIC".into(), "emulated".into()),
+            ];
+            if jaccl.ring {
+                env.push(("MLX_JACCL_RING".into(), "1".into()));
+            }
+            env
+        }
+    }
 }
 
 /// [`run_ranks`] with a [`Launch`]; in a child, `body` gets the outcome of `init(true)`.
@@ -162,7 +228,11 @@ pub fn launch_ranks(
     } else {
         launch.addresses.iter().map(|a| vec![a.clone()]).collect()
     };
-    let hostfile = write_hostfile_entries(&entries);
+    let hostfile = match launch.jaccl {
+        Some(jaccl) => write_device_file(n_ranks, jaccl),
+        None => write_hostfile_entries(&entries),
+    };
+    let coordinator = format!("127.0.0.1:{}", free_ports(1)[0]);
     let exe = std::env::current_exe().expect("the test binary's path");
     let group_timeout = launch.group_timeout.unwrap_or(timeout);
     let mut children: Vec<_> = (0..n_ranks)
@@ -181,7 +251,7 @@ pub fn launch_ranks(
                 .args([test_name, "--exact", "--nocapture", "--test-threads", "1"])
                 .env(CHILD_VARIABLE, "1")
                 .env("MLX_RANK", rank.to_string())
-                .env("MLX_HOSTFILE", &hostfile)
+                .envs(backend_environment(launch, &hostfile, &coordinator))
                 .env(
                     "NUVEC_DISTRIBUTED_TIMEOUT",
                     format!("{}", group_timeout.as_secs_f64()),

@@ -207,12 +207,18 @@ impl Config {
     }
 
     /// The topology MLX would choose, or an error saying why neither fits. A coordinator is
-    /// required (the side channel; a caller's own all-gather is not supported yet).
+    /// required (it runs the side channel).
     pub fn topology(&self) -> Result<Topology> {
-        if self.coordinator.is_none() {
+        self.choose(false)
+    }
+
+    /// [`Config::topology`], without needing a coordinator when the caller brings its own
+    /// side channel.
+    pub(crate) fn choose(&self, own_side_channel: bool) -> Result<Topology> {
+        if self.coordinator.is_none() && !own_side_channel {
             return Err(config_error(
                 Some(self.rank),
-                "no coordinator: set MLX_JACCL_COORDINATOR to rank 0's ip:port".into(),
+                "no coordinator: set MLX_JACCL_COORDINATOR to rank 0's ip:port (or pass jaccl::Options::side_channel)".into(),
             ));
         }
         let ring = self.ring_wires();

@@ -1,7 +1,38 @@
-//! JACCL, MLX's RDMA backend (mesh and ring over ibverbs): so far its configuration. The
-//! transport (verbs, an emulated fabric) and the collectives are not built yet;
-//! `init_backend(_, Backend::Jaccl)` says so.
+//! JACCL, MLX's RDMA backend: a mesh (every pair of ranks cabled, up to 8) or a ring (every
+//! rank cabled to its neighbours, up to 4 cables each way) over ibverbs, with a TCP side channel
+//! through a coordinator for setting up.
+//!
+//! - [`Config`] reads MLX's launch environment and device file and chooses the topology as MLX
+//!   does; [`init_with`] forms a group from a configuration and [`Options`].
+//! - The verbs layer sits behind a small trait with two fabrics: the system's ibverbs library
+//!   loaded at run time, and an emulated fabric of Unix datagram sockets for machines without
+//!   RDMA hardware (`NUVEC_JACCL_FABRIC=emulated`), which keeps the rules of unreliable
+//!   connected queue pairs: MTU-sized packets, lost packets losing their message, messages
+//!   without a posted receive dropped.
+//! - Every message carries a sequence number and every wait ends within the group's timeout, so
+//!   a lost frame, a dead peer or a stalled one fails the operation with an error naming the
+//!   peer; MLX's JACCL spins forever instead.
 
+mod channel;
 mod config;
+mod devices;
+mod exchange;
+mod fabric;
+mod group;
+mod mesh;
+mod options;
+mod ring;
+mod scratch;
+mod side;
 
 pub use config::{Config, Topology, MESH_MAX_RANKS, RING_MAX_WIRES};
+pub use devices::{devices, Device, PortState};
+pub use fabric::FABRIC_VARIABLE;
+pub use group::{init_with, JacclCommunicator};
+pub use options::{AllGather, Options};
+
+/// Whether JACCL can run here: the emulated fabric is selected, or the system's ibverbs
+/// library loads.
+pub fn available() -> bool {
+    std::env::var(FABRIC_VARIABLE).as_deref() == Ok("emulated") || fabric::verbs::library_loads()
+}

@@ -176,6 +176,43 @@ pub(crate) fn form_mesh(
         .collect()
 }
 
+/// Forms a star through `coordinator` (JACCL's side channel): rank 0 listens there and
+/// accepts every other rank, each of which connects and handshakes as the ring's ranks do (with
+/// the key's proofs when one is set). Entry `j` of rank 0's result is its connection to rank
+/// `j`; every other rank gets its connection to rank 0 in entry 0.
+pub(crate) fn form_star(
+    coordinator: &Address,
+    rank: usize,
+    size: usize,
+    options: &Options,
+) -> Result<Vec<Option<TcpStream>>> {
+    let deadline = Instant::now() + options.timeout;
+    let local = Local {
+        rank,
+        size,
+        key: options.key_material().cloned(),
+    };
+    let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    if rank == 0 {
+        let acceptor = Acceptor::start(
+            listen(coordinator, rank)?,
+            local,
+            (1..size).collect(),
+            options.timeout,
+        )?;
+        for (peer, stream) in acceptor.finish()? {
+            streams[peer] = Some(stream);
+        }
+    } else {
+        let mut stream = connect(coordinator, 0, deadline)?;
+        connect_side(&mut stream, &local, 0, deadline).map_err(|reason| {
+            init_error(Some(0), format!("the coordinator {coordinator}: {reason}"))
+        })?;
+        streams[0] = Some(stream);
+    }
+    Ok(streams)
+}
+
 /// A lower rank's connection, handshaken and accepted.
 type Connected = (usize, TcpStream);
 

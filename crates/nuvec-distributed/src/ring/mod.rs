@@ -5,7 +5,7 @@
 //! `schedule.rs`; this module moves bytes. Chunks are pipelined: a chunk is forwarded to the
 //! right neighbour as soon as it has been reduced, while the next one arrives from the left.
 
-mod connect;
+pub(crate) mod connect;
 mod doubling;
 mod frame;
 mod handshake;
@@ -14,7 +14,7 @@ mod hostile_peer_tests;
 mod lanes;
 mod outbox;
 mod peer;
-mod schedule;
+pub(crate) mod schedule;
 mod wire;
 
 use crate::hostfile::Address;

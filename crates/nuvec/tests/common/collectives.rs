@@ -6,7 +6,7 @@ use nuvec::prelude::*;
 use nuvec::with_dtype;
 
 /// Rank `rank`'s deterministic input of `shape` and `dtype`: small values so sums are exact.
-fn input(rank: usize, shape: &[i32], dtype: DType) -> Array {
+pub(crate) fn input(rank: usize, shape: &[i32], dtype: DType) -> Array {
     let size: i32 = shape.iter().product();
     let base = ops::arange(0.0, f64::from(size), 1.0, DType::I32);
     let values = ops::remainder(&(base * 7 + (rank as i32) * 3), 11);
@@ -19,7 +19,12 @@ fn input(rank: usize, shape: &[i32], dtype: DType) -> Array {
 }
 
 /// The element-wise fold of every rank's input, computed locally.
-fn reference(size: usize, shape: &[i32], dtype: DType, fold: fn(&Array, &Array) -> Array) -> Array {
+pub(crate) fn reference(
+    size: usize,
+    shape: &[i32],
+    dtype: DType,
+    fold: fn(&Array, &Array) -> Array,
+) -> Array {
     (1..size).fold(input(0, shape, dtype), |acc, rank| {
         fold(&acc, &input(rank, shape, dtype))
     })
@@ -37,13 +42,13 @@ fn bits(a: &Array) -> Vec<u8> {
 }
 
 #[track_caller]
-fn assert_same(actual: &Array, expected: &Array, what: &str) {
+pub(crate) fn assert_same(actual: &Array, expected: &Array, what: &str) {
     assert_eq!(actual.shape(), expected.shape(), "{what}: shape");
     assert_eq!(actual.dtype(), expected.dtype(), "{what}: dtype");
     assert_eq!(bits(actual), bits(expected), "{what}: values");
 }
 
-fn sum_with_bool_or(a: &Array, b: &Array) -> Array {
+pub(crate) fn sum_with_bool_or(a: &Array, b: &Array) -> Array {
     if a.dtype() == DType::Bool {
         ops::logical_or(a, b)
     } else {

@@ -1,0 +1,338 @@
+//! An emulated RDMA fabric for machines without RDMA hardware: each queue pair is a Unix
+//! datagram socket connected to its peer's, in any process on this machine.
+//!
+//! It keeps the rules of an unreliable connected queue pair, which JACCL's algorithms must
+//! live with on real cables:
+//! - a message travels as packets of at most the MTU (`NUVEC_JACCL_EMULATED_MTU`, default
+//!   4096 bytes), each with a packet sequence number;
+//! - a packet that goes missing makes the receiver discard the message it belonged to, and the
+//!   receive it was filling stays posted for the next message (nothing is retransmitted);
+//! - a message that arrives when no receive is posted is dropped;
+//! - a send completes when its last packet has left, not when the peer has it.
+//!
+//! `NUVEC_JACCL_EMULATED_DROP=RANK:N` makes rank `RANK` lose the `N`-th packet it sends
+//! (counted from 1 over all its queue pairs), for tests of lost frames.
+
+use super::{Completion, Fabric, QueuePair};
+use nuvec_core::{Error, Result};
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Bytes before each packet's payload: sequence number, flags, message length.
+const PACKET_HEADER: usize = 12;
+const FIRST: u8 = 1;
+const LAST: u8 = 2;
+const DEFAULT_MTU: usize = 4096;
+
+/// Queue pairs opened by this process (their socket names).
+static OPENED: AtomicU64 = AtomicU64::new(0);
+
+fn fabric_error(rank: usize, reason: String) -> Error {
+    Error::Distributed {
+        op: "jaccl".into(),
+        rank: Some(rank),
+        reason: format!("emulated fabric: {reason}"),
+    }
+}
+
+/// The emulated fabric of one process.
+#[derive(Debug)]
+pub(crate) struct EmulatedFabric {
+    rank: usize,
+    mtu: usize,
+    /// Packets sent by this process, and the one to lose (0: none).
+    packets: Arc<AtomicU64>,
+    drop_packet: u64,
+}
+
+impl EmulatedFabric {
+    /// The fabric with the MTU and lost packet the environment asks for.
+    pub(crate) fn from_env(rank: usize) -> Result<EmulatedFabric> {
+        let mtu = match std::env::var("NUVEC_JACCL_EMULATED_MTU") {
+            Ok(text) => text
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|m| (256..=65536).contains(m))
+                .ok_or_else(|| {
+                    fabric_error(
+                        rank,
+                        format!(
+                            "NUVEC_JACCL_EMULATED_MTU must be 256 to 65536 bytes, got {text:?}"
+                        ),
+                    )
+                })?,
+            Err(_) => DEFAULT_MTU,
+        };
+        let drop_packet = match std::env::var("NUVEC_JACCL_EMULATED_DROP") {
+            Ok(text) => {
+                let parsed = text
+                    .split_once(':')
+                    .and_then(|(r, n)| {
+                        Some((
+                            r.trim().parse::<usize>().ok()?,
+                            n.trim().parse::<u64>().ok()?,
+                        ))
+                    })
+                    .ok_or_else(|| {
+                        fabric_error(
+                            rank,
+                            format!("NUVEC_JACCL_EMULATED_DROP must be RANK:PACKET, got {text:?}"),
+                        )
+                    })?;
+                if parsed.0 == rank {
+                    parsed.1
+                } else {
+                    0
+                }
+            }
+            Err(_) => 0,
+        };
+        Ok(EmulatedFabric {
+            rank,
+            mtu,
+            packets: Arc::new(AtomicU64::new(0)),
+            drop_packet,
+        })
+    }
+}
+
+impl Fabric for EmulatedFabric {
+    fn name(&self) -> &'static str {
+        "emulated"
+    }
+
+    fn open(&self, device: &str, slots: usize, slot_bytes: usize) -> Result<Box<dyn QueuePair>> {
+        let path = std::env::temp_dir().join(format!(
+            "nvj-{}-{}",
+            std::process::id(),
+            OPENED.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&path);
+        let socket = UnixDatagram::bind(&path).map_err(|e| {
+            fabric_error(
+                self.rank,
+                format!("opening a queue pair on {device} ({}): {e}", path.display()),
+            )
+        })?;
+        socket.set_nonblocking(true).map_err(|e| {
+            fabric_error(self.rank, format!("opening a queue pair on {device}: {e}"))
+        })?;
+        Ok(Box::new(EmulatedQueuePair {
+            rank: self.rank,
+            device: device.to_string(),
+            socket,
+            path,
+            mtu: self.mtu,
+            send_slots: vec![vec![0; slot_bytes]; slots],
+            recv_slots: vec![vec![0; slot_bytes]; slots],
+            posted: VecDeque::new(),
+            sending: VecDeque::new(),
+            next_psn: 0,
+            expected_psn: 0,
+            filling: None,
+            discarding: false,
+            packet: vec![0; PACKET_HEADER + self.mtu],
+            packets: self.packets.clone(),
+            drop_packet: self.drop_packet,
+        }))
+    }
+}
+
+/// A send in progress: its slot, length and bytes already out.
+#[derive(Debug)]
+struct Sending {
+    slot: usize,
+    len: usize,
+    sent: usize,
+}
+
+/// One emulated queue pair.
+#[derive(Debug)]
+struct EmulatedQueuePair {
+    rank: usize,
+    device: String,
+    socket: UnixDatagram,
+    path: PathBuf,
+    mtu: usize,
+    send_slots: Vec<Vec<u8>>,
+    recv_slots: Vec<Vec<u8>>,
+    /// Posted receives, filled in order.
+    posted: VecDeque<usize>,
+    sending: VecDeque<Sending>,
+    next_psn: u32,
+    expected_psn: u32,
+    /// The receive being filled and how many bytes it holds.
+    filling: Option<(usize, usize)>,
+    /// Skipping the rest of a message that lost a packet or found no receive.
+    discarding: bool,
+    packet: Vec<u8>,
+    packets: Arc<AtomicU64>,
+    drop_packet: u64,
+}
+
+impl EmulatedQueuePair {
+    fn error(&self, reason: String) -> Error {
+        fabric_error(
+            self.rank,
+            format!("queue pair on {}: {reason}", self.device),
+        )
+    }
+
+    /// Writes packets of the sends in progress until the socket is full.
+    fn push_sends(&mut self, out: &mut Vec<Completion>) -> Result<()> {
+        while let Some(front) = self.sending.front_mut() {
+            let take = (front.len - front.sent).min(self.mtu);
+            let mut flags = 0;
+            if front.sent == 0 {
+                flags |= FIRST;
+            }
+            if front.sent + take == front.len {
+                flags |= LAST;
+            }
+            let packet = &mut self.packet;
+            packet[0..4].copy_from_slice(&self.next_psn.to_le_bytes());
+            packet[4] = flags;
+            packet[8..12].copy_from_slice(&(front.len as u32).to_le_bytes());
+            packet[PACKET_HEADER..PACKET_HEADER + take]
+                .copy_from_slice(&self.send_slots[front.slot][front.sent..front.sent + take]);
+            let number = self.packets.fetch_add(1, Ordering::Relaxed) + 1;
+            let lost = number == self.drop_packet;
+            if !lost {
+                match self.socket.send(&packet[..PACKET_HEADER + take]) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        self.packets.fetch_sub(1, Ordering::Relaxed);
+                        return Ok(());
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {
+                        self.packets.fetch_sub(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(self.error(format!(
+                            "the peer's queue pair is gone ({e}): its process ended"
+                        )))
+                    }
+                }
+            }
+            self.next_psn = self.next_psn.wrapping_add(1);
+            front.sent += take;
+            if front.sent == front.len {
+                out.push(Completion::Sent { slot: front.slot });
+                self.sending.pop_front();
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes in the packets waiting on the socket.
+    fn take_packets(&mut self, out: &mut Vec<Completion>) -> Result<()> {
+        loop {
+            let n = match self.socket.recv(&mut self.packet) {
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.error(format!("receiving: {e}"))),
+            };
+            if n < PACKET_HEADER {
+                continue;
+            }
+            let psn = u32::from_le_bytes(self.packet[0..4].try_into().unwrap_or_default());
+            let flags = self.packet[4];
+            let total =
+                u32::from_le_bytes(self.packet[8..12].try_into().unwrap_or_default()) as usize;
+            let payload = n - PACKET_HEADER;
+            if psn != self.expected_psn {
+                // A packet went missing: the message being filled is lost; its receive stays
+                // posted for the next message.
+                self.filling = None;
+                self.discarding = true;
+            }
+            self.expected_psn = psn.wrapping_add(1);
+            if flags & FIRST != 0 {
+                self.discarding = false;
+                self.filling = None;
+                match self.posted.front() {
+                    Some(&slot) if total <= self.recv_slots[slot].len() => {
+                        self.filling = Some((slot, 0))
+                    }
+                    _ => self.discarding = true,
+                }
+            }
+            if self.discarding {
+                continue;
+            }
+            let Some((slot, filled)) = self.filling else {
+                continue;
+            };
+            let end = filled + payload;
+            if end > total {
+                self.filling = None;
+                self.discarding = true;
+                continue;
+            }
+            self.recv_slots[slot][filled..end]
+                .copy_from_slice(&self.packet[PACKET_HEADER..PACKET_HEADER + payload]);
+            self.filling = Some((slot, end));
+            if flags & LAST != 0 {
+                self.filling = None;
+                if end == total {
+                    self.posted.pop_front();
+                    out.push(Completion::Received { slot, len: total });
+                }
+            }
+        }
+    }
+}
+
+impl QueuePair for EmulatedQueuePair {
+    fn address(&self) -> Vec<u8> {
+        self.path.as_os_str().as_encoded_bytes().to_vec()
+    }
+
+    fn connect(&mut self, remote: &[u8]) -> Result<()> {
+        let path = PathBuf::from(String::from_utf8_lossy(remote).into_owned());
+        self.socket
+            .connect(&path)
+            .map_err(|e| self.error(format!("connecting to {}: {e}", path.display())))
+    }
+
+    fn send_slot(&mut self, slot: usize) -> &mut [u8] {
+        &mut self.send_slots[slot]
+    }
+
+    fn recv_slot(&self, slot: usize) -> &[u8] {
+        &self.recv_slots[slot]
+    }
+
+    fn post_send(&mut self, slot: usize, len: usize) -> Result<()> {
+        self.sending.push_back(Sending { slot, len, sent: 0 });
+        Ok(())
+    }
+
+    fn post_recv(&mut self, slot: usize) -> Result<()> {
+        self.posted.push_back(slot);
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()> {
+        self.push_sends(out)?;
+        self.take_packets(out)
+    }
+
+    fn wake_fd(&self) -> Option<(i32, bool)> {
+        use std::os::fd::AsRawFd;
+        Some((self.socket.as_raw_fd(), !self.sending.is_empty()))
+    }
+}
+
+impl Drop for EmulatedQueuePair {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

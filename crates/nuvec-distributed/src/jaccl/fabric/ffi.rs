@@ -1,0 +1,1 @@
+//! Placeholder for the hand-declared ibverbs functions.

@@ -1,0 +1,440 @@
+//! Forming a JACCL group and running its collectives: [`init_with`] and the communicator.
+
+use super::channel::Channel;
+use super::exchange::{reduce_kind, Links, Transfer, SEND_RECV};
+use super::fabric::{self, Fabric};
+use super::mesh::Mesh;
+use super::ring::Ring;
+use super::scratch::Scratch;
+use super::side::SideChannel;
+use super::{Config, Options, Topology};
+use nuvec_core::distributed::{Communicator, Group, ReduceOp};
+use nuvec_core::{DType, Error, Result};
+use std::sync::{Mutex, MutexGuard};
+
+/// Receive (and send) slots per queue pair.
+pub(crate) const SLOTS: usize = 8;
+/// Bytes of one slot: the largest message, header included.
+pub(crate) const SLOT_BYTES: usize = 128 * 1024;
+
+fn jaccl_error(op: &str, rank: usize, reason: String) -> Error {
+    Error::Distributed {
+        op: op.into(),
+        rank: Some(rank),
+        reason,
+    }
+}
+
+/// The algorithms of the chosen topology.
+#[derive(Debug)]
+enum Shape {
+    Mesh(Mesh),
+    Ring(Ring),
+}
+
+#[derive(Debug)]
+struct State {
+    links: Option<Links>,
+    scratch: Scratch,
+    failure: Option<Error>,
+}
+
+/// A connected JACCL group.
+#[derive(Debug)]
+pub struct JacclCommunicator {
+    rank: usize,
+    size: usize,
+    shape: Shape,
+    fabric: &'static str,
+    state: Mutex<State>,
+    side: Mutex<SideChannel>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Forms the JACCL group `config` describes over the fabric `NUVEC_JACCL_FABRIC` selects (the
+/// system's ibverbs by default). The group is not made the default.
+pub fn init_with(config: &Config, options: &Options) -> Result<Group> {
+    let communicator = JacclCommunicator::connect(config, options)?;
+    Ok(Group::register(std::sync::Arc::new(communicator)))
+}
+
+/// One queue pair to open: the peer, the cable's index and its device.
+struct Planned {
+    peer: usize,
+    wire: usize,
+    device: String,
+}
+
+impl JacclCommunicator {
+    /// Connects this rank of the group `config` describes.
+    pub fn connect(config: &Config, options: &Options) -> Result<JacclCommunicator> {
+        let rank = config.rank;
+        let size = config.size();
+        options
+            .base
+            .validate()
+            .map_err(|e| jaccl_error("init", rank, e))?;
+        let topology = config.choose(options.side_channel.is_some())?;
+        let fabric = fabric::select(rank)?;
+        let mut side = match &options.side_channel {
+            Some(all_gather) => SideChannel::Custom {
+                rank,
+                size,
+                all_gather: all_gather.clone(),
+            },
+            None => {
+                let coordinator = config.coordinator.as_ref().expect("checked by choose");
+                SideChannel::star(coordinator, rank, size, &options.base)?
+            }
+        };
+        let plan = plan(config, topology);
+        let links = open_links(fabric.as_ref(), &plan, rank, &mut side, options)?;
+        let index_of =
+            |peer: usize, wire: usize| plan.iter().position(|p| p.peer == peer && p.wire == wire);
+        let shape = match topology {
+            Topology::Mesh => Shape::Mesh(Mesh {
+                rank,
+                channel_of: (0..size).map(|p| index_of(p, 0)).collect(),
+            }),
+            Topology::Ring { wires } => {
+                let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
+                let find = |peer: usize| -> Vec<usize> {
+                    (0..wires)
+                        .map(|k| index_of(peer, k).expect("a channel per wire"))
+                        .collect()
+                };
+                Shape::Ring(Ring {
+                    rank,
+                    size,
+                    right: find(right),
+                    left: find(left),
+                })
+            }
+        };
+        Ok(JacclCommunicator {
+            rank,
+            size,
+            shape,
+            fabric: fabric.name(),
+            state: Mutex::new(State {
+                links: Some(links),
+                scratch: Scratch::default(),
+                failure: None,
+            }),
+            side: Mutex::new(side),
+        })
+    }
+
+    /// The fabric this group runs on (`"verbs"` or `"emulated"`).
+    pub fn fabric(&self) -> &'static str {
+        self.fabric
+    }
+
+    /// Runs `body` on the group's links unless the group failed or was closed; a failure
+    /// becomes the group's, and later operations refuse to run with it.
+    fn run(
+        &self,
+        op: &str,
+        body: impl FnOnce(&mut Links, &mut Scratch) -> Result<()>,
+    ) -> Result<()> {
+        let mut state = lock(&self.state);
+        if let Some(failure) = &state.failure {
+            return Err(jaccl_error(
+                op,
+                self.rank,
+                format!("the group failed earlier and refuses further work: {failure}"),
+            ));
+        }
+        let State {
+            links,
+            scratch,
+            failure,
+        } = &mut *state;
+        let Some(links) = links.as_mut() else {
+            return Err(jaccl_error(op, self.rank, "the group was closed".into()));
+        };
+        let outcome = body(links, scratch);
+        if let Err(error) = &outcome {
+            *failure = Some(error.clone());
+        }
+        outcome
+    }
+
+    fn point_to_point(&self, op: &str, peer: usize) -> Result<usize> {
+        if peer >= self.size || peer == self.rank {
+            return Err(jaccl_error(
+                op,
+                self.rank,
+                format!(
+                    "rank {peer} is not another rank of this group of {}",
+                    self.size
+                ),
+            ));
+        }
+        match &self.shape {
+            Shape::Mesh(mesh) => mesh.channel_to(peer),
+            Shape::Ring(ring) => ring.channel_to(peer),
+        }
+        .map_err(|reason| jaccl_error(op, self.rank, reason))
+    }
+}
+
+/// The queue pairs this rank opens: one per peer on a mesh, one per cable to each neighbour
+/// on a ring (the same neighbour on both sides for a ring of two).
+fn plan(config: &Config, topology: Topology) -> Vec<Planned> {
+    let (rank, size) = (config.rank, config.size());
+    let row = &config.devices[rank];
+    match topology {
+        Topology::Mesh => (0..size)
+            .filter(|&p| p != rank)
+            .map(|peer| Planned {
+                peer,
+                wire: 0,
+                device: row[peer][0].clone(),
+            })
+            .collect(),
+        Topology::Ring { wires } => {
+            let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
+            let mut peers = vec![right];
+            if left != right {
+                peers.push(left);
+            }
+            peers
+                .into_iter()
+                .flat_map(|peer| (0..wires).map(move |wire| (peer, wire)))
+                .map(|(peer, wire)| Planned {
+                    peer,
+                    wire,
+                    device: row[peer][wire].clone(),
+                })
+                .collect()
+        }
+    }
+}
+
+/// Opens the planned queue pairs, trades their addresses over the side channel, connects
+/// them and posts their receives; a final exchange makes sure every rank is ready.
+fn open_links(
+    fabric: &dyn Fabric,
+    plan: &[Planned],
+    rank: usize,
+    side: &mut SideChannel,
+    options: &Options,
+) -> Result<Links> {
+    let mut queue_pairs = Vec::with_capacity(plan.len());
+    let mut record = Vec::new();
+    for planned in plan {
+        let qp = fabric.open(&planned.device, SLOTS, SLOT_BYTES)?;
+        let address = qp.address();
+        record.extend_from_slice(&(planned.peer as u32).to_le_bytes());
+        record.extend_from_slice(&(planned.wire as u32).to_le_bytes());
+        record.extend_from_slice(&(address.len() as u32).to_le_bytes());
+        record.extend_from_slice(&address);
+        queue_pairs.push(qp);
+    }
+    let records = side.all_gather(&record)?;
+    let mut channels = Vec::with_capacity(plan.len());
+    for (planned, mut qp) in plan.iter().zip(queue_pairs) {
+        let remote = find_address(&records[planned.peer], rank, planned.wire).ok_or_else(|| {
+            jaccl_error(
+                "init",
+                rank,
+                format!(
+                    "rank {} published no queue pair for rank {rank} on cable {}: the ranks disagree on the topology (check that every rank has the same device file)",
+                    planned.peer, planned.wire
+                ),
+            )
+        })?;
+        qp.connect(remote)?;
+        channels.push(Channel::new(qp, planned.peer, SLOTS)?);
+    }
+    // Every receive is posted before anyone sends.
+    side.all_gather(&[])?;
+    Ok(Links::new(rank, channels, SLOT_BYTES, options.base.timeout))
+}
+
+/// The address `owner`'s record gives for its queue pair to `rank` on cable `wire`.
+fn find_address(mut record: &[u8], rank: usize, wire: usize) -> Option<&[u8]> {
+    let word = |bytes: &[u8], at: usize| -> Option<usize> {
+        Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize)
+    };
+    while !record.is_empty() {
+        let (peer, cable, len) = (word(record, 0)?, word(record, 4)?, word(record, 8)?);
+        let address = record.get(12..12 + len)?;
+        if peer == rank && cable == wire {
+            return Some(address);
+        }
+        record = &record[12 + len..];
+    }
+    None
+}
+
+/// Bytes of the header message before every `send`: dtype, dimension count, byte count and
+/// up to [`MAX_NDIM`] dimensions.
+const MESSAGE_HEADER: usize = 16 + 4 * MAX_NDIM;
+/// The most dimensions a message may have.
+const MAX_NDIM: usize = 64;
+
+fn describe_message(
+    dtype: DType,
+    shape: &[i32],
+    bytes: usize,
+) -> std::result::Result<[u8; MESSAGE_HEADER], String> {
+    if shape.len() > MAX_NDIM {
+        return Err(format!(
+            "an array of {} dimensions cannot be sent (at most {MAX_NDIM})",
+            shape.len()
+        ));
+    }
+    let mut header = [0u8; MESSAGE_HEADER];
+    header[0] = DType::ALL.iter().position(|d| *d == dtype).unwrap_or(0) as u8;
+    header[4..8].copy_from_slice(&(shape.len() as u32).to_le_bytes());
+    header[8..16].copy_from_slice(&(bytes as u64).to_le_bytes());
+    for (i, dim) in shape.iter().enumerate() {
+        header[16 + 4 * i..20 + 4 * i].copy_from_slice(&dim.to_le_bytes());
+    }
+    Ok(header)
+}
+
+fn read_message_header(
+    header: &[u8; MESSAGE_HEADER],
+) -> std::result::Result<(DType, Vec<i32>, usize), String> {
+    let dtype = *DType::ALL
+        .get(header[0] as usize)
+        .ok_or_else(|| format!("unknown dtype code {}", header[0]))?;
+    let ndim = u32::from_le_bytes(header[4..8].try_into().unwrap_or_default()) as usize;
+    if ndim > MAX_NDIM {
+        return Err(format!("{ndim} dimensions (at most {MAX_NDIM})"));
+    }
+    let bytes = u64::from_le_bytes(header[8..16].try_into().unwrap_or_default()) as usize;
+    let shape = (0..ndim)
+        .map(|i| {
+            i32::from_le_bytes(
+                header[16 + 4 * i..20 + 4 * i]
+                    .try_into()
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    Ok((dtype, shape, bytes))
+}
+
+impl Communicator for JacclCommunicator {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn backend(&self) -> &'static str {
+        "jaccl"
+    }
+
+    fn all_reduce(&self, data: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
+        self.run(op.collective_name(), |links, scratch| match &self.shape {
+            Shape::Mesh(mesh) => mesh.all_reduce(links, scratch, data, dtype, op, reduce_kind(op)),
+            Shape::Ring(ring) => ring.all_reduce(links, scratch, data, dtype, op),
+        })
+    }
+
+    fn all_gather(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {
+        self.run("all_gather", |links, _| match &self.shape {
+            Shape::Mesh(mesh) => mesh.all_gather(links, input, output),
+            Shape::Ring(ring) => ring.all_gather(links, input, output, dtype),
+        })
+    }
+
+    fn reduce_scatter(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.run("sum_scatter", |links, scratch| match &self.shape {
+            Shape::Mesh(mesh) => mesh.reduce_scatter(links, scratch, input, output, dtype, op),
+            Shape::Ring(ring) => ring.reduce_scatter(links, scratch, input, output, dtype, op),
+        })
+    }
+
+    fn send(&self, data: &[u8], dtype: DType, shape: &[i32], dst: usize) -> Result<()> {
+        let channel = self.point_to_point("send", dst)?;
+        let header = describe_message(dtype, shape, data.len())
+            .map_err(|reason| jaccl_error("send", self.rank, reason))?;
+        self.run("send", |links, _| {
+            links.exchange(
+                "send",
+                SEND_RECV,
+                &mut [Transfer {
+                    channel,
+                    send: &header,
+                    recv: &mut [],
+                }],
+            )?;
+            links.exchange(
+                "send",
+                SEND_RECV,
+                &mut [Transfer {
+                    channel,
+                    send: data,
+                    recv: &mut [],
+                }],
+            )
+        })
+    }
+
+    fn recv(&self, data: &mut [u8], dtype: DType, shape: &[i32], src: usize) -> Result<()> {
+        let channel = self.point_to_point("recv", src)?;
+        let rank = self.rank;
+        let mut mismatch = None;
+        self.run("recv", |links, scratch| {
+            let mut header = [0u8; MESSAGE_HEADER];
+            links.exchange("recv", SEND_RECV, &mut [Transfer { channel, send: &[], recv: &mut header }])?;
+            let (their_dtype, their_shape, bytes) = read_message_header(&header)
+                .map_err(|reason| jaccl_error("recv", rank, format!("rank {src} sent a malformed message header: {reason}")))?;
+            if their_dtype == dtype && their_shape == shape && bytes == data.len() {
+                return links.exchange("recv", SEND_RECV, &mut [Transfer { channel, send: &[], recv: data }]);
+            }
+            // Take the whole message in bounded pieces so the channel stays usable.
+            if bytes > 0 {
+                links.discard("recv", SEND_RECV, channel, bytes, &mut scratch.buffers(1)[0])?;
+            }
+            mismatch = Some(jaccl_error(
+                "recv",
+                rank,
+                format!("rank {src} sent {their_dtype} {their_shape:?}, this rank (rank {rank}) expected {dtype} {shape:?}"),
+            ));
+            Ok(())
+        })?;
+        mismatch.map_or(Ok(()), Err)
+    }
+
+    fn health(&self) -> Result<()> {
+        {
+            let state = lock(&self.state);
+            if let Some(failure) = &state.failure {
+                return Err(failure.clone());
+            }
+            if state.links.is_none() {
+                return Err(jaccl_error(
+                    "health",
+                    self.rank,
+                    "the group was closed".into(),
+                ));
+            }
+        }
+        lock(&self.side)
+            .health()
+            .map_err(|reason| jaccl_error("health", self.rank, reason))
+    }
+
+    fn close(&self) {
+        lock(&self.state).links = None;
+        lock(&self.side).close();
+    }
+}
