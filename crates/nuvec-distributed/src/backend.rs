@@ -148,6 +148,19 @@ pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
 
 /// Forms the JACCL group of the launch environment. Without it, the group of one when not
 /// strict, else an error naming the missing variables.
+#[cfg(not(feature = "jaccl"))]
+fn init_jaccl(strict: bool) -> Result<Group> {
+    if !strict {
+        return Ok(Group::single());
+    }
+    Err(init_error(
+        "the jaccl backend is not in this build of nuvec: enable it with `cargo add nuvec --features jaccl` (or the `jaccl` feature of nuvec-distributed)".into(),
+    ))
+}
+
+/// Forms the JACCL group of the launch environment. Without it, the group of one when not
+/// strict, else an error naming the missing variables.
+#[cfg(feature = "jaccl")]
 fn init_jaccl(strict: bool) -> Result<Group> {
     let Some(config) = crate::jaccl::Config::from_env()? else {
         if !strict {

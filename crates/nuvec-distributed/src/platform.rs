@@ -49,6 +49,7 @@ pub(crate) fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<us
 /// Waits until one of `fds` is readable (or, where its flag is set, writable), or `timeout`
 /// passes. Errors other than an interruption are returned; an interruption counts as a wake-up.
 #[allow(unsafe_code)]
+#[cfg(feature = "jaccl")]
 pub(crate) fn wait_fds(fds: &[(i32, bool)], timeout: Duration) -> std::io::Result<()> {
     let mut polled: Vec<libc::pollfd> = fds
         .iter()

@@ -77,6 +77,9 @@ pub mod distributed {
         all_gather, all_max, all_min, all_sum, default_group, recv, recv_like, send, sum_gradients,
         sum_scatter, Communicator, Group, ReduceOp,
     };
+    /// MLX's JACCL backend (the `jaccl` feature): RDMA over ibverbs, or the emulated fabric.
+    #[cfg(feature = "jaccl")]
+    pub use nuvec_distributed::jaccl;
     pub use nuvec_distributed::{
         init, init_backend, init_with, is_available, parse_hostfile, read_hostfile, Address,
         Backend, Options,

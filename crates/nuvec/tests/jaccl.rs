@@ -336,3 +336,208 @@ fn a_stalled_peer_times_out_with_an_error_naming_it() {
         },
     );
 }
+
+mod in_process {
+    //! Groups formed in code by threads of this process (`jaccl::init_with`).
+    use super::*;
+    use nuvec_distributed::jaccl::{init_with, Config, Fabric, Options};
+    use nuvec_distributed::Address;
+    use nuvec_test_support::ranks::free_ports;
+    use std::sync::{Arc, Barrier, Mutex};
+
+    const MESH3: &str = r#"[[null, "a", "b"], ["a", null, "c"], ["b", "c", null]]"#;
+
+    fn config(text: &str, rank: usize, port: u16) -> Config {
+        let coordinator = Address::parse(&format!("127.0.0.1:{port}")).unwrap();
+        Config::parse(text, rank, Some(coordinator), false).unwrap()
+    }
+
+    fn options(secret: &str) -> Options {
+        Options::default()
+            .timeout(Duration::from_secs(3))
+            .key(secret)
+            .fabric(Fabric::Emulated)
+    }
+
+    /// Forms the group of `text` with each rank's options on its own thread; each thread's
+    /// outcome, the sum of `[rank + 1]` when the group formed.
+    fn form(
+        text: &str,
+        ranks: usize,
+        options: impl Fn(usize) -> Options + Sync,
+    ) -> Vec<Result<f32>> {
+        let port = free_ports(1)[0];
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..ranks)
+                .map(|rank| {
+                    let options = &options;
+                    scope.spawn(move || {
+                        let group = init_with(&config(text, rank, port), &options(rank))?;
+                        let sum = distributed::all_sum(&array![rank as f32 + 1.0], Some(&group))
+                            .item::<f32>();
+                        group.close();
+                        sum
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn a_mesh_forms_in_code_with_a_key_and_a_wrong_key_is_refused() {
+        let secret = "the shared secret of the tests";
+        for outcome in form(MESH3, 3, |_| options(secret)) {
+            assert_eq!(outcome.unwrap(), 6.0);
+        }
+        let outcomes = form(MESH3, 3, |rank| {
+            options(if rank == 2 {
+                "another secret, quite different"
+            } else {
+                secret
+            })
+        });
+        let errors: Vec<String> = outcomes
+            .into_iter()
+            .map(|o| o.unwrap_err().to_string())
+            .collect();
+        assert!(errors[2].contains("key"), "{}", errors[2]);
+        assert!(errors[0].contains("rank 2"), "{}", errors[0]);
+        for error in &errors {
+            assert!(!error.contains("secret"), "the key leaked: {error}");
+        }
+    }
+
+    /// An all-gather over shared memory between threads.
+    struct Board {
+        slots: Mutex<Vec<Vec<u8>>>,
+        barrier: Barrier,
+    }
+
+    impl Board {
+        fn new(size: usize) -> Board {
+            Board {
+                slots: Mutex::new(vec![Vec::new(); size]),
+                barrier: Barrier::new(size),
+            }
+        }
+
+        fn all_gather(&self, rank: usize, bytes: &[u8]) -> Vec<u8> {
+            self.slots.lock().unwrap()[rank] = bytes.to_vec();
+            self.barrier.wait();
+            let all = self.slots.lock().unwrap().concat();
+            // Nobody writes the next round before everyone has read this one.
+            self.barrier.wait();
+            all
+        }
+    }
+
+    #[test]
+    fn a_callers_side_channel_replaces_the_coordinator() {
+        let board = Arc::new(Board::new(2));
+        let ring2 = r#"[[null, ["x", "y"]], [["x", "y"], null]]"#;
+        let outcomes: Vec<Result<f32>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..2)
+                .map(|rank| {
+                    let board = board.clone();
+                    scope.spawn(move || {
+                        let config = Config::parse(ring2, rank, None, true).unwrap();
+                        let options = Options::default()
+                            .timeout(Duration::from_secs(5))
+                            .fabric(Fabric::Emulated)
+                            .side_channel(move |bytes: &[u8]| Ok(board.all_gather(rank, bytes)));
+                        let group = init_with(&config, &options)?;
+                        group.health()?;
+                        let x = ops::full(&[1 << 18], rank as f64 + 1.0, DType::F32);
+                        let sum = distributed::all_sum(&x, Some(&group))
+                            .max(None, false)
+                            .item::<f32>();
+                        group.close();
+                        assert!(group.health().is_err(), "a closed group is not healthy");
+                        sum
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for outcome in outcomes {
+            assert_eq!(outcome.unwrap(), 3.0);
+        }
+    }
+
+    #[test]
+    fn the_verbs_fabric_names_a_device_this_machine_lacks() {
+        let port = free_ports(1)[0];
+        let options = Options::default()
+            .timeout(Duration::from_secs(2))
+            .fabric(Fabric::Verbs);
+        let error = init_with(&config(MESH3, 0, port), &options)
+            .unwrap_err()
+            .to_string();
+        // Without the library: says so and points at the emulated fabric; with it: names the
+        // device and lists the ones this machine has.
+        assert!(
+            error.contains("NUVEC_JACCL_FABRIC=emulated")
+                || error.contains("ibverbs device a: no such device"),
+            "{error}"
+        );
+    }
+}
+
+/// Runs example `name` on 4 local ranks through `nuvec launch --backend jaccl` (which gives
+/// them the emulated fabric) with `extra` launcher arguments; its success and output.
+fn launch_example_with(name: &str, extra: &[&str]) -> (bool, String) {
+    let nuvec = nuvec_test_support::ranks::binary_of("nuvec-cli", "nuvec");
+    let example = nuvec_test_support::ranks::example(name);
+    let port = nuvec_test_support::ranks::free_port_range(1);
+    let output = std::process::Command::new(nuvec)
+        .args([
+            "launch",
+            "--backend",
+            "jaccl",
+            "-n",
+            "4",
+            "-p",
+            &port.to_string(),
+        ])
+        .args(extra)
+        .arg("--")
+        .arg(example)
+        .output()
+        .expect("running nuvec launch");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+fn launch_example(name: &str) -> String {
+    let (ok, out) = launch_example_with(name, &[]);
+    assert!(ok, "{name}: {out}");
+    out
+}
+
+#[test]
+fn the_spec_example_and_the_demo_run_under_nuvec_launch_backend_jaccl() {
+    let out = launch_example("spec_first_example");
+    for rank in 0..4 {
+        assert!(out.contains(&format!("rank {rank} of 4")), "{out}");
+    }
+    let out = launch_example("distributed_demo");
+    for rank in 0..4 {
+        assert!(
+            out.contains(&format!(
+                "rank {rank}/4: all_sum, all_gather, sum_scatter and send/recv agree"
+            )),
+            "{out}"
+        );
+    }
+    // The ranks really run over JACCL: a packet lost on the emulated fabric fails the demo.
+    let (ok, out) = launch_example_with(
+        "distributed_demo",
+        &["--env", "NUVEC_JACCL_EMULATED_DROP=1:200"],
+    );
+    assert!(!ok && out.contains("lost on the link"), "{out}");
+}

@@ -139,10 +139,30 @@ pub(crate) fn plan(hosts: &[Host], options: &PlanOptions) -> Result<Vec<RankPlan
                 "the jaccl backend needs an IP address for rank 0 (the coordinator) in the hostfile",
             )?;
             let n = hosts.len();
-            let well_formed = hosts
-                .iter()
-                .enumerate()
-                .all(|(i, h)| h.rdma.len() == n && h.rdma[i].is_null());
+            // Local ranks without devices (`-n N`) get the emulated fabric and a full mesh of
+            // made-up devices, so any program can run over JACCL's algorithms here.
+            let emulated = hosts.iter().all(|h| h.is_local() && h.rdma.is_empty());
+            let rdma_of = |i: usize| -> Vec<Value> {
+                if !emulated {
+                    return hosts[i].rdma.clone();
+                }
+                (0..n)
+                    .map(|j| {
+                        if i == j {
+                            Value::Null
+                        } else {
+                            Value::from(format!("emulated{}_{}", i.min(j), i.max(j)))
+                        }
+                    })
+                    .collect()
+            };
+            if emulated {
+                env.push(("NUVEC_JACCL_FABRIC".into(), "emulated".into()));
+            }
+            let well_formed = (0..n).all(|i| {
+                let rdma = rdma_of(i);
+                rdma.len() == n && rdma[i].is_null()
+            });
             if !well_formed {
                 return Err(format!(
                     "the jaccl backend needs an \"rdma\" list of {n} entries per host with null for the host itself"
@@ -157,12 +177,7 @@ pub(crate) fn plan(hosts: &[Host], options: &PlanOptions) -> Result<Vec<RankPlan
             if options.backend == LaunchBackend::JacclRing {
                 env.push(("MLX_JACCL_RING".into(), "1".into()));
             }
-            let rows = Value::from(
-                hosts
-                    .iter()
-                    .map(|h| Value::from(h.rdma.clone()))
-                    .collect::<Vec<_>>(),
-            );
+            let rows = Value::from((0..n).map(|i| Value::from(rdma_of(i))).collect::<Vec<_>>());
             files.push(("MLX_IBV_DEVICES".to_string(), python_json(&rows)));
         }
         LaunchBackend::Mpi => {}
@@ -262,6 +277,31 @@ mod tests {
         let mut broken = hostfile.hosts.clone();
         broken[0].rdma.pop();
         assert!(plan(&broken, &options).unwrap_err().contains("rdma"));
+    }
+
+    #[test]
+    fn local_jaccl_ranks_without_devices_get_the_emulated_fabric_and_a_mesh() {
+        let hosts = parse_host_list("127.0.0.1", 3).unwrap();
+        let options = PlanOptions {
+            backend: LaunchBackend::Jaccl,
+            ..ring(5000, 1, false)
+        };
+        let plans = plan(&hosts, &options).unwrap();
+        assert_eq!(
+            plans[2].files[0].1,
+            r#"[[null, "emulated0_1", "emulated0_2"], ["emulated0_1", null, "emulated1_2"], ["emulated0_2", "emulated1_2", null]]"#
+        );
+        assert!(plans[1]
+            .env
+            .contains(&("NUVEC_JACCL_FABRIC".into(), "emulated".into())));
+        // Hosts with devices keep them and get no emulation.
+        let remote = parse_launch_hostfile(
+            r#"[{"ssh": "m1", "ips": ["10.0.0.1"], "rdma": [null, "d"]},
+                {"ssh": "m2", "ips": ["10.0.0.2"], "rdma": ["d", null]}]"#,
+        )
+        .unwrap();
+        let plans = plan(&remote.hosts, &options).unwrap();
+        assert!(!plans[0].env.iter().any(|(k, _)| k == "NUVEC_JACCL_FABRIC"));
     }
 
     #[test]

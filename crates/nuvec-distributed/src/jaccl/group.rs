@@ -2,7 +2,7 @@
 
 use super::channel::Channel;
 use super::exchange::{reduce_kind, Links, Transfer, SEND_RECV};
-use super::fabric::{self, Fabric};
+use super::fabric::{self, QueuePair};
 use super::mesh::Mesh;
 use super::ring::Ring;
 use super::scratch::Scratch;
@@ -78,7 +78,14 @@ impl JacclCommunicator {
             .validate()
             .map_err(|e| jaccl_error("init", rank, e))?;
         let topology = config.choose(options.side_channel.is_some())?;
-        let fabric = fabric::select(rank)?;
+        let fabric = fabric::select(rank, options.fabric)?;
+        // Queue pairs first, so a missing or unusable device is reported before waiting on
+        // the other ranks.
+        let plan = plan(config, topology);
+        let queue_pairs = plan
+            .iter()
+            .map(|p| fabric.open(&p.device, SLOTS, SLOT_BYTES))
+            .collect::<Result<Vec<_>>>()?;
         let mut side = match &options.side_channel {
             Some(all_gather) => SideChannel::Custom {
                 rank,
@@ -90,8 +97,7 @@ impl JacclCommunicator {
                 SideChannel::star(coordinator, rank, size, &options.base)?
             }
         };
-        let plan = plan(config, topology);
-        let links = open_links(fabric.as_ref(), &plan, rank, &mut side, options)?;
+        let links = connect_links(queue_pairs, &plan, rank, &mut side, options)?;
         let index_of =
             |peer: usize, wire: usize| plan.iter().position(|p| p.peer == peer && p.wire == wire);
         let shape = match topology {
@@ -215,25 +221,22 @@ fn plan(config: &Config, topology: Topology) -> Vec<Planned> {
     }
 }
 
-/// Opens the planned queue pairs, trades their addresses over the side channel, connects
-/// them and posts their receives; a final exchange makes sure every rank is ready.
-fn open_links(
-    fabric: &dyn Fabric,
+/// Trades the queue pairs' addresses over the side channel, connects them and posts their
+/// receives; a final exchange makes sure every rank is ready.
+fn connect_links(
+    queue_pairs: Vec<Box<dyn QueuePair>>,
     plan: &[Planned],
     rank: usize,
     side: &mut SideChannel,
     options: &Options,
 ) -> Result<Links> {
-    let mut queue_pairs = Vec::with_capacity(plan.len());
     let mut record = Vec::new();
-    for planned in plan {
-        let qp = fabric.open(&planned.device, SLOTS, SLOT_BYTES)?;
+    for (planned, qp) in plan.iter().zip(&queue_pairs) {
         let address = qp.address();
         record.extend_from_slice(&(planned.peer as u32).to_le_bytes());
         record.extend_from_slice(&(planned.wire as u32).to_le_bytes());
         record.extend_from_slice(&(address.len() as u32).to_le_bytes());
         record.extend_from_slice(&address);
-        queue_pairs.push(qp);
     }
     let records = side.all_gather(&record)?;
     let mut channels = Vec::with_capacity(plan.len());

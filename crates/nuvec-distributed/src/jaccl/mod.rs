@@ -13,26 +13,52 @@
 //!   a lost frame, a dead peer or a stalled one fails the operation with an error naming the
 //!   peer; MLX's JACCL spins forever instead.
 
+//!
+//! Everything but [`Config`] needs the crate's `jaccl` feature (nuvec's `jaccl` feature turns
+//! it on); without it, `init_backend(true, Backend::Jaccl)` says how to enable it.
+
+#[cfg(feature = "jaccl")]
 mod channel;
 mod config;
+#[cfg(feature = "jaccl")]
 mod devices;
+#[cfg(feature = "jaccl")]
 mod exchange;
+#[cfg(feature = "jaccl")]
 mod fabric;
+#[cfg(feature = "jaccl")]
 mod group;
+#[cfg(feature = "jaccl")]
 mod mesh;
+#[cfg(feature = "jaccl")]
 mod options;
+#[cfg(feature = "jaccl")]
 mod ring;
+#[cfg(feature = "jaccl")]
 mod scratch;
+#[cfg(feature = "jaccl")]
 mod side;
 
 pub use config::{Config, Topology, MESH_MAX_RANKS, RING_MAX_WIRES};
+#[cfg(feature = "jaccl")]
 pub use devices::{devices, Device, PortState};
+#[cfg(feature = "jaccl")]
 pub use fabric::FABRIC_VARIABLE;
+#[cfg(feature = "jaccl")]
 pub use group::{init_with, JacclCommunicator};
-pub use options::{AllGather, Options};
+#[cfg(feature = "jaccl")]
+pub use options::{AllGather, Fabric, Options};
 
-/// Whether JACCL can run here: the emulated fabric is selected, or the system's ibverbs
-/// library loads.
+/// Whether JACCL can run here: this build has the `jaccl` feature, and the emulated fabric is
+/// selected (`NUVEC_JACCL_FABRIC=emulated`) or the system's ibverbs library loads.
 pub fn available() -> bool {
-    std::env::var(FABRIC_VARIABLE).as_deref() == Ok("emulated") || fabric::verbs::library_loads()
+    #[cfg(feature = "jaccl")]
+    {
+        std::env::var(FABRIC_VARIABLE).as_deref() == Ok("emulated")
+            || fabric::verbs::library_loads()
+    }
+    #[cfg(not(feature = "jaccl"))]
+    {
+        false
+    }
 }

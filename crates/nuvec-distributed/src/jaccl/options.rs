@@ -23,6 +23,16 @@ pub type AllGather = Arc<dyn Fn(&[u8]) -> Result<Vec<u8>> + Send + Sync>;
 pub struct Options {
     pub(crate) base: crate::Options,
     pub(crate) side_channel: Option<AllGather>,
+    pub(crate) fabric: Option<Fabric>,
+}
+
+/// Which fabric a group runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fabric {
+    /// The system's ibverbs library (RDMA hardware).
+    Verbs,
+    /// The emulated fabric: queue pairs between processes on this machine.
+    Emulated,
 }
 
 impl std::fmt::Debug for Options {
@@ -31,6 +41,7 @@ impl std::fmt::Debug for Options {
             .field("timeout", &self.base.timeout)
             .field("key", &self.base.has_key())
             .field("side_channel", &self.side_channel.is_some())
+            .field("fabric", &self.fabric)
             .finish()
     }
 }
@@ -42,6 +53,7 @@ impl Options {
         Ok(Options {
             base: crate::Options::from_env()?,
             side_channel: None,
+            fabric: None,
         })
     }
 
@@ -71,6 +83,13 @@ impl Options {
 }
 
 impl Options {
+    /// Runs on `fabric` whatever `NUVEC_JACCL_FABRIC` says (which decides otherwise, the
+    /// system's verbs by default).
+    pub fn fabric(mut self, fabric: Fabric) -> Options {
+        self.fabric = Some(fabric);
+        self
+    }
+
     /// The timeout set.
     pub fn group_timeout(&self) -> Duration {
         self.base.timeout

@@ -7,8 +7,10 @@
 //! packets, a message with a lost packet discarded whole, a message with no posted receive
 //! dropped. `NUVEC_JACCL_FABRIC=emulated` selects it.
 
+#[cfg(test)]
+mod abi_tests;
 pub(crate) mod emulated;
-mod ffi;
+pub(crate) mod ffi;
 pub(crate) mod verbs;
 
 use nuvec_core::Result;
@@ -56,9 +58,18 @@ pub(crate) trait Fabric: Send + Sync + std::fmt::Debug {
     fn open(&self, device: &str, slots: usize, slot_bytes: usize) -> Result<Box<dyn QueuePair>>;
 }
 
-/// The fabric `NUVEC_JACCL_FABRIC` names for rank `rank`.
-pub(crate) fn select(rank: usize) -> Result<Box<dyn Fabric>> {
-    match std::env::var(FABRIC_VARIABLE).ok().as_deref() {
+/// The fabric `choice` names for rank `rank`, else the one `NUVEC_JACCL_FABRIC` names.
+pub(crate) fn select(
+    rank: usize,
+    choice: Option<super::options::Fabric>,
+) -> Result<Box<dyn Fabric>> {
+    use super::options::Fabric as Choice;
+    let named = match choice {
+        Some(Choice::Emulated) => Some("emulated".to_string()),
+        Some(Choice::Verbs) => Some("verbs".to_string()),
+        None => std::env::var(FABRIC_VARIABLE).ok(),
+    };
+    match named.as_deref() {
         Some("emulated") => Ok(Box::new(emulated::EmulatedFabric::from_env(rank)?)),
         None | Some("") | Some("verbs") => Ok(Box::new(verbs::VerbsFabric::load()?)),
         Some(other) => Err(nuvec_core::Error::Distributed {
