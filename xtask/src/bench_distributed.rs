@@ -1,5 +1,6 @@
 //! `cargo xtask bench-distributed`: nuvec's ring against MLX 0.32.4's ring, side by side, in
-//! one run on this machine (or the hosts of `--hostfile`).
+//! one run on this machine (or the hosts of `--hostfile`), with nuvec over Open MPI and over
+//! JACCL's mesh on the emulated fabric as further columns.
 //!
 //! For each rank count and collective it runs nuvec's rank program
 //! (`examples/bench_distributed.rs`, started by `nuvec launch`) and MLX's
@@ -32,6 +33,7 @@ struct Options {
     budget: String,
     mlx: bool,
     mpi: bool,
+    jaccl: bool,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
@@ -45,6 +47,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         budget: "1.0".into(),
         mlx: true,
         mpi: true,
+        jaccl: true,
     };
     let mut rest = args.iter();
     while let Some(flag) = rest.next() {
@@ -54,6 +57,10 @@ fn options(args: &[String]) -> Result<Options, String> {
         }
         if flag == "--no-mpi" {
             options.mpi = false;
+            continue;
+        }
+        if flag == "--no-jaccl" {
+            options.jaccl = false;
             continue;
         }
         let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -70,7 +77,7 @@ fn options(args: &[String]) -> Result<Options, String> {
             "--budget" => options.budget = value.clone(),
             other => {
                 return Err(format!(
-                    "unknown option {other} (--ranks 2,4 --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --no-mlx --no-mpi)"
+                    "unknown option {other} (--ranks 2,4 --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --no-mlx --no-mpi --no-jaccl)"
                 ))
             }
         }
@@ -100,21 +107,19 @@ fn records(stdout: &[u8]) -> Vec<Value> {
         .collect()
 }
 
-/// nuvec's rank program under `nuvec launch`: over the ring, or with `mpi` over Open MPI
-/// (`--backend mpi`, which starts the ranks with `mpirun`).
+/// nuvec's rank program under `nuvec launch` with `backend`: `ring`, `mpi` (Open MPI, which
+/// `nuvec launch` starts with `mpirun`) or `jaccl` (JACCL's mesh on the emulated fabric).
 fn run_ours(
     root: &Path,
     n: usize,
     (op, dtype): (&str, &str),
     options: &Options,
-    mpi: bool,
+    backend: &str,
 ) -> Result<Vec<Value>, String> {
     let port = free_port_range(n)?.to_string();
     let mut command = Command::new(root.join("target/release/nuvec"));
-    command.args(["launch", "-n", &n.to_string()]);
-    if mpi {
-        command.args(["--backend", "mpi"]);
-    } else {
+    command.args(["launch", "-n", &n.to_string(), "--backend", backend]);
+    if backend != "mpi" {
         command.args(["-p", &port, "--no-prefix"]);
     }
     let output = command
@@ -319,22 +324,23 @@ fn ratio(mine: f64, other: f64) -> String {
     }
 }
 
-fn table(ours: &[Value], theirs: &[Value], mpi: &[Value]) -> String {
+fn table(ours: &[Value], theirs: &[Value], mpi: &[Value], jaccl: &[Value]) -> String {
     let mut out = String::from(
-        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | nuvec-MPI median | nuvec / nuvec-MPI |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | nuvec-MPI median | nuvec / nuvec-MPI | JACCL (emulated) median | JACCL busbw GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for record in ours {
         let k = key(record);
         let mine = record["median_us"].as_f64().unwrap_or(f64::NAN);
         let (their_median, their_bw, theirs_us) = cells(theirs, &k);
         let (mpi_median, _, mpi_us) = cells(mpi, &k);
+        let (jaccl_median, jaccl_bw, _) = cells(jaccl, &k);
         let checked = if record["ok"].as_bool() == Some(true) {
             ""
         } else {
             " (WRONG RESULT)"
         };
         out += &format!(
-            "| {} | {} | {} | {} | {}{checked} | {their_median} | {} | {:.3} | {their_bw} | {mpi_median} | {} |\n",
+            "| {} | {} | {} | {} | {}{checked} | {their_median} | {} | {:.3} | {their_bw} | {mpi_median} | {} | {jaccl_median} | {jaccl_bw} |\n",
             k.0,
             k.1,
             k.3,
@@ -385,23 +391,30 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     let memcpy = memcpy_ceiling();
     let tcp = tcp_ceiling()?;
     progress!("single-core memcpy {memcpy:.2} GB/s, one loopback TCP stream {tcp:.2} GB/s");
-    let (mut ours, mut theirs, mut over_mpi) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ours, mut theirs, mut over_mpi, mut over_jaccl) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut turn = 0;
     for &n in &options.ranks {
         for dtype in &options.dtypes {
             for op in &options.ops {
-                let mut sides: Vec<&str> = vec!["nuvec", "mlx", "nuvec-mpi"];
-                sides.rotate_left(turn % 3);
+                let mut sides: Vec<&str> = vec!["nuvec", "mlx", "nuvec-mpi", "nuvec-jaccl"];
+                sides.rotate_left(turn % 4);
                 turn += 1;
                 for side in sides {
                     progress!("{n} ranks, {op}, {dtype}: {side} ({})", options.sizes);
                     let results = match (side, &python) {
-                        ("nuvec", _) => run_ours(&root, n, (op, dtype), &options, false)?,
-                        ("nuvec-mpi", _) if mpi => run_ours(&root, n, (op, dtype), &options, true)
+                        ("nuvec", _) => run_ours(&root, n, (op, dtype), &options, "ring")?,
+                        ("nuvec-mpi", _) if mpi => run_ours(&root, n, (op, dtype), &options, "mpi")
                             .unwrap_or_else(|e| {
                                 progress!("nuvec over MPI failed: {e}");
                                 Vec::new()
                             }),
+                        ("nuvec-jaccl", _) if options.jaccl => {
+                            run_ours(&root, n, (op, dtype), &options, "jaccl").unwrap_or_else(|e| {
+                                progress!("nuvec over JACCL (emulated) failed: {e}");
+                                Vec::new()
+                            })
+                        }
                         ("mlx", Some(python)) => run_mlx(&root, python, n, op, dtype, &options)
                             .unwrap_or_else(|e| {
                                 progress!("MLX failed: {e}");
@@ -425,13 +438,14 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                     match side {
                         "nuvec" => ours.extend(results),
                         "mlx" => theirs.extend(results),
+                        "nuvec-jaccl" => over_jaccl.extend(results),
                         _ => over_mpi.extend(results),
                     }
                 }
             }
         }
     }
-    let table = table(&ours, &theirs, &over_mpi);
+    let table = table(&ours, &theirs, &over_mpi, &over_jaccl);
     println!("{table}");
     println!(
         "ceilings: single-core memcpy {memcpy:.2} GB/s; one loopback TCP stream {tcp:.2} GB/s"
@@ -445,6 +459,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         "nuvec": ours,
         "mlx": theirs,
         "nuvec_mpi": over_mpi,
+        "nuvec_jaccl_emulated": over_jaccl,
     });
     std::fs::write(
         target.join("bench-distributed.json"),
@@ -488,11 +503,17 @@ mod tests {
         let over_mpi = vec![
             json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 20.0, "busbw_gbps": 0.2}),
         ];
-        let table = table(&ours, &theirs, &over_mpi);
+        let over_jaccl = vec![
+            json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 60.0, "busbw_gbps": 0.07}),
+        ];
+        let table = table(&ours, &theirs, &over_mpi, &over_jaccl);
         assert!(
             table.contains("| all_sum | 2 | float32 | 4 KB | 40 µs | 4.00 ms | 0.010 |"),
             "{table}"
         );
-        assert!(table.ends_with("| 20 µs | 2.000 |\n"), "{table}");
+        assert!(
+            table.ends_with("| 20 µs | 2.000 | 60 µs | 0.070 |\n"),
+            "{table}"
+        );
     }
 }

@@ -11,13 +11,15 @@ use nuvec_core::{Error, Result};
 
 /// The most ranks a mesh connects (MLX's limit).
 pub const MESH_MAX_RANKS: usize = 8;
-/// The most cables a ring uses per direction (MLX's limit).
+/// The most cables between two ranks: per direction on a ring (MLX's limit), per pair on a
+/// mesh.
 pub const RING_MAX_WIRES: usize = 4;
 
 /// How the ranks are cabled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Topology {
-    /// Every pair of ranks cabled; the first device of each pair is used.
+    /// Every pair of ranks cabled; large transfers use every cable of a pair (MLX uses the
+    /// first).
     Mesh,
     /// Every rank cabled to its two neighbours, with `wires` cables each way.
     Ring {
@@ -171,10 +173,26 @@ impl Config {
                 "a mesh connects at most {MESH_MAX_RANKS} ranks, the file has {n}"
             ));
         }
-        (0..n)
-            .flat_map(|i| (0..n).map(move |j| (i, j)))
-            .find(|&(i, j)| i != j && self.devices[i][j].is_empty())
-            .map(|(i, j)| format!("rank {i} has no device to rank {j}"))
+        let pairs = || {
+            (0..n)
+                .flat_map(|i| (0..n).map(move |j| (i, j)))
+                .filter(|&(i, j)| i != j)
+        };
+        if let Some((i, j)) = pairs().find(|&(i, j)| self.devices[i][j].is_empty()) {
+            return Some(format!("rank {i} has no device to rank {j}"));
+        }
+        if let Some((i, j)) =
+            pairs().find(|&(i, j)| self.devices[i][j].len() != self.devices[j][i].len())
+        {
+            return Some(format!(
+                "rank {i} lists {} cable(s) to rank {j} but rank {j} lists {} back",
+                self.devices[i][j].len(),
+                self.devices[j][i].len()
+            ));
+        }
+        pairs()
+            .find(|&(i, j)| self.devices[i][j].len() > RING_MAX_WIRES)
+            .map(|(i, j)| format!("ranks {i} and {j} have more than {RING_MAX_WIRES} cables"))
     }
 
     /// The ring's wires per direction, or why the file does not describe a ring.

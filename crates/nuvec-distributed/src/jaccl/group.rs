@@ -7,7 +7,7 @@ use super::mesh::Mesh;
 use super::ring::Ring;
 use super::scratch::Scratch;
 use super::side::SideChannel;
-use super::{Config, Options, Topology};
+use super::{Config, Options, Topology, RING_MAX_WIRES};
 use nuvec_core::distributed::{Communicator, Group, ReduceOp};
 use nuvec_core::{DType, Error, Result};
 use std::sync::{Mutex, MutexGuard};
@@ -103,7 +103,9 @@ impl JacclCommunicator {
         let shape = match topology {
             Topology::Mesh => Shape::Mesh(Mesh {
                 rank,
-                channel_of: (0..size).map(|p| index_of(p, 0)).collect(),
+                channel_of: (0..size)
+                    .map(|p| (0..RING_MAX_WIRES).map_while(|w| index_of(p, w)).collect())
+                    .collect(),
             }),
             Topology::Ring { wires } => {
                 let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);

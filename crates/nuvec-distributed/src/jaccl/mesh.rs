@@ -22,8 +22,12 @@ pub(crate) const SMALL_BYTES: usize = 64 * 1024;
 #[derive(Debug)]
 pub(crate) struct Mesh {
     pub(crate) rank: usize,
-    pub(crate) channel_of: Vec<Option<usize>>,
+    /// Per peer, the channels of its cables (empty for this rank).
+    pub(crate) channel_of: Vec<Vec<usize>>,
 }
+
+/// Transfers below this size use one cable; larger ones are split over every cable to the peer.
+const SPREAD_BYTES: usize = 64 * 1024;
 
 /// Where a reduce-scatter reads this rank's values and writes its reduced segment.
 pub(crate) enum Target<'a> {
@@ -57,8 +61,33 @@ impl Mesh {
         self.channel_of.len()
     }
 
-    fn channel(&self, peer: usize) -> usize {
-        self.channel_of[peer].expect("a mesh has a channel to every peer")
+    /// The transfers that send `send` to `peer` and receive `recv` from it: one cable below
+    /// [`SPREAD_BYTES`], else one equal share per cable (both ends split a length alike).
+    fn spread<'a>(&self, peer: usize, send: &'a [u8], recv: &'a mut [u8]) -> Vec<Transfer<'a>> {
+        let cables = &self.channel_of[peer];
+        let ways = |len: usize| if len < SPREAD_BYTES { 1 } else { cables.len() };
+        let (send_ways, recv_ways) = (ways(send.len()), ways(recv.len()));
+        let ranges: Vec<_> = (0..recv_ways)
+            .map(|k| segment(recv.len(), recv_ways, k))
+            .collect();
+        let mut recvs = carve(recv, &ranges).expect("segments are disjoint");
+        cables
+            .iter()
+            .enumerate()
+            .map(|(k, &channel)| Transfer {
+                channel,
+                send: if k < send_ways {
+                    &send[segment(send.len(), send_ways, k)]
+                } else {
+                    &[]
+                },
+                recv: if k < recv_ways {
+                    std::mem::take(&mut recvs[k])
+                } else {
+                    &mut []
+                },
+            })
+            .collect()
     }
 
     pub(crate) fn all_reduce(
@@ -97,11 +126,7 @@ impl Mesh {
             .into_iter()
             .enumerate()
             .filter(|&(p, _)| p != self.rank)
-            .map(|(p, recv)| Transfer {
-                channel: self.channel(p),
-                send: own,
-                recv,
-            })
+            .flat_map(|(p, recv)| self.spread(p, own, recv))
             .collect();
         links.exchange(name, kind, &mut transfers)
     }
@@ -125,10 +150,8 @@ impl Mesh {
                 let (own_piece, others) = split_own(pieces, self.rank);
                 own_piece[..end - start].copy_from_slice(&data[start..end]);
                 let mut transfers: Vec<Transfer<'_>> = others
-                    .map(|(p, buffer)| Transfer {
-                        channel: self.channel(p),
-                        send: &data[start..end],
-                        recv: &mut buffer[..end - start],
+                    .flat_map(|(p, buffer)| {
+                        self.spread(p, &data[start..end], &mut buffer[..end - start])
                     })
                     .collect();
                 links.exchange(op.collective_name(), kind, &mut transfers)?;
@@ -167,10 +190,8 @@ impl Mesh {
                 let (own_piece, others) = split_own(pieces, self.rank);
                 own_piece[..mine.len()].copy_from_slice(&source[mine.clone()]);
                 let mut transfers: Vec<Transfer<'_>> = others
-                    .map(|(p, buffer)| Transfer {
-                        channel: self.channel(p),
-                        send: &source[piece_of(p)],
-                        recv: &mut buffer[..mine.len()],
+                    .flat_map(|(p, buffer)| {
+                        self.spread(p, &source[piece_of(p)], &mut buffer[..mine.len()])
                     })
                     .collect();
                 links.exchange(name, kind, &mut transfers)?;
@@ -198,11 +219,7 @@ impl Mesh {
             .into_iter()
             .enumerate()
             .filter(|&(p, _)| p != self.rank)
-            .map(|(p, recv)| Transfer {
-                channel: self.channel(p),
-                send: input,
-                recv,
-            })
+            .flat_map(|(p, recv)| self.spread(p, input, recv))
             .collect();
         links.exchange("all_gather", super::exchange::ALL_GATHER, &mut transfers)
     }
@@ -233,13 +250,17 @@ impl Mesh {
     }
 
     pub(crate) fn channel_to(&self, peer: usize) -> Result<usize, String> {
-        self.channel_of.get(peer).copied().flatten().ok_or_else(|| {
-            format!(
-                "rank {peer} is not a peer of rank {} in this mesh of {}",
-                self.rank,
-                self.size()
-            )
-        })
+        self.channel_of
+            .get(peer)
+            .and_then(|c| c.first())
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "rank {peer} is not a peer of rank {} in this mesh of {}",
+                    self.rank,
+                    self.size()
+                )
+            })
     }
 }
 

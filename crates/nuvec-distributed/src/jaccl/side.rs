@@ -87,6 +87,7 @@ impl SideChannel {
                 .set_read_timeout(Some(options.timeout))
                 .and_then(|()| stream.set_write_timeout(Some(options.timeout)))
                 .and_then(|()| stream.set_nodelay(true))
+                .and_then(|()| crate::platform::enable_keepalive(stream))
                 .map_err(|e| side_error(rank, e.to_string()))?;
         }
         Ok(SideChannel::Star { rank, streams })
