@@ -1,13 +1,14 @@
 //! nuvec's distributed backends and the functions that form groups.
 //!
-//! [`init`] reads MLX's launch environment (`MLX_HOSTFILE` and `MLX_RANK` for the ring) and
-//! connects; [`init_with`] forms a group from addresses given in code. The collectives
+//! [`init`] reads MLX's launch environment (`MLX_HOSTFILE` and `MLX_RANK` for the ring,
+//! `MLX_IBV_DEVICES` for JACCL with the `jaccl` feature) and connects; [`init_with`] forms a group from addresses given in code. The collectives
 //! themselves (`all_sum`, `all_gather`, …) are lazy ops of `nuvec_core::distributed`; the
 //! facade `nuvec::distributed` merges both.
 #![warn(missing_docs)]
 #![doc(test(attr(deny(warnings))))]
 // Unsafe code only in `platform.rs`, the one place that calls the operating system directly,
-// and `mpi/ffi.rs`, the one place that calls Open MPI.
+// `mpi/ffi.rs`, the one place that calls Open MPI, and JACCL's `fabric/ffi.rs`,
+// `fabric/verbs.rs` and `devices.rs`, which call ibverbs.
 #![deny(unsafe_code)]
 
 mod auth;

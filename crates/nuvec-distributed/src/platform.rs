@@ -72,6 +72,57 @@ pub(crate) fn wait_fds(fds: &[(i32, bool)], timeout: Duration) -> std::io::Resul
     Ok(())
 }
 
+/// A Unix datagram socket bound to `name` (unique to this process), for the emulated RDMA
+/// fabric; returns it, the address a peer connects to, and the file to remove when done. On
+/// Linux the name is abstract: nothing on disk, gone when the socket closes, even if the
+/// process is killed. Elsewhere it is a file in the temporary directory.
+#[cfg(feature = "jaccl")]
+pub(crate) fn bind_datagram(
+    name: &str,
+) -> std::io::Result<(
+    std::os::unix::net::UnixDatagram,
+    Vec<u8>,
+    Option<std::path::PathBuf>,
+)> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::linux::net::SocketAddrExt;
+        let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        let socket = std::os::unix::net::UnixDatagram::bind_addr(&address)?;
+        Ok((socket, name.as_bytes().to_vec(), None))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let path = std::env::temp_dir().join(name);
+        let _ = std::fs::remove_file(&path);
+        let socket = std::os::unix::net::UnixDatagram::bind(&path)?;
+        Ok((
+            socket,
+            path.as_os_str().as_encoded_bytes().to_vec(),
+            Some(path),
+        ))
+    }
+}
+
+/// Connects a socket from [`bind_datagram`] to a peer's address.
+#[cfg(feature = "jaccl")]
+pub(crate) fn connect_datagram(
+    socket: &std::os::unix::net::UnixDatagram,
+    address: &[u8],
+) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::linux::net::SocketAddrExt;
+        socket.connect_addr(&std::os::unix::net::SocketAddr::from_abstract_name(
+            address,
+        )?)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        socket.connect(std::path::Path::new(&*String::from_utf8_lossy(address)))
+    }
+}
+
 /// Turns on TCP keepalive with nuvec's timing.
 pub(crate) fn enable_keepalive(stream: &TcpStream) -> std::io::Result<()> {
     let keepalive = socket2::TcpKeepalive::new()

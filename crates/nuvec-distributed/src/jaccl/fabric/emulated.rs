@@ -1,5 +1,6 @@
 //! An emulated RDMA fabric for machines without RDMA hardware: each queue pair is a Unix
-//! datagram socket connected to its peer's, in any process on this machine.
+//! datagram socket (an abstract name on Linux, so nothing is left behind) connected to its
+//! peer's, in any process on this machine.
 //!
 //! It keeps the rules of an unreliable connected queue pair, which JACCL's algorithms must
 //! live with on real cables:
@@ -14,6 +15,7 @@
 //! (counted from 1 over all its queue pairs), for tests of lost frames.
 
 use super::{Completion, Fabric, QueuePair};
+use crate::platform::{bind_datagram, connect_datagram};
 use nuvec_core::{Error, Result};
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -107,16 +109,15 @@ impl Fabric for EmulatedFabric {
     }
 
     fn open(&self, device: &str, slots: usize, slot_bytes: usize) -> Result<Box<dyn QueuePair>> {
-        let path = std::env::temp_dir().join(format!(
-            "nvj-{}-{}",
+        let name = format!(
+            "nuvec-jaccl-{}-{}",
             std::process::id(),
             OPENED.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_file(&path);
-        let socket = UnixDatagram::bind(&path).map_err(|e| {
+        );
+        let (socket, address, path) = bind_datagram(&name).map_err(|e| {
             fabric_error(
                 self.rank,
-                format!("opening a queue pair on {device} ({}): {e}", path.display()),
+                format!("opening a queue pair on {device} ({name}): {e}"),
             )
         })?;
         socket.set_nonblocking(true).map_err(|e| {
@@ -126,6 +127,7 @@ impl Fabric for EmulatedFabric {
             rank: self.rank,
             device: device.to_string(),
             socket,
+            address,
             path,
             mtu: self.mtu,
             send_slots: vec![vec![0; slot_bytes]; slots],
@@ -157,7 +159,9 @@ struct EmulatedQueuePair {
     rank: usize,
     device: String,
     socket: UnixDatagram,
-    path: PathBuf,
+    /// What a peer connects to, and the socket's file where it has one.
+    address: Vec<u8>,
+    path: Option<PathBuf>,
     mtu: usize,
     send_slots: Vec<Vec<u8>>,
     recv_slots: Vec<Vec<u8>>,
@@ -215,7 +219,7 @@ impl EmulatedQueuePair {
                     }
                     Err(e) => {
                         return Err(self.error(format!(
-                            "the peer's queue pair is gone ({e}): its process ended"
+                            "the peer's queue pair is gone ({e}): its process ended or it closed the group"
                         )))
                     }
                 }
@@ -292,14 +296,16 @@ impl EmulatedQueuePair {
 
 impl QueuePair for EmulatedQueuePair {
     fn address(&self) -> Vec<u8> {
-        self.path.as_os_str().as_encoded_bytes().to_vec()
+        self.address.clone()
     }
 
     fn connect(&mut self, remote: &[u8]) -> Result<()> {
-        let path = PathBuf::from(String::from_utf8_lossy(remote).into_owned());
-        self.socket
-            .connect(&path)
-            .map_err(|e| self.error(format!("connecting to {}: {e}", path.display())))
+        connect_datagram(&self.socket, remote).map_err(|e| {
+            self.error(format!(
+                "connecting to {}: {e}",
+                String::from_utf8_lossy(remote)
+            ))
+        })
     }
 
     fn send_slot(&mut self, slot: usize) -> &mut [u8] {
@@ -333,6 +339,8 @@ impl QueuePair for EmulatedQueuePair {
 
 impl Drop for EmulatedQueuePair {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
