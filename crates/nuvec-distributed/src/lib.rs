@@ -13,6 +13,8 @@
 
 mod auth;
 mod backend;
+#[cfg(test)]
+mod c_probe;
 mod hostfile;
 pub mod jaccl;
 pub mod mpi;

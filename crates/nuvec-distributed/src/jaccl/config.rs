@@ -355,6 +355,21 @@ mod tests {
     }
 
     #[test]
+    fn a_mesh_needs_the_same_cables_from_both_ends_and_at_most_four() {
+        let lopsided = r#"[[null, ["a", "b"]], ["a", null]]"#;
+        let error = parse(lopsided).unwrap().topology().unwrap_err().to_string();
+        assert!(
+            error.contains("rank 0 lists 2 cable(s) to rank 1 but rank 1 lists 1 back"),
+            "{error}"
+        );
+        let five = r#"[[null, ["a", "b", "c", "d", "e"]], [["a", "b", "c", "d", "e"], null]]"#;
+        let error = parse(five).unwrap().topology().unwrap_err().to_string();
+        assert!(error.contains("more than 4 cables"), "{error}");
+        let four = r#"[[null, ["a", "b", "c", "d"]], [["a", "b", "c", "d"], null]]"#;
+        assert_eq!(parse(four).unwrap().topology().unwrap(), Topology::Mesh);
+    }
+
+    #[test]
     fn the_environment_is_read_with_jaccl_spellings_first() {
         let path = std::env::temp_dir().join(format!("nuvec-jaccl-{}.json", std::process::id()));
         std::fs::write(&path, MESH4).unwrap();

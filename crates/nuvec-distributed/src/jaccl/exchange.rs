@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 const SPINS: u32 = 32;
 /// The longest single sleep, so that a deadline is noticed promptly.
 const LONGEST_WAIT: Duration = Duration::from_millis(50);
+/// How often a stalled exchange asks whether the peers it waits on are still there.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 /// One channel's part of an exchange: bytes to send on it and a place for bytes to receive.
 pub(crate) struct Transfer<'a> {
@@ -114,6 +116,7 @@ impl Links {
         let mut sent = vec![0usize; transfers.len()];
         let mut received = vec![0usize; transfers.len()];
         let mut deadline = Instant::now() + self.timeout;
+        let mut next_probe = Instant::now() + PROBE_EVERY;
         let mut idle = 0u32;
         loop {
             let mut progress = false;
@@ -202,6 +205,10 @@ impl Links {
             }
             idle += 1;
             if idle > SPINS {
+                if now >= next_probe {
+                    next_probe = now + PROBE_EVERY;
+                    self.check_peers(op, transfers, &sent, &received)?;
+                }
                 self.wait((deadline - now).min(LONGEST_WAIT));
             }
         }
@@ -277,6 +284,31 @@ impl Links {
             Some(fds) if wait_fds(&fds, timeout).is_ok() => {}
             _ => std::thread::sleep(super::fabric::NAP.min(timeout)),
         }
+    }
+
+    /// Fails naming a peer this exchange still waits on whose queue pair is known to be gone.
+    fn check_peers(
+        &mut self,
+        op: &str,
+        transfers: &[Transfer<'_>],
+        sent: &[usize],
+        received: &[usize],
+    ) -> Result<()> {
+        for (i, t) in transfers.iter().enumerate() {
+            let waiting = received[i] < t.recv.len() || sent[i] < t.send.len();
+            let channel = &mut self.channels[t.channel];
+            if waiting && !channel.qp.peer_alive() {
+                return Err(channel_error(
+                    op,
+                    self.rank,
+                    format!(
+                        "rank {} is gone: its queue pair closed (its process ended or it closed the group)",
+                        channel.peer
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Names the peers an exchange was still waiting for.

@@ -5,8 +5,6 @@ use super::ffi::{
     Status, BYTE_SYMBOL, DATATYPE_SYMBOLS, ERRORS_RETURN_SYMBOL, IN_PLACE, MAX_ERROR_STRING,
     MAX_LIBRARY_VERSION_STRING, OP_SYMBOLS, SUCCESS, THREAD_SERIALIZED, WORLD_SYMBOL,
 };
-use std::collections::HashMap;
-use std::process::Command;
 
 /// The `mpi.h` name of each predefined handle nuvec loads by its global's name.
 const HANDLES: [(&str, &str); 19] = [
@@ -60,56 +58,17 @@ int main(void) {
     body
 }
 
-/// What the C program printed, by name; `None` (after saying so) when `mpicc` is missing.
-fn c_values() -> Option<HashMap<String, i64>> {
-    let dir = std::env::temp_dir().join(format!("nuvec-mpi-abi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (source, binary) = (dir.join("abi.c"), dir.join("abi"));
-    std::fs::write(&source, c_program()).unwrap();
-    let compiled = Command::new("mpicc")
-        .arg(&source)
-        .arg("-o")
-        .arg(&binary)
-        .output();
-    let compiled = match compiled {
-        Ok(output) => output,
-        Err(e) => {
-            assert!(
-                std::env::var_os("NUVEC_REQUIRE_MPI").is_none(),
-                "mpicc cannot run ({e}) but NUVEC_REQUIRE_MPI is set (install libopenmpi-dev)"
-            );
-            // Straight to stderr: the harness would hide `eprintln!` of a passing test.
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED mpi_abi: mpicc cannot run ({e}); install libopenmpi-dev"
-            );
-            return None;
-        }
-    };
-    assert!(
-        compiled.status.success(),
-        "mpicc failed:\n{}",
-        String::from_utf8_lossy(&compiled.stderr)
-    );
-    let output = Command::new(&binary)
-        .output()
-        .expect("running the ABI probe");
-    let _ = std::fs::remove_dir_all(&dir);
-    Some(
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| {
-                let (name, value) = line.split_once(' ')?;
-                Some((name.to_string(), value.trim().parse().ok()?))
-            })
-            .collect(),
-    )
-}
-
 #[test]
 fn mpi_abi_declarations_match_the_installed_mpi_h() {
-    let Some(c) = c_values() else { return };
+    let Some(c) = crate::c_probe::c_values(
+        "mpi_abi",
+        "mpicc",
+        &c_program(),
+        "NUVEC_REQUIRE_MPI",
+        "install libopenmpi-dev",
+    ) else {
+        return;
+    };
     let pointer = size_of::<*mut u8>() as i64;
     let expected: [(&str, i64); 12] = [
         ("status_size", size_of::<Status>() as i64),

@@ -4,9 +4,7 @@
 //! it and installs `libibverbs-dev`), when it fails.
 
 use super::ffi::*;
-use std::collections::HashMap;
 use std::mem::{offset_of, size_of};
-use std::process::Command;
 
 /// Every value to compare: its name, the C expression, and ours.
 fn values() -> Vec<(&'static str, &'static str, i64)> {
@@ -235,60 +233,31 @@ fn values() -> Vec<(&'static str, &'static str, i64)> {
     ]
 }
 
-/// What the C program printed, by name; `None` (after saying so) without the header.
-fn c_values() -> Option<HashMap<String, i64>> {
-    let mut program = String::from("#include <infiniband/verbs.h>\n#include <stddef.h>\n#include <stdio.h>\nint main(void) {\n");
+/// The C program that prints every value of [`values`].
+fn c_program() -> String {
+    let mut program = String::from(
+        "#include <infiniband/verbs.h>\n#include <stddef.h>\n#include <stdio.h>\nint main(void) {\n",
+    );
     for (name, expression, _) in values() {
         program.push_str(&format!(
             "    printf(\"{name} %lld\\n\", (long long)({expression}));\n"
         ));
     }
     program.push_str("    return 0;\n}\n");
-    let dir = std::env::temp_dir().join(format!("nuvec-verbs-abi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (source, binary) = (dir.join("abi.c"), dir.join("abi"));
-    std::fs::write(&source, program).unwrap();
-    let compiled = Command::new("cc")
-        .arg(&source)
-        .arg("-o")
-        .arg(&binary)
-        .output();
-    let usable = matches!(&compiled, Ok(output) if output.status.success());
-    if !usable {
-        let why = match &compiled {
-            Ok(output) => String::from_utf8_lossy(&output.stderr).into_owned(),
-            Err(e) => e.to_string(),
-        };
-        assert!(
-            std::env::var_os("NUVEC_REQUIRE_VERBS").is_none(),
-            "the verbs ABI probe does not compile but NUVEC_REQUIRE_VERBS is set (install libibverbs-dev):\n{why}"
-        );
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED verbs_abi: infiniband/verbs.h is not installed (apt install libibverbs-dev)"
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-        return None;
-    }
-    let output = Command::new(&binary)
-        .output()
-        .expect("running the ABI probe");
-    let _ = std::fs::remove_dir_all(&dir);
-    Some(
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| {
-                let (name, value) = line.split_once(' ')?;
-                Some((name.to_string(), value.trim().parse().ok()?))
-            })
-            .collect(),
-    )
+    program
 }
 
 #[test]
 fn verbs_abi_declarations_match_the_installed_verbs_h() {
-    let Some(c) = c_values() else { return };
+    let Some(c) = crate::c_probe::c_values(
+        "verbs_abi",
+        "cc",
+        &c_program(),
+        "NUVEC_REQUIRE_VERBS",
+        "install libibverbs-dev",
+    ) else {
+        return;
+    };
     for (name, expression, ours) in values() {
         assert_eq!(
             c.get(name),

@@ -9,7 +9,9 @@
 //! - a packet that goes missing makes the receiver discard the message it belonged to, and the
 //!   receive it was filling stays posted for the next message (nothing is retransmitted);
 //! - a message that arrives when no receive is posted is dropped;
-//! - a send completes when its last packet has left, not when the peer has it.
+//! - a send completes when its last packet has left, not when the peer has it; sends to a
+//!   peer that is gone complete too (their packets are lost), but the queue pair then knows
+//!   its peer is gone, and an exchange waiting on that peer fails at once.
 //!
 //! `NUVEC_JACCL_EMULATED_DROP=RANK:N` makes rank `RANK` lose the `N`-th packet it sends
 //! (counted from 1 over all its queue pairs), for tests of lost frames.
@@ -39,6 +41,18 @@ fn fabric_error(rank: usize, reason: String) -> Error {
         rank: Some(rank),
         reason: format!("emulated fabric: {reason}"),
     }
+}
+
+/// Whether a send failed because the peer's socket is gone.
+fn peer_closed(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::ConnectionRefused
+            | ErrorKind::NotConnected
+            | ErrorKind::BrokenPipe
+            | ErrorKind::ConnectionReset
+            | ErrorKind::NotFound
+    )
 }
 
 /// The emulated fabric of one process.
@@ -141,6 +155,7 @@ impl Fabric for EmulatedFabric {
             packet: vec![0; PACKET_HEADER + self.mtu],
             packets: self.packets.clone(),
             drop_packet: self.drop_packet,
+            peer_gone: false,
         }))
     }
 }
@@ -177,6 +192,8 @@ struct EmulatedQueuePair {
     packet: Vec<u8>,
     packets: Arc<AtomicU64>,
     drop_packet: u64,
+    /// The peer's socket closed (its process ended or it closed the group).
+    peer_gone: bool,
 }
 
 impl EmulatedQueuePair {
@@ -217,10 +234,17 @@ impl EmulatedQueuePair {
                         self.packets.fetch_sub(1, Ordering::Relaxed);
                         continue;
                     }
-                    Err(e) => {
-                        return Err(self.error(format!(
-                            "the peer's queue pair is gone ({e}): its process ended or it closed the group"
-                        )))
+                    Err(e) if !peer_closed(&e) => {
+                        return Err(self.error(format!("sending: {e}")));
+                    }
+                    Err(_) => {
+                        // The peer's socket is gone. As on an unreliable connection, what is
+                        // sent is lost without an error; waiting on this peer fails at once.
+                        self.peer_gone = true;
+                        for sending in self.sending.drain(..) {
+                            out.push(Completion::Sent { slot: sending.slot });
+                        }
+                        return Ok(());
                     }
                 }
             }
@@ -334,6 +358,16 @@ impl QueuePair for EmulatedQueuePair {
     fn wake_fd(&self) -> Option<(i32, bool)> {
         use std::os::fd::AsRawFd;
         Some((self.socket.as_raw_fd(), !self.sending.is_empty()))
+    }
+
+    fn peer_alive(&mut self) -> bool {
+        // An empty datagram: the peer ignores it, and a closed peer refuses it.
+        if !self.peer_gone {
+            if let Err(e) = self.socket.send(&[]) {
+                self.peer_gone = peer_closed(&e);
+            }
+        }
+        !self.peer_gone
     }
 }
 

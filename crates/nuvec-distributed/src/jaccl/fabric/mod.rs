@@ -48,6 +48,12 @@ pub(crate) trait QueuePair: Send + std::fmt::Debug {
     /// A descriptor that becomes readable when work may have finished (`None`: the caller
     /// naps briefly instead), and whether writability matters now.
     fn wake_fd(&self) -> Option<(i32, bool)>;
+    /// Whether the peer's end may still be there. Real unreliable connections cannot tell
+    /// (a dead peer shows only as silence, caught by the timeout); the emulated fabric knows
+    /// when the peer's socket closed.
+    fn peer_alive(&mut self) -> bool {
+        true
+    }
 }
 
 /// Opens queue pairs on named devices.
