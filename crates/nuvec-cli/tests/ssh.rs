@@ -3,7 +3,7 @@
 //! openssh-server; without them it says so and skips, unless `NUVEC_REQUIRE_SSHD` is set (CI
 //! installs openssh-server and sets it).
 
-use nuvec_test_support::ranks::{example, free_ports};
+use nuvec_test_support::ranks::{example, free_port_range, free_ports};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -147,7 +147,7 @@ fn launch_half_remote(server: &Sshd, command: &[&str]) -> Output {
     )
     .unwrap();
     let ssh = format!("ssh -F {}", server.dir.join("ssh_config").display());
-    let port = free_ports(1)[0].to_string();
+    let port = free_port_range(2).to_string();
     Command::new(env!("CARGO_BIN_EXE_nuvec"))
         .args(["launch", "--hostfile"])
         .arg(&hostfile)

@@ -233,6 +233,26 @@ impl Config {
     /// [`Config::topology`], without needing a coordinator when the caller brings its own
     /// side channel.
     pub(crate) fn choose(&self, own_side_channel: bool) -> Result<Topology> {
+        // A configuration built in code may be ragged; one parsed from a file never is.
+        let n = self.size();
+        if self.rank >= n {
+            return Err(config_error(
+                None,
+                format!(
+                    "rank {} is out of range for a configuration of {n} ranks",
+                    self.rank
+                ),
+            ));
+        }
+        if let Some(i) = (0..n).find(|&i| self.devices[i].len() != n) {
+            return Err(config_error(
+                Some(i),
+                format!(
+                    "row {i} of the devices must list {n} peers, it lists {}",
+                    self.devices[i].len()
+                ),
+            ));
+        }
         if self.coordinator.is_none() && !own_side_channel {
             return Err(config_error(
                 Some(self.rank),
@@ -352,6 +372,24 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("MLX_JACCL_COORDINATOR"));
+    }
+
+    #[test]
+    fn a_configuration_built_in_code_is_checked_before_use() {
+        let mut config = parse(MESH4).unwrap();
+        config.devices[2].pop();
+        let error = config.topology().unwrap_err().to_string();
+        assert!(
+            error.contains("row 2 of the devices must list 4 peers"),
+            "{error}"
+        );
+        let mut config = parse(MESH4).unwrap();
+        config.rank = 9;
+        assert!(config
+            .topology()
+            .unwrap_err()
+            .to_string()
+            .contains("rank 9 is out of range"));
     }
 
     #[test]
