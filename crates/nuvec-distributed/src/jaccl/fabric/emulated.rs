@@ -378,3 +378,81 @@ impl Drop for EmulatedQueuePair {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two connected queue pairs of 2 slots of 1 KiB, with a 256-byte MTU, losing packet
+    /// `drop_packet` (0: none).
+    fn pair(drop_packet: u64) -> (Box<dyn QueuePair>, Box<dyn QueuePair>) {
+        let fabric = EmulatedFabric {
+            rank: 0,
+            mtu: 256,
+            packets: Arc::new(AtomicU64::new(0)),
+            drop_packet,
+        };
+        let mut a = fabric.open("a", 2, 1024).unwrap();
+        let mut b = fabric.open("b", 2, 1024).unwrap();
+        let (address_a, address_b) = (a.address(), b.address());
+        a.connect(&address_b).unwrap();
+        b.connect(&address_a).unwrap();
+        (a, b)
+    }
+
+    fn send(qp: &mut Box<dyn QueuePair>, slot: usize, bytes: &[u8]) {
+        qp.send_slot(slot)[..bytes.len()].copy_from_slice(bytes);
+        qp.post_send(slot, bytes.len()).unwrap();
+        let mut done = Vec::new();
+        while !done.contains(&Completion::Sent { slot }) {
+            qp.poll(&mut done).unwrap();
+        }
+    }
+
+    /// What arrives within a short while.
+    fn arrivals(qp: &mut Box<dyn QueuePair>) -> Vec<Completion> {
+        let mut out = Vec::new();
+        for _ in 0..50 {
+            qp.poll(&mut out).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        out
+    }
+
+    #[test]
+    fn a_lost_packet_loses_its_message_and_the_receive_stays_posted() {
+        let (mut a, mut b) = pair(2);
+        b.post_recv(0).unwrap();
+        let first: Vec<u8> = (0..600).map(|i| i as u8).collect();
+        send(&mut a, 0, &first); // packets 1, 2 (lost) and 3
+        send(&mut a, 1, &[7; 100]); // packet 4
+        assert_eq!(
+            arrivals(&mut b),
+            [Completion::Received { slot: 0, len: 100 }]
+        );
+        assert_eq!(&b.recv_slot(0)[..100], &[7; 100]);
+    }
+
+    #[test]
+    fn a_message_without_a_posted_receive_is_dropped() {
+        let (mut a, mut b) = pair(0);
+        send(&mut a, 0, &[1; 300]);
+        assert!(arrivals(&mut b).is_empty());
+        b.post_recv(1).unwrap();
+        send(&mut a, 1, &[2; 40]);
+        assert_eq!(
+            arrivals(&mut b),
+            [Completion::Received { slot: 1, len: 40 }]
+        );
+        assert_eq!(&b.recv_slot(1)[..40], &[2; 40]);
+    }
+
+    #[test]
+    fn a_closed_peer_is_noticed_and_sends_to_it_complete() {
+        let (mut a, b) = pair(0);
+        assert!(a.peer_alive());
+        drop(b);
+        send(&mut a, 0, &[3; 500]);
+        assert!(!a.peer_alive());
+    }
+}
