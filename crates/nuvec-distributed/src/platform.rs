@@ -123,6 +123,29 @@ pub(crate) fn connect_datagram(
     }
 }
 
+/// Reads what is waiting on `stream` into `buf` without waiting (a per-call flag, so the
+/// descriptor stays blocking for other users); `WouldBlock` when nothing is there yet, 0 when
+/// the peer closed.
+#[allow(unsafe_code)]
+pub(crate) fn recv_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which is valid and
+    // exclusively borrowed for the call; the descriptor is open while `stream` lives.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// Turns on TCP keepalive with nuvec's timing.
 pub(crate) fn enable_keepalive(stream: &TcpStream) -> std::io::Result<()> {
     let keepalive = socket2::TcpKeepalive::new()
