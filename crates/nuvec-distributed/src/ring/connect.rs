@@ -9,7 +9,7 @@
 use super::handshake::{
     accept_side, connect_side, write_message, Accepted, Local, Message, Verdict,
 };
-use super::peer::Peer;
+use super::peer::{Peer, READ_SPIN};
 use crate::hostfile::Address;
 use crate::Options;
 use nuvec_core::{Error, Result};
@@ -159,6 +159,7 @@ pub(crate) fn form_mesh(
         }
     }
     streams[rank].clear();
+    let spin = read_spin(nodes, rank);
     streams
         .into_iter()
         .enumerate()
@@ -169,7 +170,7 @@ pub(crate) fn form_mesh(
                     let stream = stream.ok_or_else(|| {
                         init_error(Some(peer), "a connection was not formed".into())
                     })?;
-                    Peer::new(peer, stream).map_err(|e| init_error(Some(peer), e.to_string()))
+                    Peer::new(peer, stream, spin).map_err(|e| init_error(Some(peer), e.to_string()))
                 })
                 .collect()
         })
@@ -212,6 +213,23 @@ pub(crate) fn form_star(
         streams[0] = Some(stream);
     }
     Ok(streams)
+}
+
+/// How long reads poll before sleeping: [`READ_SPIN`] when this machine has a core for each
+/// of the group's ranks on it (ranks whose first address has this rank's host), else zero,
+/// because polling ranks would take the cores their peers need.
+fn read_spin(nodes: &[Vec<Address>], rank: usize) -> Duration {
+    let host = nodes[rank].first().map(|a| a.host.as_str());
+    let here = nodes
+        .iter()
+        .filter(|addresses| addresses.first().map(|a| a.host.as_str()) == host)
+        .count();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if here <= cores {
+        READ_SPIN
+    } else {
+        Duration::ZERO
+    }
 }
 
 /// A lower rank's connection, handshaken and accepted.
@@ -408,4 +426,24 @@ fn judge(
     write_message(stream, &Message::verdict(Verdict::Accepted))
         .map_err(|reason| init_error(Some(peer), reason))?;
     Ok(peer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(hosts: &[&str]) -> Vec<Vec<Address>> {
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| vec![Address::parse(&format!("{h}:{}", 5000 + i)).unwrap()])
+            .collect()
+    }
+
+    #[test]
+    fn reads_poll_only_when_the_ranks_here_have_a_core_each() {
+        assert_eq!(read_spin(&nodes(&["10.0.0.1", "10.0.0.2"]), 0), READ_SPIN);
+        let crowded: Vec<&str> = vec!["127.0.0.1"; 4096];
+        assert_eq!(read_spin(&nodes(&crowded), 3), Duration::ZERO);
+    }
 }

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 /// How long `health` waits for a sign of a closed connection; an open, quiet one times out.
 const HEALTH_PROBE: Duration = Duration::from_millis(1);
-/// How long a read polls for data before sleeping in the kernel.
-const READ_SPIN: Duration = Duration::from_micros(30);
+/// How long a read polls for data before sleeping in the kernel, when polling is on.
+pub(crate) const READ_SPIN: Duration = Duration::from_micros(30);
 /// How many written buffers a connection keeps for reuse, and the largest it keeps.
 const SPARES: usize = 8;
 const SPARE_BYTES: usize = 1 << 20;
@@ -67,6 +67,8 @@ impl Incoming {
 #[derive(Debug)]
 pub(crate) struct Peer {
     pub(crate) rank: usize,
+    /// How long a read polls before sleeping.
+    spin: Duration,
     reader: Mutex<Incoming>,
     control: TcpStream,
     outgoing: Arc<Outgoing>,
@@ -127,8 +129,9 @@ fn remaining<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<&'a [u8]> {
 }
 
 impl Peer {
-    /// Wraps a connected, handshaken stream.
-    pub(crate) fn new(rank: usize, stream: TcpStream) -> std::io::Result<Peer> {
+    /// Wraps a connected, handshaken stream to rank `rank`; reads poll for `spin` before
+    /// sleeping (zero: never).
+    pub(crate) fn new(rank: usize, stream: TcpStream, spin: Duration) -> std::io::Result<Peer> {
         stream.set_nodelay(true)?;
         crate::platform::enable_keepalive(&stream)?;
         let outgoing = Arc::new(Outgoing {
@@ -145,6 +148,7 @@ impl Peer {
             .spawn(move || write_loop(shared, receiver))?;
         Ok(Peer {
             rank,
+            spin,
             reader: Mutex::new(Incoming {
                 stream,
                 timeout: None,
@@ -293,8 +297,8 @@ impl Peer {
         // Poll briefly before sleeping in the kernel: a reply that is a few microseconds away
         // is then taken without a wake-up, which costs more than the wait on a busy machine.
         let mut filled = 0;
-        let spin_until = Instant::now() + READ_SPIN;
-        while filled < buf.len() {
+        let spin_until = Instant::now() + self.spin;
+        while filled < buf.len() && !self.spin.is_zero() {
             match recv_now(&incoming.stream, &mut buf[filled..]) {
                 Ok(0) => return Err(self.error(
                     op,
