@@ -13,7 +13,7 @@
 //! consumed and no data is going the other way to carry the grant.
 
 use super::fabric::{Completion, QueuePair};
-use nuvec_core::{Error, Result};
+use nuvec_core::Result;
 use std::collections::VecDeque;
 
 /// Header bytes before each message's payload.
@@ -190,14 +190,5 @@ impl Channel {
     pub(crate) fn consume(&mut self, slot: usize) -> Result<()> {
         self.consumed += 1;
         self.qp.post_recv(slot)
-    }
-}
-
-/// The error for a channel failure, naming the operation and rank.
-pub(crate) fn channel_error(op: &str, rank: usize, reason: String) -> Error {
-    Error::Distributed {
-        op: op.into(),
-        rank: Some(rank),
-        reason,
     }
 }

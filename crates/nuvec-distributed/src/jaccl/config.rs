@@ -62,6 +62,17 @@ impl Config {
         Config::from_vars(&|name| std::env::var(name).ok())
     }
 
+    /// Whether this process's environment names a JACCL device file (JACCL was launched),
+    /// without reading it.
+    pub fn launched() -> bool {
+        variable(
+            &|name| std::env::var(name).ok(),
+            "IBV_DEVICES",
+            "IBV_DEVICES",
+        )
+        .is_some()
+    }
+
     /// [`Config::from_env`] over the variables `env` gives.
     pub fn from_vars(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Config>> {
         let Some(path) = variable(env, "IBV_DEVICES", "IBV_DEVICES") else {

@@ -7,7 +7,8 @@
 //! does not use), copies arrived payloads out, and otherwise sleeps on the queue pairs'
 //! descriptors. A peer that makes no progress for the whole timeout is named in the error.
 
-use super::channel::{channel_error, Channel};
+use super::channel::Channel;
+use super::jaccl_error;
 use crate::platform::wait_fds;
 use nuvec_core::Result;
 use std::ops::Range;
@@ -132,12 +133,7 @@ impl Links {
                     progress = true;
                 }
             }
-            for channel in self.channels.iter_mut() {
-                let peer = channel.peer;
-                progress |= channel
-                    .poll()
-                    .map_err(|reason| channel_error(op, rank, with_peer(peer, reason)))?;
-            }
+            progress |= self.poll_all(op)?;
             for (i, t) in transfers.iter_mut().enumerate() {
                 let channel = &mut self.channels[t.channel];
                 while received[i] < t.recv.len() {
@@ -146,7 +142,7 @@ impl Links {
                     };
                     let expected = recv_tags[i].unwrap_or_default();
                     if arrived.tag != expected {
-                        return Err(channel_error(
+                        return Err(jaccl_error(
                             op,
                             rank,
                             mismatch(
@@ -160,7 +156,7 @@ impl Links {
                     }
                     let end = received[i] + arrived.len;
                     if end > t.recv.len() {
-                        return Err(channel_error(
+                        return Err(jaccl_error(
                             op,
                             rank,
                             format!(
@@ -178,9 +174,7 @@ impl Links {
                     progress = true;
                 }
             }
-            for channel in self.channels.iter_mut() {
-                progress |= channel.return_credits()?;
-            }
+            progress |= self.return_all_credits()?;
             // Done when every byte arrived and every message sent has left this process.
             let done = transfers
                 .iter()
@@ -197,7 +191,7 @@ impl Links {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(channel_error(
+                return Err(jaccl_error(
                     op,
                     rank,
                     self.stalled(transfers, &sent, &received),
@@ -214,15 +208,36 @@ impl Links {
         }
     }
 
-    /// Receives one transfer of `bytes` bytes on `channel` and throws it away, through
-    /// `buffer` (a message the receiver did not expect, taken so the channel stays usable).
+    /// Moves every queue pair along (credits and early messages of later operations are taken
+    /// in even on channels the caller does not use); whether anything happened.
+    fn poll_all(&mut self, op: &str) -> Result<bool> {
+        let mut progress = false;
+        for channel in self.channels.iter_mut() {
+            let peer = channel.peer;
+            progress |= channel
+                .poll()
+                .map_err(|reason| jaccl_error(op, self.rank, with_peer(peer, reason)))?;
+        }
+        Ok(progress)
+    }
+
+    /// Returns credits on every channel that owes them; whether any message left.
+    fn return_all_credits(&mut self) -> Result<bool> {
+        let mut progress = false;
+        for channel in self.channels.iter_mut() {
+            progress |= channel.return_credits()?;
+        }
+        Ok(progress)
+    }
+
+    /// Receives one transfer of `bytes` bytes on `channel` and throws it away (a message the
+    /// receiver did not expect, taken so the channel stays usable).
     pub(crate) fn discard(
         &mut self,
         op: &str,
         kind: u8,
         channel: usize,
         bytes: usize,
-        buffer: &mut [u8],
     ) -> Result<()> {
         self.received_ops[channel] += 1;
         let expected = tag(kind, self.received_ops[channel]);
@@ -230,24 +245,16 @@ impl Links {
         let mut deadline = Instant::now() + self.timeout;
         while left > 0 {
             let peer = self.channels[channel].peer;
-            let mut progress = false;
-            for c in self.channels.iter_mut() {
-                let p = c.peer;
-                progress |= c
-                    .poll()
-                    .map_err(|reason| channel_error(op, self.rank, with_peer(p, reason)))?;
-            }
+            let mut progress = self.poll_all(op)?;
             let c = &mut self.channels[channel];
             while let Some(arrived) = c.ready.front().copied() {
                 if arrived.tag != expected || arrived.len > left {
-                    return Err(channel_error(
+                    return Err(jaccl_error(
                         op,
                         self.rank,
                         mismatch(peer, expected, arrived.tag, bytes - left, bytes),
                     ));
                 }
-                let piece = arrived.len.min(buffer.len());
-                buffer[..piece].copy_from_slice(&c.payload(&arrived)[..piece]);
                 c.ready.pop_front();
                 c.consume(arrived.slot)?;
                 left -= arrived.len;
@@ -256,13 +263,11 @@ impl Links {
                     break;
                 }
             }
-            for c in self.channels.iter_mut() {
-                progress |= c.return_credits()?;
-            }
+            progress |= self.return_all_credits()?;
             if progress {
                 deadline = Instant::now() + self.timeout;
             } else if Instant::now() >= deadline {
-                return Err(channel_error(
+                return Err(jaccl_error(
                     op,
                     self.rank,
                     format!(
@@ -298,7 +303,7 @@ impl Links {
             let waiting = received[i] < t.recv.len() || sent[i] < t.send.len();
             let channel = &mut self.channels[t.channel];
             if waiting && !channel.qp.peer_alive() {
-                return Err(channel_error(
+                return Err(jaccl_error(
                     op,
                     self.rank,
                     format!(

@@ -3,27 +3,21 @@
 use super::channel::Channel;
 use super::exchange::{reduce_kind, Links, Transfer, SEND_RECV};
 use super::fabric::{self, QueuePair};
+use super::jaccl_error;
 use super::mesh::Mesh;
 use super::ring::Ring;
 use super::scratch::Scratch;
 use super::side::SideChannel;
 use super::{Config, Options, Topology, RING_MAX_WIRES};
+use crate::ring::lock;
 use nuvec_core::distributed::{Communicator, Group, ReduceOp};
 use nuvec_core::{DType, Error, Result};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// Receive (and send) slots per queue pair.
 pub(crate) const SLOTS: usize = 8;
 /// Bytes of one slot: the largest message, header included.
 pub(crate) const SLOT_BYTES: usize = 128 * 1024;
-
-fn jaccl_error(op: &str, rank: usize, reason: String) -> Error {
-    Error::Distributed {
-        op: op.into(),
-        rank: Some(rank),
-        reason,
-    }
-}
 
 /// The algorithms of the chosen topology.
 #[derive(Debug)]
@@ -48,10 +42,6 @@ pub struct JacclCommunicator {
     fabric: &'static str,
     state: Mutex<State>,
     side: Mutex<SideChannel>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Forms the JACCL group `config` describes over the fabric `NUVEC_JACCL_FABRIC` selects (the
@@ -397,7 +387,7 @@ impl Communicator for JacclCommunicator {
         let channel = self.point_to_point("recv", src)?;
         let rank = self.rank;
         let mut mismatch = None;
-        self.run("recv", |links, scratch| {
+        self.run("recv", |links, _| {
             let mut header = [0u8; MESSAGE_HEADER];
             links.exchange("recv", SEND_RECV, &mut [Transfer { channel, send: &[], recv: &mut header }])?;
             let (their_dtype, their_shape, bytes) = read_message_header(&header)
@@ -407,7 +397,7 @@ impl Communicator for JacclCommunicator {
             }
             // Take the whole message in bounded pieces so the channel stays usable.
             if bytes > 0 {
-                links.discard("recv", SEND_RECV, channel, bytes, &mut scratch.buffers(1)[0])?;
+                links.discard("recv", SEND_RECV, channel, bytes)?;
             }
             mismatch = Some(jaccl_error(
                 "recv",

@@ -49,6 +49,16 @@ pub use group::{init_with, JacclCommunicator};
 #[cfg(feature = "jaccl")]
 pub use options::{AllGather, Fabric, Options};
 
+/// An error of operation `op` on rank `rank`.
+#[cfg(feature = "jaccl")]
+pub(crate) fn jaccl_error(op: &str, rank: usize, reason: String) -> nuvec_core::Error {
+    nuvec_core::Error::Distributed {
+        op: op.into(),
+        rank: Some(rank),
+        reason,
+    }
+}
+
 /// Whether JACCL can run here: this build has the `jaccl` feature, and the emulated fabric is
 /// selected (`NUVEC_JACCL_FABRIC=emulated`) or the system's ibverbs library loads.
 pub fn available() -> bool {

@@ -80,9 +80,7 @@ impl Options {
         self.side_channel = Some(Arc::new(all_gather));
         self
     }
-}
 
-impl Options {
     /// Runs on `fabric` whatever `NUVEC_JACCL_FABRIC` says (which decides otherwise, the
     /// system's verbs by default).
     pub fn fabric(mut self, fabric: Fabric) -> Options {

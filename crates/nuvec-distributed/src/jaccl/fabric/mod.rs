@@ -77,7 +77,7 @@ pub(crate) fn select(
     };
     match named.as_deref() {
         Some("emulated") => Ok(Box::new(emulated::EmulatedFabric::from_env(rank)?)),
-        None | Some("") | Some("verbs") => Ok(Box::new(verbs::VerbsFabric::load()?)),
+        None | Some("") | Some("verbs") => Ok(Box::new(verbs::VerbsFabric::load(rank)?)),
         Some(other) => Err(nuvec_core::Error::Distributed {
             op: "jaccl".into(),
             rank: Some(rank),

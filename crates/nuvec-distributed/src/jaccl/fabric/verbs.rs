@@ -19,10 +19,10 @@ const SEND_BIT: u64 = 1 << 32;
 /// Bytes of an address: LID, queue pair number, first PSN, GID.
 const ADDRESS_BYTES: usize = 26;
 
-fn verbs_error(device: &str, reason: String) -> Error {
+fn verbs_error(rank: usize, device: &str, reason: String) -> Error {
     Error::Distributed {
         op: "jaccl".into(),
-        rank: None,
+        rank: Some(rank),
         reason: format!("ibverbs device {device}: {reason}"),
     }
 }
@@ -35,17 +35,20 @@ pub(crate) fn library_loads() -> bool {
 /// The fabric over the system's ibverbs.
 #[derive(Debug)]
 pub(crate) struct VerbsFabric {
+    rank: usize,
     verbs: Arc<Verbs>,
 }
 
 impl VerbsFabric {
-    pub(crate) fn load() -> Result<VerbsFabric> {
+    /// The fabric of rank `rank` (named in its errors).
+    pub(crate) fn load(rank: usize) -> Result<VerbsFabric> {
         let verbs = Verbs::load().map_err(|reason| Error::Distributed {
             op: "jaccl".into(),
-            rank: None,
+            rank: Some(rank),
             reason: format!("{reason}; on a machine without RDMA hardware, set NUVEC_JACCL_FABRIC=emulated to run JACCL's algorithms over the emulated fabric"),
         })?;
         Ok(VerbsFabric {
+            rank,
             verbs: Arc::new(verbs),
         })
     }
@@ -62,10 +65,14 @@ impl VerbsFabric {
         }
         match context {
             Some(context) if !context.is_null() => Ok(context),
-            Some(_) => Err(verbs_error(name, "ibv_open_device failed".into())),
+            Some(_) => Err(verbs_error(
+                self.rank,
+                name,
+                "ibv_open_device failed".into(),
+            )),
             None => {
                 let names: Vec<&str> = devices.iter().map(|(n, _)| n.as_str()).collect();
-                Err(verbs_error(name, format!("no such device on this machine (it has: {names:?}); check the device file, or enable RDMA with `rdma_ctl enable` in recoveryOS on a Mac")))
+                Err(verbs_error(self.rank, name, format!("no such device on this machine (it has: {names:?}); check the device file, or enable RDMA with `rdma_ctl enable` in recoveryOS on a Mac")))
             }
         }
     }
@@ -92,6 +99,7 @@ impl Fabric for VerbsFabric {
     fn open(&self, device: &str, slots: usize, slot_bytes: usize) -> Result<Box<dyn QueuePair>> {
         let context = self.open_context(device)?;
         let mut qp = VerbsQueuePair {
+            rank: self.rank,
             verbs: self.verbs.clone(),
             device: device.to_string(),
             context,
@@ -115,6 +123,7 @@ impl Fabric for VerbsFabric {
 /// One queue pair and the objects it owns (released in `Drop`).
 #[derive(Debug)]
 struct VerbsQueuePair {
+    rank: usize,
     verbs: Arc<Verbs>,
     device: String,
     context: *mut c_void,
@@ -137,7 +146,7 @@ unsafe impl Send for VerbsQueuePair {}
 
 impl VerbsQueuePair {
     fn error(&self, reason: String) -> Error {
-        verbs_error(&self.device, reason)
+        verbs_error(self.rank, &self.device, reason)
     }
 
     fn set_up(&mut self, slots: usize) -> Result<()> {
