@@ -46,6 +46,30 @@ pub(crate) fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<us
     }
 }
 
+/// Waits until `stream` can take more bytes (or has failed, which the next send reports);
+/// false when `timeout` passed first.
+#[allow(unsafe_code)]
+pub(crate) fn wait_writable(stream: &TcpStream, timeout: Duration) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut polled = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let millis = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: `polled` is one valid pollfd record, exclusively borrowed for the call; poll(2)
+    // only writes its `revents`.
+    let n = unsafe { libc::poll(&mut polled, 1, millis) };
+    if n < 0 {
+        let error = std::io::Error::last_os_error();
+        return match error.kind() {
+            std::io::ErrorKind::Interrupted => Ok(true),
+            _ => Err(error),
+        };
+    }
+    Ok(n > 0)
+}
+
 /// Waits until one of `fds` is readable (or, where its flag is set, writable), or `timeout`
 /// passes. Errors other than an interruption are returned; an interruption counts as a wake-up.
 #[allow(unsafe_code)]

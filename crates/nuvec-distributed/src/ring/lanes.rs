@@ -88,7 +88,7 @@ impl RingCommunicator {
         };
         let link = self.lane_link(lane, ours)?;
         let mut outbox = Outbox::default();
-        self.reduce_scatter_phase(kind, &link, data, (dtype, op), true, (scratch, &mut outbox))?;
+        self.reduce_scatter_phase(kind, &link, data, (dtype, op), (scratch, &mut outbox))?;
         self.all_gather_phase(kind, &link, data, dtype.size(), &mut outbox)?;
         link.right.flush(kind.name(), self.timeout)
     }

@@ -14,6 +14,9 @@ mod hostile_peer_tests;
 mod lanes;
 mod outbox;
 mod peer;
+#[cfg(test)]
+mod peer_tests;
+mod scatter;
 pub(crate) mod schedule;
 mod wire;
 
@@ -297,15 +300,14 @@ impl RingCommunicator {
         }
     }
 
-    /// The reduce-scatter phase over `data` split in `size` segments; with `forward_owned`,
-    /// the finished segment is forwarded to start the all-gather.
+    /// The reduce-scatter phase of an all-reduce over `data` split in `size` segments; the
+    /// finished segment is forwarded to start the all-gather.
     fn reduce_scatter_phase(
         &self,
         kind: Kind,
         link: &Link<'_>,
         data: &mut [u8],
         (dtype, op): (DType, ReduceOp),
-        forward_owned: bool,
         (scratch, outbox): (&mut Vec<u8>, &mut Outbox),
     ) -> Result<()> {
         let Link { left, sequence, .. } = *link;
@@ -319,17 +321,14 @@ impl RingCommunicator {
         }
         outbox.pump(link, kind, data)?;
         self.check_left(link)?;
-        for (index, step) in steps.iter().enumerate() {
-            let last = index + 1 == steps.len();
+        for step in &steps {
             for piece in chunks(segment(len, n, step.recv), chunk_elements) {
                 let bytes = piece.start * width..piece.end * width;
                 let incoming = &mut scratch[..bytes.len()];
                 read_chunk(left, kind, sequence, incoming, self.timeout)?;
                 reduce_bytes(&mut data[bytes.clone()], incoming, dtype, kernel_op(op));
                 outbox.received();
-                if !last || forward_owned {
-                    outbox.push(bytes);
-                }
+                outbox.push(bytes);
                 outbox.pump(link, kind, data)?;
             }
         }
@@ -428,13 +427,7 @@ impl Communicator for RingCommunicator {
         let kind = Kind::SumScatter;
         self.run(kind.name(), true, |state| {
             let link = self.begin(state, kind, dtype, input.len())?;
-            let mut data = input.to_vec();
-            let mut outbox = Outbox::default();
-            let buffers = (&mut state.scratch, &mut outbox);
-            self.reduce_scatter_phase(kind, &link, &mut data, (dtype, op), false, buffers)?;
-            outbox.drain(&link, kind, &data)?;
-            let own = segment(data.len() / dtype.size(), self.size, self.rank);
-            output.copy_from_slice(&data[own.start * dtype.size()..own.end * dtype.size()]);
+            self.reduce_scatter_into(&link, (input, output), (dtype, op), &mut state.scratch)?;
             link.right.flush(kind.name(), self.timeout)
         })
     }
@@ -454,13 +447,7 @@ impl Communicator for RingCommunicator {
             for dim in shape {
                 meta.extend_from_slice(&dim.to_le_bytes());
             }
-            // In chunks, so what the socket cannot take at once is queued in reusable
-            // buffers of bounded size.
-            peer.write("send", &[&meta])?;
-            for piece in data.chunks(CHUNK_BYTES) {
-                peer.write("send", &[piece])?;
-            }
-            peer.flush("send", self.timeout)
+            peer.write_through("send", &[&meta, data], self.timeout)
         })
     }
 

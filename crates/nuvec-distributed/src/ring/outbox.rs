@@ -2,6 +2,9 @@
 //! chunks ahead of what it has received: the ring then moves data in step, the socket takes
 //! most chunks directly, and the writer thread's queue stays small instead of holding a whole
 //! segment.
+//!
+//! A chunk is a byte range of the collective's buffer, or of its read-only input (a
+//! reduce-scatter sends its first segment straight from the input).
 
 use super::frame::Kind;
 use super::wire::write_chunk;
@@ -10,21 +13,36 @@ use nuvec_core::Result;
 use std::collections::VecDeque;
 use std::ops::Range;
 
-/// How many chunks may be sent beyond the number received.
+/// How many chunks may be sent beyond the number received. At least 1: a reduce-scatter
+/// relies on a chunk having been sent before the next chunk received overwrites it.
 const AHEAD: usize = 4;
 
-/// Byte ranges of the collective's buffer waiting to go right, in order.
+/// Which buffer a chunk is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Source {
+    /// The buffer the collective works in.
+    Data,
+    /// The caller's input, when it is not the working buffer.
+    Input,
+}
+
+/// Byte ranges waiting to go right, in order.
 #[derive(Debug, Default)]
 pub(super) struct Outbox {
-    queue: VecDeque<Range<usize>>,
+    queue: VecDeque<(Source, Range<usize>)>,
     sent: usize,
     received: usize,
 }
 
 impl Outbox {
-    /// Adds the next range of the schedule (its bytes must be final by now).
+    /// Adds the next range of the working buffer (its bytes must be final by now).
     pub(super) fn push(&mut self, bytes: Range<usize>) {
-        self.queue.push_back(bytes);
+        self.queue.push_back((Source::Data, bytes));
+    }
+
+    /// Adds the next range of the input.
+    pub(super) fn push_input(&mut self, bytes: Range<usize>) {
+        self.queue.push_back((Source::Input, bytes));
     }
 
     /// Counts one chunk received from the left.
@@ -34,22 +52,48 @@ impl Outbox {
 
     /// Sends what the window allows.
     pub(super) fn pump(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
+        self.pump_from(link, kind, data, &[])
+    }
+
+    /// Sends what the window allows, from `data` or `input`.
+    pub(super) fn pump_from(
+        &mut self,
+        link: &Link<'_>,
+        kind: Kind,
+        data: &[u8],
+        input: &[u8],
+    ) -> Result<()> {
         while self.sent < self.received + AHEAD {
-            let Some(bytes) = self.queue.pop_front() else {
+            if !self.send_next(link, kind, data, input)? {
                 break;
-            };
-            write_chunk(link.right, kind, link.sequence, &data[bytes])?;
-            self.sent += 1;
+            }
         }
         Ok(())
     }
 
     /// Sends everything left.
     pub(super) fn drain(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
-        while let Some(bytes) = self.queue.pop_front() {
-            write_chunk(link.right, kind, link.sequence, &data[bytes])?;
-            self.sent += 1;
-        }
+        while self.send_next(link, kind, data, &[])? {}
         Ok(())
+    }
+
+    /// Sends the next chunk; false when none is waiting.
+    fn send_next(
+        &mut self,
+        link: &Link<'_>,
+        kind: Kind,
+        data: &[u8],
+        input: &[u8],
+    ) -> Result<bool> {
+        let Some((source, bytes)) = self.queue.pop_front() else {
+            return Ok(false);
+        };
+        let buffer = match source {
+            Source::Data => data,
+            Source::Input => input,
+        };
+        write_chunk(link.right, kind, link.sequence, &buffer[bytes])?;
+        self.sent += 1;
+        Ok(true)
     }
 }

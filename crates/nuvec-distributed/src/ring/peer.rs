@@ -114,6 +114,24 @@ fn write_loop(outgoing: Arc<Outgoing>, jobs: Receiver<Job>) {
     }
 }
 
+/// Fills `slices` with the parts of `parts` after the first `sent` bytes, without allocating;
+/// returns how many it filled. Frames have at most a few parts; any beyond the slots go in a
+/// later round of the caller's loop.
+fn unsent<'a>(parts: &[&'a [u8]], sent: usize, slices: &mut [IoSlice<'a>]) -> usize {
+    let mut count = 0;
+    let mut skip = sent;
+    for part in parts {
+        if skip >= part.len() {
+            skip -= part.len();
+        } else if count < slices.len() {
+            slices[count] = IoSlice::new(&part[skip..]);
+            skip = 0;
+            count += 1;
+        }
+    }
+    count
+}
+
 /// The parts of `parts` after the first `skip` bytes.
 fn remaining<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<&'a [u8]> {
     let mut out = Vec::with_capacity(parts.len());
@@ -210,20 +228,8 @@ impl Peer {
         };
         if self.outgoing.pending.load(Ordering::Acquire) == 0 {
             while sent < total {
-                // The unsent parts, without allocating (frames have at most a few parts; any
-                // beyond the first four go in a later round of this loop).
                 let mut slices = [IoSlice::new(&[]); 4];
-                let mut count = 0;
-                let mut skip = sent;
-                for part in parts {
-                    if skip >= part.len() {
-                        skip -= part.len();
-                    } else if count < slices.len() {
-                        slices[count] = IoSlice::new(&part[skip..]);
-                        skip = 0;
-                        count += 1;
-                    }
-                }
+                let count = unsent(parts, sent, &mut slices);
                 match crate::platform::send_now(&stream, &slices[..count]) {
                     Ok(0) => break,
                     Ok(n) => sent += n,
@@ -244,6 +250,54 @@ impl Peer {
         let result = self.queue(op, Job::Write(copy));
         drop(stream);
         result
+    }
+
+    /// Sends `parts` (one frame) from this thread after everything sent before, waiting for
+    /// room as the peer reads: no copy and no hand-off, for a point-to-point send, which
+    /// returns only once its bytes are with the kernel anyway. Each wait for room lasts at
+    /// most `timeout`.
+    pub(crate) fn write_through(
+        &self,
+        op: &str,
+        parts: &[&[u8]],
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        // Frames queued earlier leave first.
+        self.flush(op, timeout)?;
+        let stream = lock(&self.outgoing.stream);
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut sent = 0;
+        while sent < total {
+            let mut slices = [IoSlice::new(&[]); 4];
+            let count = unsent(parts, sent, &mut slices);
+            let failure = match crate::platform::send_now(&stream, &slices[..count]) {
+                Ok(n) if n > 0 => {
+                    sent += n;
+                    continue;
+                }
+                Ok(_) => "the connection took no bytes".to_string(),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    match crate::platform::wait_writable(&stream, timeout) {
+                        Ok(true) => continue,
+                        Ok(false) => {
+                            return Err(self.error(
+                                op,
+                                format!(
+                                    "timed out after {:.1} s sending (the peer stopped reading)",
+                                    timeout.as_secs_f64()
+                                ),
+                            ))
+                        }
+                        Err(e) => e.to_string(),
+                    }
+                }
+                Err(e) => e.to_string(),
+            };
+            *lock(&self.outgoing.failure) = Some(failure);
+            return self.failed(op);
+        }
+        Ok(())
     }
 
     /// `parts` copied into a buffer from the spare pool (reused buffers do not page-fault).
@@ -296,8 +350,9 @@ impl Peer {
         let mut incoming = lock(&self.reader);
         // Poll briefly before sleeping in the kernel: a reply that is a few microseconds away
         // is then taken without a wake-up, which costs more than the wait on a busy machine.
+        // Each arrival restarts the poll, so a large message streaming in is read as it comes.
         let mut filled = 0;
-        let spin_until = Instant::now() + self.spin;
+        let mut spin_until = Instant::now() + self.spin;
         while filled < buf.len() && !self.spin.is_zero() {
             match recv_now(&incoming.stream, &mut buf[filled..]) {
                 Ok(0) => return Err(self.error(
@@ -305,7 +360,10 @@ impl Peer {
                     "the peer closed its connection (its process ended or the group was closed)"
                         .into(),
                 )),
-                Ok(n) => filled += n,
+                Ok(n) => {
+                    filled += n;
+                    spin_until = Instant::now() + self.spin;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     if Instant::now() >= spin_until {

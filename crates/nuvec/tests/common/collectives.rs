@@ -155,6 +155,17 @@ pub(crate) fn large_float_sums_agree_bitwise(group: Group) {
         .item::<f32>()
         .unwrap();
     assert!(error < 1e-5, "largest error {error}");
+    // sum_scatter over segments of many chunks: this rank's rows of the same total.
+    let (rank, size) = (group.rank() as i32, group.size() as i32);
+    let rows = (16 << 20) / size;
+    let part = ops::slice(&x, &[0], &[rows * size], &[1]);
+    let scattered = distributed::sum_scatter(&part, Some(&group));
+    let want = ops::slice(&expected, &[rank * rows], &[(rank + 1) * rows], &[1]);
+    let error = ops::abs(&(&scattered - &want))
+        .max(None, false)
+        .item::<f32>()
+        .unwrap();
+    assert!(error < 1e-5, "sum_scatter: largest error {error}");
 }
 
 /// A group whose ranks share several connections: large sums spread over them (and, on

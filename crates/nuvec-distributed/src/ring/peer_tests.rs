@@ -1,0 +1,76 @@
+//! One connection on its own: frames queued for the writer thread and frames written through
+//! from the caller's thread arrive whole and in order, and a send to a peer that stops
+//! reading ends with an error within its timeout instead of hanging.
+
+use super::peer::Peer;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// A connected pair: a `Peer` (standing for rank 1) and the raw far end.
+fn pair() -> (Peer, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (far, _) = listener.accept().unwrap();
+    (Peer::new(1, near, Duration::ZERO).unwrap(), far)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn written_through_frames_follow_queued_ones_in_order() {
+    let (peer, mut far) = pair();
+    // Large enough that most of the first frame waits in the writer thread's queue.
+    let queued = pattern(24 << 20, 1);
+    let through = pattern(24 << 20, 2);
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        far.read_to_end(&mut all).unwrap();
+        all
+    });
+    peer.write("send", &[&queued[..8], &queued[8..]]).unwrap();
+    peer.write_through(
+        "send",
+        &[&through[..5], &through[5..]],
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    peer.end_writes();
+    peer.flush("send", Duration::from_secs(20)).unwrap();
+    let all = reader.join().unwrap();
+    assert_eq!(all.len(), queued.len() + through.len());
+    assert!(
+        all[..queued.len()] == queued[..],
+        "the queued frame arrives first, whole"
+    );
+    assert!(
+        all[queued.len()..] == through[..],
+        "then the written-through frame"
+    );
+}
+
+#[test]
+fn writing_through_to_a_peer_that_stops_reading_times_out_naming_it() {
+    let (peer, _far) = pair();
+    // Far more than the socket buffers on both ends hold; nobody reads.
+    let data = vec![7u8; 256 << 20];
+    let start = Instant::now();
+    let error = peer
+        .write_through("send", &[&data], Duration::from_millis(300))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("timed out")
+            && error.contains("stopped reading")
+            && error.contains("rank 1"),
+        "{error}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "it gave up in time"
+    );
+}

@@ -1,0 +1,78 @@
+//! Reduce-scatter on the ring without copying the input: the running sums of the segment in
+//! flight live in the output, which is one segment long.
+//!
+//! At each step a rank receives a partial result for one segment from its left, combines its
+//! own input's part of that segment with it, and passes it right; the last segment it
+//! receives is its own, and what it computes there is the result. The first segment it sends
+//! comes straight from the input. A chunk of the output is overwritten only after its
+//! previous contents were sent: the outbox always sends at least one chunk beyond those
+//! received, and the chunks of consecutive steps line up.
+
+use super::frame::Kind;
+use super::outbox::Outbox;
+use super::schedule::{chunks, reduce_scatter_steps, segment};
+use super::wire::read_chunk;
+use super::{kernel_op, Link, RingCommunicator, CHUNK_BYTES};
+use nuvec_core::distributed::ReduceOp;
+use nuvec_core::{DType, Error, Result};
+use nuvec_cpu::bytes::reduce_bytes;
+
+impl RingCommunicator {
+    /// Reduce-scatter of `input` (`size` segments of `output.len()` bytes) into `output`,
+    /// with `scratch` holding one received chunk at a time.
+    pub(super) fn reduce_scatter_into(
+        &self,
+        link: &Link<'_>,
+        (input, output): (&[u8], &mut [u8]),
+        (dtype, op): (DType, ReduceOp),
+        scratch: &mut Vec<u8>,
+    ) -> Result<()> {
+        let kind = Kind::SumScatter;
+        let (n, width) = (self.size, dtype.size());
+        if input.len() != output.len() * n || output.len() % width != 0 {
+            return Err(Error::Distributed {
+                op: kind.name().into(),
+                rank: None,
+                reason: format!(
+                    "an input of {} bytes does not split into {n} segments of {} bytes",
+                    input.len(),
+                    output.len()
+                ),
+            });
+        }
+        if n == 1 {
+            output.copy_from_slice(input);
+            return Ok(());
+        }
+        let elements = output.len() / width;
+        let chunk_elements = (CHUNK_BYTES / width).max(1);
+        let steps = reduce_scatter_steps(n, link.position);
+        scratch.resize(scratch.len().max(chunk_elements * width), 0);
+        let mut outbox = Outbox::default();
+        let first = segment(elements * n, n, steps[0].send);
+        for piece in chunks(first, chunk_elements) {
+            outbox.push_input(piece.start * width..piece.end * width);
+        }
+        outbox.pump_from(link, kind, output, input)?;
+        self.check_left(link)?;
+        for (index, step) in steps.iter().enumerate() {
+            let last = index + 1 == steps.len();
+            let base = step.recv * elements;
+            for piece in chunks(0..elements, chunk_elements) {
+                let here = piece.start * width..piece.end * width;
+                let own = (base + piece.start) * width..(base + piece.end) * width;
+                let incoming = &mut scratch[..here.len()];
+                read_chunk(link.left, kind, link.sequence, incoming, self.timeout)?;
+                // Own part first, as the all-reduce combines them, so results match its bits.
+                output[here.clone()].copy_from_slice(&input[own]);
+                reduce_bytes(&mut output[here.clone()], incoming, dtype, kernel_op(op));
+                outbox.received();
+                if !last {
+                    outbox.push(here);
+                }
+                outbox.pump_from(link, kind, output, input)?;
+            }
+        }
+        outbox.drain(link, kind, output)
+    }
+}
