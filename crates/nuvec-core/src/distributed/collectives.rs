@@ -31,17 +31,6 @@ fn group_or_default(group: Option<&Group>) -> Group {
     group.copied().unwrap_or_else(super::default_group)
 }
 
-/// The input's bytes, owned: donated when nothing else holds the buffer, else copied.
-fn owned_copy(input: &mut Input, bytes: usize) -> Buffer {
-    if let Some(owned) = input.take_owned(bytes) {
-        return owned;
-    }
-    let mut copy = Buffer::for_output(bytes);
-    copy.as_mut_bytes()
-        .copy_from_slice(&input.buffer().as_bytes()[..bytes]);
-    copy
-}
-
 fn bytes_of(input: &Input) -> &[u8] {
     &input.buffer().as_bytes()[..input.size() * input.dtype.size()]
 }
@@ -59,8 +48,14 @@ impl Primitive for AllReduce {
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let communicator = self.group.require(self.name())?;
-        let mut data = owned_copy(&mut inputs[0], outputs[0].bytes());
-        communicator.all_reduce(data.as_mut_bytes(), outputs[0].dtype, self.op)?;
+        let (bytes, dtype) = (outputs[0].bytes(), outputs[0].dtype);
+        if let Some(mut data) = inputs[0].take_owned(bytes) {
+            communicator.all_reduce(data.as_mut_bytes(), dtype, self.op)?;
+            return Ok(vec![Arc::new(data)]);
+        }
+        let mut data = Buffer::for_output(bytes);
+        let input = &inputs[0].buffer().as_bytes()[..bytes];
+        communicator.all_reduce_into(input, data.as_mut_bytes(), dtype, self.op)?;
         Ok(vec![Arc::new(data)])
     }
 

@@ -43,6 +43,19 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
     fn backend(&self) -> &'static str;
     /// Reduces `data` (elements of `dtype`) across ranks in place; every rank gets the same bits.
     fn all_reduce(&self, data: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()>;
+    /// Reduces `input` across ranks into `output` (as long, its old contents ignored), for an
+    /// input that must stay as it is. The default copies, then reduces in place; a backend can
+    /// read the input where it first needs it and skip that pass over the buffer.
+    fn all_reduce_into(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        output.copy_from_slice(input);
+        self.all_reduce(output, dtype, op)
+    }
     /// Concatenates every rank's `input` (in rank order) into `output` (`size` times as long).
     fn all_gather(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()>;
     /// Reduces `input` across ranks and keeps this rank's `1/size` slice in `output`.

@@ -70,12 +70,13 @@ impl RingCommunicator {
         })
     }
 
-    /// One lane's all-reduce of `data`, its slice of the buffer.
+    /// One lane's all-reduce into `data`, its slice of the buffer, of the same slice of the
+    /// input when given (else of `data` itself).
     pub(super) fn all_reduce_lane(
         &self,
         lane: Lane,
         sequence: u64,
-        data: &mut [u8],
+        (input, data): (Option<&[u8]>, &mut [u8]),
         (dtype, op): (DType, ReduceOp),
         scratch: &mut Vec<u8>,
     ) -> Result<()> {
@@ -87,8 +88,9 @@ impl RingCommunicator {
             bytes: data.len() as u64,
         };
         let link = self.lane_link(lane, ours)?;
-        let mut outbox = Outbox::default();
-        self.reduce_scatter_phase(kind, &link, data, (dtype, op), (scratch, &mut outbox))?;
+        let mut outbox = Outbox::reading(input.unwrap_or_default());
+        let buffers = (&mut *data, input);
+        self.reduce_scatter_phase(kind, &link, buffers, (dtype, op), (scratch, &mut outbox))?;
         self.all_gather_phase(kind, &link, data, dtype.size(), &mut outbox)?;
         link.right.flush(kind.name(), self.timeout)
     }
@@ -98,7 +100,7 @@ impl RingCommunicator {
         &self,
         lanes: &[Lane],
         sequence: u64,
-        data: &mut [u8],
+        (input, data): (Option<&[u8]>, &mut [u8]),
         (dtype, op): (DType, ReduceOp),
         scratches: &mut Vec<Vec<u8>>,
     ) -> Result<()> {
@@ -108,9 +110,10 @@ impl RingCommunicator {
         let mut slices = Vec::with_capacity(lanes.len());
         let mut rest = data;
         for index in 0..lanes.len() {
-            let bytes = segment(elements, lanes.len(), index).len() * width;
-            let (slice, tail) = rest.split_at_mut(bytes);
-            slices.push(slice);
+            let range = segment(elements, lanes.len(), index);
+            let (slice, tail) = rest.split_at_mut(range.len() * width);
+            let from = input.map(|input| &input[range.start * width..range.end * width]);
+            slices.push((from, slice));
             rest = tail;
         }
         let lane_failed = |error: nuvec_core::Error| {

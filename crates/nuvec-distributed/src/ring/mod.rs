@@ -292,6 +292,35 @@ impl RingCommunicator {
         ))
     }
 
+    /// The all-reduce into `data`, of `input` when given (else of `data` itself).
+    fn all_reduce_from(
+        &self,
+        input: Option<&[u8]>,
+        data: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let kind = kind_of(op);
+        self.run(kind.name(), true, |state| {
+            if self.uses_doubling(data.len()) {
+                if let Some(input) = input {
+                    data.copy_from_slice(input);
+                }
+                return self.all_reduce_doubling(state, data, dtype, op);
+            }
+            let lanes = lanes::plan(self.size, self.ring_connections, data.len());
+            let sequence = state.collectives;
+            state.collectives += 1;
+            let buffers = (input, data);
+            if let [lane] = lanes[..] {
+                let scratch = &mut state.scratch;
+                return self.all_reduce_lane(lane, sequence, buffers, (dtype, op), scratch);
+            }
+            let scratches = &mut state.lane_scratch;
+            self.all_reduce_lanes(&lanes, sequence, buffers, (dtype, op), scratches)
+        })
+    }
+
     fn mismatch(&self, kind: Kind, peer: usize, reason: String) -> Error {
         Error::Distributed {
             op: kind.name().into(),
@@ -301,14 +330,16 @@ impl RingCommunicator {
     }
 
     /// The reduce-scatter phase of an all-reduce over `data` split in `size` segments; the
-    /// finished segment is forwarded to start the all-gather.
+    /// finished segment is forwarded to start the all-gather. When the outbox reads an input
+    /// (`from_input`), `data`'s old contents are ignored: the first segment goes right
+    /// straight from the input, and each received one is combined with the input's part.
     fn reduce_scatter_phase(
         &self,
         kind: Kind,
         link: &Link<'_>,
-        data: &mut [u8],
+        (data, from_input): (&mut [u8], Option<&[u8]>),
         (dtype, op): (DType, ReduceOp),
-        (scratch, outbox): (&mut Vec<u8>, &mut Outbox),
+        (scratch, outbox): (&mut Vec<u8>, &mut Outbox<'_>),
     ) -> Result<()> {
         let Link { left, sequence, .. } = *link;
         let (n, width) = (self.size, dtype.size());
@@ -317,7 +348,11 @@ impl RingCommunicator {
         let steps = reduce_scatter_steps(n, link.position);
         scratch.resize(scratch.len().max(chunk_elements * width), 0);
         for piece in chunks(segment(len, n, steps[0].send), chunk_elements) {
-            outbox.push(piece.start * width..piece.end * width);
+            let bytes = piece.start * width..piece.end * width;
+            match from_input {
+                Some(_) => outbox.push_input(bytes),
+                None => outbox.push(bytes),
+            }
         }
         outbox.pump(link, kind, data)?;
         self.check_left(link)?;
@@ -326,6 +361,9 @@ impl RingCommunicator {
                 let bytes = piece.start * width..piece.end * width;
                 let incoming = &mut scratch[..bytes.len()];
                 read_chunk(left, kind, sequence, incoming, self.timeout)?;
+                if let Some(input) = from_input {
+                    data[bytes.clone()].copy_from_slice(&input[bytes.clone()]);
+                }
                 reduce_bytes(&mut data[bytes.clone()], incoming, dtype, kernel_op(op));
                 outbox.received();
                 outbox.push(bytes);
@@ -342,7 +380,7 @@ impl RingCommunicator {
         link: &Link<'_>,
         data: &mut [u8],
         width: usize,
-        outbox: &mut Outbox,
+        outbox: &mut Outbox<'_>,
     ) -> Result<()> {
         let Link { left, sequence, .. } = *link;
         let n = self.size;
@@ -378,19 +416,17 @@ impl Communicator for RingCommunicator {
     }
 
     fn all_reduce(&self, data: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
-        let kind = kind_of(op);
-        self.run(kind.name(), true, |state| {
-            if self.uses_doubling(data.len()) {
-                return self.all_reduce_doubling(state, data, dtype, op);
-            }
-            let lanes = lanes::plan(self.size, self.ring_connections, data.len());
-            let sequence = state.collectives;
-            state.collectives += 1;
-            if let [lane] = lanes[..] {
-                return self.all_reduce_lane(lane, sequence, data, (dtype, op), &mut state.scratch);
-            }
-            self.all_reduce_lanes(&lanes, sequence, data, (dtype, op), &mut state.lane_scratch)
-        })
+        self.all_reduce_from(None, data, dtype, op)
+    }
+
+    fn all_reduce_into(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.all_reduce_from(Some(input), output, dtype, op)
     }
 
     fn all_gather(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {

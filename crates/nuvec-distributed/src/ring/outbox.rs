@@ -28,13 +28,23 @@ pub(super) enum Source {
 
 /// Byte ranges waiting to go right, in order.
 #[derive(Debug, Default)]
-pub(super) struct Outbox {
+pub(super) struct Outbox<'i> {
     queue: VecDeque<(Source, Range<usize>)>,
     sent: usize,
     received: usize,
+    /// The caller's input, where [`Source::Input`] ranges are.
+    input: &'i [u8],
 }
 
-impl Outbox {
+impl<'i> Outbox<'i> {
+    /// An outbox that can also send ranges of `input`.
+    pub(super) fn reading(input: &'i [u8]) -> Outbox<'i> {
+        Outbox {
+            input,
+            ..Outbox::default()
+        }
+    }
+
     /// Adds the next range of the working buffer (its bytes must be final by now).
     pub(super) fn push(&mut self, bytes: Range<usize>) {
         self.queue.push_back((Source::Data, bytes));
@@ -52,19 +62,8 @@ impl Outbox {
 
     /// Sends what the window allows.
     pub(super) fn pump(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
-        self.pump_from(link, kind, data, &[])
-    }
-
-    /// Sends what the window allows, from `data` or `input`.
-    pub(super) fn pump_from(
-        &mut self,
-        link: &Link<'_>,
-        kind: Kind,
-        data: &[u8],
-        input: &[u8],
-    ) -> Result<()> {
         while self.sent < self.received + AHEAD {
-            if !self.send_next(link, kind, data, input)? {
+            if !self.send_next(link, kind, data)? {
                 break;
             }
         }
@@ -73,24 +72,18 @@ impl Outbox {
 
     /// Sends everything left.
     pub(super) fn drain(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
-        while self.send_next(link, kind, data, &[])? {}
+        while self.send_next(link, kind, data)? {}
         Ok(())
     }
 
     /// Sends the next chunk; false when none is waiting.
-    fn send_next(
-        &mut self,
-        link: &Link<'_>,
-        kind: Kind,
-        data: &[u8],
-        input: &[u8],
-    ) -> Result<bool> {
+    fn send_next(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<bool> {
         let Some((source, bytes)) = self.queue.pop_front() else {
             return Ok(false);
         };
         let buffer = match source {
             Source::Data => data,
-            Source::Input => input,
+            Source::Input => self.input,
         };
         write_chunk(link.right, kind, link.sequence, &buffer[bytes])?;
         self.sent += 1;

@@ -48,12 +48,12 @@ impl RingCommunicator {
         let chunk_elements = (CHUNK_BYTES / width).max(1);
         let steps = reduce_scatter_steps(n, link.position);
         scratch.resize(scratch.len().max(chunk_elements * width), 0);
-        let mut outbox = Outbox::default();
+        let mut outbox = Outbox::reading(input);
         let first = segment(elements * n, n, steps[0].send);
         for piece in chunks(first, chunk_elements) {
             outbox.push_input(piece.start * width..piece.end * width);
         }
-        outbox.pump_from(link, kind, output, input)?;
+        outbox.pump(link, kind, output)?;
         self.check_left(link)?;
         for (index, step) in steps.iter().enumerate() {
             let last = index + 1 == steps.len();
@@ -70,7 +70,7 @@ impl RingCommunicator {
                 if !last {
                     outbox.push(here);
                 }
-                outbox.pump_from(link, kind, output, input)?;
+                outbox.pump(link, kind, output)?;
             }
         }
         outbox.drain(link, kind, output)

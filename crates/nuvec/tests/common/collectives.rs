@@ -145,6 +145,14 @@ pub(crate) fn large_float_sums_agree_bitwise(group: Group) {
             "rank {rank} got other bits"
         );
     }
+    // An input nothing else holds is reduced in place; doubling every input doubles the
+    // sum exactly, so the two paths must agree bit for bit.
+    let doubled = distributed::all_sum(&(&x * 2.0), Some(&group));
+    let twice = (&first * 2.0).to_vec::<f32>().unwrap();
+    assert!(
+        doubled.to_vec::<f32>().unwrap() == twice,
+        "a donated input sums as a kept one"
+    );
     // The values are right (to rounding) against a local sum of every rank's draw.
     let expected = (0..group.size()).fold(ops::zeros(&[16 << 20], DType::F32), |acc, r| {
         nuvec::random::seed(r as u64);
