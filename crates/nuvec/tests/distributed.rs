@@ -391,3 +391,64 @@ fn compiled_collectives_communicate_on_every_call() {
         collectives::compiled_collectives_communicate_every_call,
     );
 }
+
+/// Exact integer sums of several chunks, and a gather, on `group`.
+fn several_chunk_sums_are_exact(group: Group) {
+    let (rank, size) = (group.rank() as i32, group.size() as i32);
+    let n = (3 << 20) + 3;
+    let x = ops::arange(0.0, n as f64, 1.0, DType::I32) + rank;
+    let sum = distributed::all_sum(&x, Some(&group))
+        .to_vec::<i32>()
+        .unwrap();
+    let offset: i32 = (0..size).sum();
+    assert!(sum
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == size * i as i32 + offset));
+    let ranks = distributed::all_gather(&array![rank], Some(&group));
+    assert_eq!(
+        ranks.to_vec::<i32>().unwrap(),
+        (0..size).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn every_read_polling_mode_gives_the_same_results() {
+    for mode in ["off", "yield", "spin", "auto"] {
+        let launch = nuvec_test_support::ranks::Launch {
+            env: vec![("NUVEC_RING_POLL".into(), mode.into())],
+            ..Default::default()
+        };
+        launch_ranks(
+            "every_read_polling_mode_gives_the_same_results",
+            3,
+            TIMEOUT,
+            &launch,
+            |group| several_chunk_sums_are_exact(group.unwrap()),
+        );
+        if nuvec_test_support::ranks::is_child() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn init_refuses_an_unknown_read_polling_mode() {
+    let launch = nuvec_test_support::ranks::Launch {
+        env: vec![("NUVEC_RING_POLL".into(), "busy".into())],
+        ..Default::default()
+    };
+    launch_ranks(
+        "init_refuses_an_unknown_read_polling_mode",
+        2,
+        TIMEOUT,
+        &launch,
+        |group| {
+            let error = group.unwrap_err().to_string();
+            assert!(
+                error.contains("NUVEC_RING_POLL") && error.contains("\"busy\""),
+                "{error}"
+            );
+        },
+    );
+}

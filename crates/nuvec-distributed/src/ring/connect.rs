@@ -9,7 +9,7 @@
 use super::handshake::{
     accept_side, connect_side, write_message, Accepted, Local, Message, Verdict,
 };
-use super::peer::{Peer, READ_SPIN};
+use super::peer::{Peer, Poll, SPIN, YIELD};
 use crate::hostfile::Address;
 use crate::Options;
 use nuvec_core::{Error, Result};
@@ -159,7 +159,7 @@ pub(crate) fn form_mesh(
         }
     }
     streams[rank].clear();
-    let spin = read_spin(nodes, rank);
+    let poll = read_poll(nodes, rank)?;
     streams
         .into_iter()
         .enumerate()
@@ -170,7 +170,7 @@ pub(crate) fn form_mesh(
                     let stream = stream.ok_or_else(|| {
                         init_error(Some(peer), "a connection was not formed".into())
                     })?;
-                    Peer::new(peer, stream, spin).map_err(|e| init_error(Some(peer), e.to_string()))
+                    Peer::new(peer, stream, poll).map_err(|e| init_error(Some(peer), e.to_string()))
                 })
                 .collect()
         })
@@ -215,21 +215,37 @@ pub(crate) fn form_star(
     Ok(streams)
 }
 
-/// How long reads poll before sleeping: [`READ_SPIN`] when this machine has a core for each
-/// of the group's ranks on it (ranks whose first address has this rank's host), else zero,
-/// because polling ranks would take the cores their peers need.
-fn read_spin(nodes: &[Vec<Address>], rank: usize) -> Duration {
-    let host = nodes[rank].first().map(|a| a.host.as_str());
-    let here = nodes
-        .iter()
-        .filter(|addresses| addresses.first().map(|a| a.host.as_str()) == host)
-        .count();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if here <= cores {
-        READ_SPIN
-    } else {
-        Duration::ZERO
-    }
+/// How reads wait before sleeping. `NUVEC_RING_POLL` chooses (`spin`, `yield` or `off`);
+/// unset or `auto`: [`SPIN`] when this machine has a core for each of the group's ranks on it
+/// (ranks whose first address has this rank's host), else [`YIELD`], because spinning ranks
+/// would take the cores their peers need.
+fn read_poll(nodes: &[Vec<Address>], rank: usize) -> Result<Poll> {
+    let choice = std::env::var("NUVEC_RING_POLL").unwrap_or_default();
+    let poll = match choice.trim() {
+        "" | "auto" => {
+            let host = nodes[rank].first().map(|a| a.host.as_str());
+            let here = nodes
+                .iter()
+                .filter(|addresses| addresses.first().map(|a| a.host.as_str()) == host)
+                .count();
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if here <= cores {
+                SPIN
+            } else {
+                YIELD
+            }
+        }
+        "spin" => SPIN,
+        "yield" => YIELD,
+        "off" => Poll::Off,
+        other => {
+            return Err(init_error(
+                None,
+                format!("NUVEC_RING_POLL must be auto, spin, yield or off, got {other:?}"),
+            ))
+        }
+    };
+    Ok(poll)
 }
 
 /// A lower rank's connection, handshaken and accepted.
@@ -441,9 +457,16 @@ mod tests {
     }
 
     #[test]
-    fn reads_poll_only_when_the_ranks_here_have_a_core_each() {
-        assert_eq!(read_spin(&nodes(&["10.0.0.1", "10.0.0.2"]), 0), READ_SPIN);
+    fn reads_spin_only_when_the_ranks_here_have_a_core_each_and_else_yield() {
+        // The variable is not set in unit tests (the choice is process-wide).
+        if std::env::var_os("NUVEC_RING_POLL").is_some() {
+            panic!("NUVEC_RING_POLL is set; this test checks the automatic choice");
+        }
+        assert_eq!(
+            read_poll(&nodes(&["10.0.0.1", "10.0.0.2"]), 0).unwrap(),
+            SPIN
+        );
         let crowded: Vec<&str> = vec!["127.0.0.1"; 4096];
-        assert_eq!(read_spin(&nodes(&crowded), 3), Duration::ZERO);
+        assert_eq!(read_poll(&nodes(&crowded), 3).unwrap(), YIELD);
     }
 }

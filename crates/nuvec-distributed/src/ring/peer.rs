@@ -17,8 +17,25 @@ use std::time::{Duration, Instant};
 
 /// How long `health` waits for a sign of a closed connection; an open, quiet one times out.
 const HEALTH_PROBE: Duration = Duration::from_millis(1);
-/// How long a read polls for data before sleeping in the kernel, when polling is on.
-pub(crate) const READ_SPIN: Duration = Duration::from_micros(30);
+/// How a read waits for data before it sleeps in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Poll {
+    /// Sleep at once.
+    Off,
+    /// Poll on the CPU for this long after the last arrival: for machines with a core for
+    /// each local rank, where polling takes no peer's core.
+    Spin(Duration),
+    /// Poll for this long after the last arrival, yielding the core between polls: for more
+    /// local ranks than cores. A runnable peer gets the core at once, and a reply that comes
+    /// meanwhile is taken without a sleep and a wake-up (which cost more than the wait on a
+    /// busy machine).
+    Yield(Duration),
+}
+
+/// Polling on machines with a core per local rank.
+pub(crate) const SPIN: Poll = Poll::Spin(Duration::from_micros(30));
+/// Polling on machines with more local ranks than cores.
+pub(crate) const YIELD: Poll = Poll::Yield(Duration::from_micros(200));
 /// How many written buffers a connection keeps for reuse, and the largest it keeps.
 const SPARES: usize = 8;
 const SPARE_BYTES: usize = 1 << 20;
@@ -67,8 +84,8 @@ impl Incoming {
 #[derive(Debug)]
 pub(crate) struct Peer {
     pub(crate) rank: usize,
-    /// How long a read polls before sleeping.
-    spin: Duration,
+    /// How a read waits before sleeping.
+    poll: Poll,
     reader: Mutex<Incoming>,
     control: TcpStream,
     outgoing: Arc<Outgoing>,
@@ -147,9 +164,8 @@ fn remaining<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<&'a [u8]> {
 }
 
 impl Peer {
-    /// Wraps a connected, handshaken stream to rank `rank`; reads poll for `spin` before
-    /// sleeping (zero: never).
-    pub(crate) fn new(rank: usize, stream: TcpStream, spin: Duration) -> std::io::Result<Peer> {
+    /// Wraps a connected, handshaken stream to rank `rank`; reads wait as `poll` says.
+    pub(crate) fn new(rank: usize, stream: TcpStream, poll: Poll) -> std::io::Result<Peer> {
         stream.set_nodelay(true)?;
         crate::platform::enable_keepalive(&stream)?;
         let outgoing = Arc::new(Outgoing {
@@ -166,7 +182,7 @@ impl Peer {
             .spawn(move || write_loop(shared, receiver))?;
         Ok(Peer {
             rank,
-            spin,
+            poll,
             reader: Mutex::new(Incoming {
                 stream,
                 timeout: None,
@@ -351,9 +367,14 @@ impl Peer {
         // Poll briefly before sleeping in the kernel: a reply that is a few microseconds away
         // is then taken without a wake-up, which costs more than the wait on a busy machine.
         // Each arrival restarts the poll, so a large message streaming in is read as it comes.
+        let (window, yielding) = match self.poll {
+            Poll::Off => (Duration::ZERO, false),
+            Poll::Spin(window) => (window, false),
+            Poll::Yield(window) => (window, true),
+        };
         let mut filled = 0;
-        let mut spin_until = Instant::now() + self.spin;
-        while filled < buf.len() && !self.spin.is_zero() {
+        let mut spin_until = Instant::now() + window;
+        while filled < buf.len() && !window.is_zero() {
             match recv_now(&incoming.stream, &mut buf[filled..]) {
                 Ok(0) => return Err(self.error(
                     op,
@@ -362,14 +383,18 @@ impl Peer {
                 )),
                 Ok(n) => {
                     filled += n;
-                    spin_until = Instant::now() + self.spin;
+                    spin_until = Instant::now() + window;
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     if Instant::now() >= spin_until {
                         break;
                     }
-                    std::hint::spin_loop();
+                    if yielding {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
                 }
                 // Anything else: let the blocking read below report it.
                 Err(_) => break,

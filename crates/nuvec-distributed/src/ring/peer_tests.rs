@@ -2,7 +2,7 @@
 //! from the caller's thread arrive whole and in order, and a send to a peer that stops
 //! reading ends with an error within its timeout instead of hanging.
 
-use super::peer::Peer;
+use super::peer::{Peer, Poll};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ fn pair() -> (Peer, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (far, _) = listener.accept().unwrap();
-    (Peer::new(1, near, Duration::ZERO).unwrap(), far)
+    (Peer::new(1, near, Poll::Off).unwrap(), far)
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
