@@ -25,7 +25,7 @@ pub(crate) enum Poll {
     /// Poll on the CPU for this long after the last arrival: for machines with a core for
     /// each local rank, where polling takes no peer's core.
     Spin(Duration),
-    /// Poll for this long after the last arrival, yielding the core between polls: for more
+    /// Poll for this long from the start of a read, yielding the core between polls: for more
     /// local ranks than cores. A runnable peer gets the core at once, and a reply that comes
     /// meanwhile is taken without a sleep and a wake-up (which cost more than the wait on a
     /// busy machine).
@@ -366,7 +366,9 @@ impl Peer {
         let mut incoming = lock(&self.reader);
         // Poll briefly before sleeping in the kernel: a reply that is a few microseconds away
         // is then taken without a wake-up, which costs more than the wait on a busy machine.
-        // Each arrival restarts the poll, so a large message streaming in is read as it comes.
+        // When spinning, each arrival restarts the poll, so a large message streaming in is
+        // read as it comes. Yielding polls count from the start of the read: on a crowded
+        // machine a large transfer then sleeps between arrivals rather than churning.
         let (window, yielding) = match self.poll {
             Poll::Off => (Duration::ZERO, false),
             Poll::Spin(window) => (window, false),
@@ -383,7 +385,9 @@ impl Peer {
                 )),
                 Ok(n) => {
                     filled += n;
-                    spin_until = Instant::now() + window;
+                    if !yielding {
+                        spin_until = Instant::now() + window;
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
