@@ -1,8 +1,10 @@
 //! One TCP connection to a peer. Writes go straight to the socket from the calling thread
 //! while it has room (a non-blocking send, no copy, no thread hand-off); what does not fit is
 //! queued for the connection's persistent writer thread, so this rank keeps receiving while a
-//! large send drains (no thread per step, no spinning). Reads block with a timeout. Failures
-//! become errors naming the peer's rank.
+//! large send drains (no thread per step, no spinning). A point-to-point send instead writes
+//! its whole frame from the calling thread, waiting for room ([`Peer::write_through`]). Reads
+//! poll briefly as [`Poll`] says, then block with a timeout. Failures become errors naming the
+//! peer's rank.
 
 use super::frame::HEADER_BYTES;
 use crate::platform::recv_now;
