@@ -8,7 +8,9 @@
 //! mlx.launch spins a core), alternating which goes first. Both use the nccl-tests conventions
 //! (big-buffer bytes, bus-bandwidth factors, a barrier before each iteration, the slowest
 //! rank's time, the median). It also measures this machine's ceilings: single-core memcpy
-//! bandwidth and one loopback TCP stream. Output: a table (stdout and
+//! bandwidth, one loopback TCP stream, and as many streams at once as ranks; from these each
+//! row gets a loopback floor (the bytes all ranks move through loopback over that rate), the
+//! least time any TCP implementation could take on this machine. Output: a table (stdout and
 //! target/bench-distributed.md), target/bench-distributed.json and an SVG plot of bus
 //! bandwidth against size (target/bench-distributed.svg).
 
@@ -247,34 +249,106 @@ fn memcpy_ceiling() -> f64 {
     size as f64 / best / 1e9
 }
 
-/// One loopback TCP stream (GB/s, 2 GiB in 4 MiB writes).
-fn tcp_ceiling() -> Result<f64, String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let address = listener.local_addr().map_err(|e| e.to_string())?;
+/// Loopback TCP throughput with `streams` streams at once (GB/s in total, 2 GiB in 4 MiB
+/// writes shared between them): one stream is a single connection's ceiling; as many streams
+/// as ranks is what the whole machine moves through loopback while every rank sends.
+fn tcp_ceiling(streams: usize) -> Result<f64, String> {
     let total: usize = 2 << 30;
-    let reader = std::thread::spawn(move || -> std::io::Result<usize> {
-        let (mut stream, _) = listener.accept()?;
-        let mut buffer = vec![0u8; 4 << 20];
-        let mut received = 0;
-        loop {
-            match stream.read(&mut buffer)? {
-                0 => return Ok(received),
-                n => received += n,
+    let chunk = 4 << 20;
+    let per_stream = total / streams / chunk;
+    let mut pairs = Vec::new();
+    for _ in 0..streams {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let address = listener.local_addr().map_err(|e| e.to_string())?;
+        let reader = std::thread::spawn(move || -> std::io::Result<usize> {
+            let (mut stream, _) = listener.accept()?;
+            let mut buffer = vec![0u8; chunk];
+            let mut received = 0;
+            loop {
+                match stream.read(&mut buffer)? {
+                    0 => return Ok(received),
+                    n => received += n,
+                }
             }
-        }
-    });
-    let mut stream = std::net::TcpStream::connect(address).map_err(|e| e.to_string())?;
-    let chunk = vec![7u8; 4 << 20];
-    let start = Instant::now();
-    for _ in 0..total / chunk.len() {
-        stream.write_all(&chunk).map_err(|e| e.to_string())?;
+        });
+        let stream = std::net::TcpStream::connect(address).map_err(|e| e.to_string())?;
+        pairs.push((reader, stream));
     }
-    drop(stream);
-    let received = reader
-        .join()
-        .map_err(|_| "reader panicked")?
-        .map_err(|e| e.to_string())?;
-    Ok(received as f64 / start.elapsed().as_secs_f64() / 1e9)
+    let start = Instant::now();
+    let mut writers = Vec::new();
+    for (reader, mut stream) in pairs {
+        writers.push(std::thread::spawn(move || -> std::io::Result<()> {
+            let data = vec![7u8; chunk];
+            for _ in 0..per_stream {
+                stream.write_all(&data)?;
+            }
+            Ok(())
+        }));
+        writers.push(std::thread::spawn(move || -> std::io::Result<()> {
+            let received = reader
+                .join()
+                .map_err(|_| std::io::Error::other("reader panicked"))??;
+            if received == per_stream * chunk {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(format!(
+                    "a stream delivered {received} bytes"
+                )))
+            }
+        }));
+    }
+    for writer in writers {
+        writer
+            .join()
+            .map_err(|_| "a stream's thread panicked")?
+            .map_err(|e| e.to_string())?;
+    }
+    Ok((streams * per_stream * chunk) as f64 / start.elapsed().as_secs_f64() / 1e9)
+}
+
+/// Bytes a collective's ring moves through loopback in total (all ranks), for the big
+/// buffer `bytes`, and whether they move on `ranks` streams at once (else one at a time).
+fn loopback_traffic(op: &str, ranks: u64, bytes: u64) -> (u64, bool) {
+    match op {
+        "all_sum" => (2 * (ranks - 1) * bytes, true),
+        "all_gather" | "sum_scatter" => ((ranks - 1) * bytes, true),
+        _ => (2 * bytes, false),
+    }
+}
+
+/// The loopback ceilings of a run: one stream, and as many streams as ranks.
+struct Ceilings {
+    one: f64,
+    together: Vec<(u64, f64)>,
+}
+
+impl Ceilings {
+    /// The least time (µs) loopback needs to carry `op`'s traffic on `ranks` ranks.
+    fn floor_us(&self, op: &str, ranks: u64, bytes: u64) -> f64 {
+        let (traffic, parallel) = loopback_traffic(op, ranks, bytes);
+        let rate = if parallel {
+            self.together
+                .iter()
+                .find(|(n, _)| *n == ranks)
+                .map_or(self.one, |(_, rate)| *rate)
+        } else {
+            self.one
+        };
+        traffic as f64 / (rate * 1e9) * 1e6
+    }
+
+    fn describe(&self) -> String {
+        let together: Vec<String> = self
+            .together
+            .iter()
+            .map(|(n, rate)| format!("{n} at once {rate:.2} GB/s"))
+            .collect();
+        format!(
+            "loopback TCP: one stream {:.2} GB/s; {}",
+            self.one,
+            together.join(", ")
+        )
+    }
 }
 
 fn human(bytes: u64) -> String {
@@ -324,9 +398,14 @@ fn ratio(mine: f64, other: f64) -> String {
     }
 }
 
-fn table(ours: &[Value], theirs: &[Value], mpi: &[Value], jaccl: &[Value]) -> String {
+fn table(
+    ours: &[Value],
+    theirs: &[Value],
+    (mpi, jaccl): (&[Value], &[Value]),
+    ceilings: &Ceilings,
+) -> String {
     let mut out = String::from(
-        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | nuvec-MPI median | nuvec / nuvec-MPI | JACCL (emulated) median | JACCL busbw GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | loopback floor | nuvec / floor | nuvec-MPI median | nuvec / nuvec-MPI | JACCL (emulated) median | JACCL busbw GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for record in ours {
         let k = key(record);
@@ -339,8 +418,9 @@ fn table(ours: &[Value], theirs: &[Value], mpi: &[Value], jaccl: &[Value]) -> St
         } else {
             " (WRONG RESULT)"
         };
+        let floor = ceilings.floor_us(&k.0, k.1, k.2);
         out += &format!(
-            "| {} | {} | {} | {} | {}{checked} | {their_median} | {} | {:.3} | {their_bw} | {mpi_median} | {} | {jaccl_median} | {jaccl_bw} |\n",
+            "| {} | {} | {} | {} | {}{checked} | {their_median} | {} | {:.3} | {their_bw} | {} | {} | {mpi_median} | {} | {jaccl_median} | {jaccl_bw} |\n",
             k.0,
             k.1,
             k.3,
@@ -348,6 +428,8 @@ fn table(ours: &[Value], theirs: &[Value], mpi: &[Value], jaccl: &[Value]) -> St
             us(mine),
             ratio(mine, theirs_us),
             record["busbw_gbps"].as_f64().unwrap_or(f64::NAN),
+            us(floor),
+            ratio(mine, floor),
             ratio(mine, mpi_us),
         );
     }
@@ -389,8 +471,16 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     }
     progress!("measuring this machine's ceilings");
     let memcpy = memcpy_ceiling();
-    let tcp = tcp_ceiling()?;
-    progress!("single-core memcpy {memcpy:.2} GB/s, one loopback TCP stream {tcp:.2} GB/s");
+    let tcp = tcp_ceiling(1)?;
+    let mut together = Vec::new();
+    for &n in &options.ranks {
+        together.push((n as u64, tcp_ceiling(n)?));
+    }
+    let ceilings = Ceilings { one: tcp, together };
+    progress!(
+        "single-core memcpy {memcpy:.2} GB/s; {}",
+        ceilings.describe()
+    );
     let (mut ours, mut theirs, mut over_mpi, mut over_jaccl) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut turn = 0;
@@ -445,17 +535,23 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             }
         }
     }
-    let table = table(&ours, &theirs, &over_mpi, &over_jaccl);
-    println!("{table}");
-    println!(
-        "ceilings: single-core memcpy {memcpy:.2} GB/s; one loopback TCP stream {tcp:.2} GB/s"
+    let table = table(&ours, &theirs, (&over_mpi, &over_jaccl), &ceilings);
+    let footer = format!(
+        "ceilings: single-core memcpy {memcpy:.2} GB/s; {}",
+        ceilings.describe()
     );
+    println!("{table}");
+    println!("{footer}");
     let target = root.join("target");
     std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
     let command = format!("cargo xtask bench-distributed {}", args.join(" "));
     let report = json!({
         "command": command.trim(),
-        "ceilings": {"memcpy_gbps": memcpy, "tcp_stream_gbps": tcp},
+        "ceilings": {
+            "memcpy_gbps": memcpy,
+            "tcp_stream_gbps": tcp,
+            "tcp_streams_at_once_gbps": ceilings.together.iter().map(|(n, rate)| json!({"streams": n, "gbps": rate})).collect::<Vec<_>>(),
+        },
         "nuvec": ours,
         "mlx": theirs,
         "nuvec_mpi": over_mpi,
@@ -468,7 +564,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     std::fs::write(
         target.join("bench-distributed.md"),
-        format!("{table}\nceilings: single-core memcpy {memcpy:.2} GB/s; one loopback TCP stream {tcp:.2} GB/s\n\n`{}`\n", command.trim()),
+        format!("{table}\n{footer}\n\n`{}`\n", command.trim()),
     )
     .map_err(|e| e.to_string())?;
     std::fs::write(
@@ -506,14 +602,34 @@ mod tests {
         let over_jaccl = vec![
             json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 60.0, "busbw_gbps": 0.07}),
         ];
-        let table = table(&ours, &theirs, &over_mpi, &over_jaccl);
+        // 2 GB/s on two streams at once: an all-sum of 4 KiB on 2 ranks moves 8 KiB, 4.1 µs.
+        let ceilings = Ceilings {
+            one: 1.0,
+            together: vec![(2, 2.0)],
+        };
+        let table = table(&ours, &theirs, (&over_mpi, &over_jaccl), &ceilings);
         assert!(
             table.contains("| all_sum | 2 | float32 | 4 KB | 40 µs | 4.00 ms | 0.010 |"),
             "{table}"
         );
+        assert!(table.contains("| 0.001 | 4 µs | 9.766 |"), "{table}");
         assert!(
             table.ends_with("| 20 µs | 2.000 | 60 µs | 0.070 |\n"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn loopback_floors_count_every_rank_s_traffic() {
+        let ceilings = Ceilings {
+            one: 1.0,
+            together: vec![(4, 2.0)],
+        };
+        // all_sum on 4 ranks: each sends 2 · 3/4 of the buffer, 6 MB in all at 2 GB/s.
+        assert_eq!(ceilings.floor_us("all_sum", 4, 1_000_000), 3000.0);
+        // all_gather: 3/4 each, 3 MB in all.
+        assert_eq!(ceilings.floor_us("all_gather", 4, 1_000_000), 1500.0);
+        // A ping-pong crosses one stream twice, one way at a time.
+        assert_eq!(ceilings.floor_us("pingpong", 4, 1_000_000), 2000.0);
     }
 }

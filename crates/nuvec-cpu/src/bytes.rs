@@ -62,9 +62,11 @@ fn typed<'a, T: Element>(dst: &'a mut [u8], src: &'a [u8]) -> Option<(&'a mut [T
 #[inline(always)]
 fn combine<T: Element>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T) {
     if let Some((d, s)) = typed::<T>(dst, src) {
-        for (x, y) in d.iter_mut().zip(s) {
-            *x = f(*x, *y);
-        }
+        crate::os::with_wide_vectors(|| {
+            for (x, y) in d.iter_mut().zip(s) {
+                *x = f(*x, *y);
+            }
+        });
         return;
     }
     let width = size_of::<T>();
@@ -73,50 +75,62 @@ fn combine<T: Element>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T) {
     }
 }
 
-/// Elements converted to `f32` per block in [`halves`].
+/// Elements converted to `f32` per block for `float16`.
 const BLOCK: usize = 512;
 
-/// Sums or products of `f16`/`bf16` computed in `f32` a block at a time (the conversions use
-/// the CPU's instructions where it has them), then rounded once per element, as
-/// [`Element::add`] and [`Element::mul`] do one element at a time.
+/// Sums or products of `f16`/`bf16` computed in `f32`, then rounded once per element, as
+/// [`Element::add`] and [`Element::mul`] do one element at a time, in loops the compiler
+/// vectorises.
 fn halves<T: HalfFloat>(dst: &mut [u8], src: &[u8], op: ReduceOp) {
     let Some((d, s)) = typed::<T>(dst, src) else {
         return reduce_typed::<T>(dst, src, op);
     };
-    let (mut a, mut b) = ([0f32; BLOCK], [0f32; BLOCK]);
-    for (d, s) in d.chunks_mut(BLOCK).zip(s.chunks(BLOCK)) {
-        let (a, b) = (&mut a[..d.len()], &mut b[..d.len()]);
-        T::widen(d, a);
-        T::widen(s, b);
+    crate::os::with_wide_vectors(|| {
         if op == ReduceOp::Prod {
-            a.iter_mut().zip(b.iter()).for_each(|(x, y)| *x *= y);
+            T::combine(d, s, |x, y| x * y);
         } else {
-            a.iter_mut().zip(b.iter()).for_each(|(x, y)| *x += y);
+            T::combine(d, s, |x, y| x + y);
         }
-        T::narrow(a, d);
+    });
+}
+
+/// The half-precision types.
+trait HalfFloat: Element {
+    /// `d[i] = f(d[i], s[i])` computed in `f32`.
+    fn combine(d: &mut [Self], s: &[Self], f: impl Fn(f32, f32) -> f32);
+}
+
+/// `float16` converts a block at a time with `half`'s slice conversions, which use the CPU's
+/// conversion instructions where it has them.
+impl HalfFloat for f16 {
+    fn combine(d: &mut [Self], s: &[Self], f: impl Fn(f32, f32) -> f32) {
+        let (mut a, mut b) = ([0f32; BLOCK], [0f32; BLOCK]);
+        for (d, s) in d.chunks_mut(BLOCK).zip(s.chunks(BLOCK)) {
+            let (a, b) = (&mut a[..d.len()], &mut b[..d.len()]);
+            d.convert_to_f32_slice(a);
+            s.convert_to_f32_slice(b);
+            a.iter_mut().zip(b.iter()).for_each(|(x, y)| *x = f(*x, *y));
+            d.convert_from_f32_slice(a);
+        }
     }
 }
 
-/// The half-precision types, with `half`'s slice conversions.
-trait HalfFloat: Element {
-    fn widen(from: &[Self], to: &mut [f32]);
-    fn narrow(from: &[f32], to: &mut [Self]);
-}
-
-macro_rules! half_float {
-    ($t:ty) => {
-        impl HalfFloat for $t {
-            fn widen(from: &[Self], to: &mut [f32]) {
-                from.convert_to_f32_slice(to);
-            }
-            fn narrow(from: &[f32], to: &mut [Self]) {
-                to.convert_from_f32_slice(from);
-            }
+/// `bfloat16` is the top half of a `float32`: widening is a shift, and narrowing rounds to
+/// nearest even (NaN stays NaN, made quiet), as `bf16::from_f32` does, branch-free so that
+/// the loop vectorises (`half`'s conversions for `bf16` go one element at a time).
+impl HalfFloat for bf16 {
+    #[inline(always)]
+    fn combine(d: &mut [Self], s: &[Self], f: impl Fn(f32, f32) -> f32) {
+        let widen = |x: bf16| f32::from_bits(u32::from(x.to_bits()) << 16);
+        for (x, y) in d.iter_mut().zip(s) {
+            let bits = f(widen(*x), widen(*y)).to_bits();
+            let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
+            let quiet_nan = (bits >> 16) | 0x0040;
+            let is_nan = bits & 0x7fff_ffff > 0x7f80_0000;
+            *x = bf16::from_bits(if is_nan { quiet_nan } else { rounded } as u16);
         }
-    };
+    }
 }
-half_float!(f16);
-half_float!(bf16);
 
 #[cfg(test)]
 mod tests {
