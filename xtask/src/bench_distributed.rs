@@ -9,8 +9,8 @@
 //! (big-buffer bytes, bus-bandwidth factors, a barrier before each iteration, the slowest
 //! rank's time, the median). It also measures this machine's ceilings: single-core memcpy
 //! bandwidth, one loopback TCP stream, and as many streams at once as ranks; from these each
-//! row gets a loopback floor (the bytes all ranks move through loopback over that rate), the
-//! least time any TCP implementation could take on this machine. Output: a table (stdout and
+//! row gets a loopback floor (the bytes all ranks move through loopback over that rate): an
+//! estimate of the least time TCP can take on this machine, reductions aside. Output: a table (stdout and
 //! target/bench-distributed.md), target/bench-distributed.json and an SVG plot of bus
 //! bandwidth against size (target/bench-distributed.svg).
 
