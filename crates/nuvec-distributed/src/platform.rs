@@ -26,8 +26,13 @@ pub(crate) fn send_now(
 
 /// Copies the bytes waiting on `stream` into `buf` without consuming them and without
 /// waiting (0 bytes: none yet, or the peer closed).
-#[allow(unsafe_code)]
 pub(crate) fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    recv_with(stream, buf, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+}
+
+/// recv(2) into `buf` with `flags`.
+#[allow(unsafe_code)]
+fn recv_with(stream: &TcpStream, buf: &mut [u8], flags: libc::c_int) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
     // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which is valid and
     // exclusively borrowed for the call; the descriptor is open while `stream` lives.
@@ -36,7 +41,7 @@ pub(crate) fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<us
             stream.as_raw_fd(),
             buf.as_mut_ptr().cast(),
             buf.len(),
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            flags,
         )
     };
     if n < 0 {
@@ -46,33 +51,38 @@ pub(crate) fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<us
     }
 }
 
+/// poll(2) on `polled` for at most `timeout` (at least 1 ms); how many are ready. An
+/// interruption counts as a wake-up of all of them.
+#[allow(unsafe_code)]
+fn poll_for(polled: &mut [libc::pollfd], timeout: Duration) -> std::io::Result<usize> {
+    let millis = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: `polled` is a valid array of `polled.len()` pollfd records, exclusively
+    // borrowed for the call; poll(2) only writes their `revents`.
+    let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, millis) };
+    if n >= 0 {
+        return Ok(n as usize);
+    }
+    let error = std::io::Error::last_os_error();
+    match error.kind() {
+        std::io::ErrorKind::Interrupted => Ok(polled.len()),
+        _ => Err(error),
+    }
+}
+
 /// Waits until `stream` can take more bytes (or has failed, which the next send reports);
 /// false when `timeout` passed first.
-#[allow(unsafe_code)]
 pub(crate) fn wait_writable(stream: &TcpStream, timeout: Duration) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;
-    let mut polled = libc::pollfd {
+    let mut polled = [libc::pollfd {
         fd: stream.as_raw_fd(),
         events: libc::POLLOUT,
         revents: 0,
-    };
-    let millis = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-    // SAFETY: `polled` is one valid pollfd record, exclusively borrowed for the call; poll(2)
-    // only writes its `revents`.
-    let n = unsafe { libc::poll(&mut polled, 1, millis) };
-    if n < 0 {
-        let error = std::io::Error::last_os_error();
-        return match error.kind() {
-            std::io::ErrorKind::Interrupted => Ok(true),
-            _ => Err(error),
-        };
-    }
-    Ok(n > 0)
+    }];
+    Ok(poll_for(&mut polled, timeout)? > 0)
 }
 
 /// Waits until one of `fds` is readable (or, where its flag is set, writable), or `timeout`
 /// passes. Errors other than an interruption are returned; an interruption counts as a wake-up.
-#[allow(unsafe_code)]
 #[cfg(feature = "jaccl")]
 pub(crate) fn wait_fds(fds: &[(i32, bool)], timeout: Duration) -> std::io::Result<()> {
     let mut polled: Vec<libc::pollfd> = fds
@@ -83,17 +93,7 @@ pub(crate) fn wait_fds(fds: &[(i32, bool)], timeout: Duration) -> std::io::Resul
             revents: 0,
         })
         .collect();
-    let millis = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-    // SAFETY: `polled` is a valid array of `polled.len()` pollfd records, exclusively
-    // borrowed for the call; poll(2) only writes their `revents`.
-    let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, millis) };
-    if n < 0 {
-        let error = std::io::Error::last_os_error();
-        if error.kind() != std::io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    }
-    Ok(())
+    poll_for(&mut polled, timeout).map(|_| ())
 }
 
 /// A Unix datagram socket bound to `name` (unique to this process), for the emulated RDMA
@@ -150,24 +150,8 @@ pub(crate) fn connect_datagram(
 /// Reads what is waiting on `stream` into `buf` without waiting (a per-call flag, so the
 /// descriptor stays blocking for other users); `WouldBlock` when nothing is there yet, 0 when
 /// the peer closed.
-#[allow(unsafe_code)]
 pub(crate) fn recv_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which is valid and
-    // exclusively borrowed for the call; the descriptor is open while `stream` lives.
-    let n = unsafe {
-        libc::recv(
-            stream.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    recv_with(stream, buf, libc::MSG_DONTWAIT)
 }
 
 /// Turns on TCP keepalive with nuvec's timing.

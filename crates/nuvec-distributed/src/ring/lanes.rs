@@ -88,9 +88,8 @@ impl RingCommunicator {
             bytes: data.len() as u64,
         };
         let link = self.lane_link(lane, ours)?;
-        let mut outbox = Outbox::reading(input.unwrap_or_default());
-        let buffers = (&mut *data, input);
-        self.reduce_scatter_phase(kind, &link, buffers, (dtype, op), (scratch, &mut outbox))?;
+        let mut outbox = Outbox::reading(input);
+        self.reduce_scatter_phase(kind, &link, data, (dtype, op), (scratch, &mut outbox))?;
         self.all_gather_phase(kind, &link, data, dtype.size(), &mut outbox)?;
         link.right.flush(kind.name(), self.timeout)
     }

@@ -330,17 +330,18 @@ impl RingCommunicator {
     }
 
     /// The reduce-scatter phase of an all-reduce over `data` split in `size` segments; the
-    /// finished segment is forwarded to start the all-gather. When the outbox reads an input
-    /// (`from_input`), `data`'s old contents are ignored: the first segment goes right
-    /// straight from the input, and each received one is combined with the input's part.
+    /// finished segment is forwarded to start the all-gather. When the outbox reads an input,
+    /// `data`'s old contents are ignored: the first segment goes right straight from the
+    /// input, and each received one is combined with the input's part.
     fn reduce_scatter_phase(
         &self,
         kind: Kind,
         link: &Link<'_>,
-        (data, from_input): (&mut [u8], Option<&[u8]>),
+        data: &mut [u8],
         (dtype, op): (DType, ReduceOp),
         (scratch, outbox): (&mut Vec<u8>, &mut Outbox<'_>),
     ) -> Result<()> {
+        let from_input = outbox.input();
         let Link { left, sequence, .. } = *link;
         let (n, width) = (self.size, dtype.size());
         let len = data.len() / width;

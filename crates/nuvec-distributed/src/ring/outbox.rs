@@ -32,17 +32,23 @@ pub(super) struct Outbox<'i> {
     queue: VecDeque<(Source, Range<usize>)>,
     sent: usize,
     received: usize,
-    /// The caller's input, where [`Source::Input`] ranges are.
-    input: &'i [u8],
+    /// The caller's input, where [`Source::Input`] ranges are, when it is not the working
+    /// buffer.
+    input: Option<&'i [u8]>,
 }
 
 impl<'i> Outbox<'i> {
-    /// An outbox that can also send ranges of `input`.
-    pub(super) fn reading(input: &'i [u8]) -> Outbox<'i> {
+    /// An outbox that can also send ranges of `input`, when there is one.
+    pub(super) fn reading(input: Option<&'i [u8]>) -> Outbox<'i> {
         Outbox {
             input,
             ..Outbox::default()
         }
+    }
+
+    /// The input it reads, if any.
+    pub(super) fn input(&self) -> Option<&'i [u8]> {
+        self.input
     }
 
     /// Adds the next range of the working buffer (its bytes must be final by now).
@@ -83,7 +89,7 @@ impl<'i> Outbox<'i> {
         };
         let buffer = match source {
             Source::Data => data,
-            Source::Input => self.input,
+            Source::Input => self.input.unwrap_or_default(),
         };
         write_chunk(link.right, kind, link.sequence, &buffer[bytes])?;
         self.sent += 1;

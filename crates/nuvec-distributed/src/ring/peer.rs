@@ -151,20 +151,6 @@ fn unsent<'a>(parts: &[&'a [u8]], sent: usize, slices: &mut [IoSlice<'a>]) -> us
     count
 }
 
-/// The parts of `parts` after the first `skip` bytes.
-fn remaining<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<&'a [u8]> {
-    let mut out = Vec::with_capacity(parts.len());
-    for part in parts {
-        if skip >= part.len() {
-            skip -= part.len();
-        } else {
-            out.push(&part[skip..]);
-            skip = 0;
-        }
-    }
-    out
-}
-
 impl Peer {
     /// Wraps a connected, handshaken stream to rank `rank`; reads wait as `poll` says.
     pub(crate) fn new(rank: usize, stream: TcpStream, poll: Poll) -> std::io::Result<Peer> {
@@ -217,6 +203,16 @@ impl Peer {
         })
     }
 
+    fn send_timed_out(&self, op: &str, timeout: Duration) -> Error {
+        self.error(
+            op,
+            format!(
+                "timed out after {:.1} s sending (the peer stopped reading)",
+                timeout.as_secs_f64()
+            ),
+        )
+    }
+
     fn failed(&self, op: &str) -> Result<(), Error> {
         match &*lock(&self.outgoing.failure) {
             Some(reason) => Err(self.error(
@@ -241,7 +237,7 @@ impl Peer {
         // Never wait for the writer thread here: while it is busy (the lock is taken, or jobs
         // are pending) this frame joins its queue, so this thread can go on receiving.
         let Ok(stream) = self.outgoing.stream.try_lock() else {
-            let copy = self.copy_of(parts);
+            let copy = self.copy_of(parts, 0);
             return self.queue(op, Job::Write(copy));
         };
         if self.outgoing.pending.load(Ordering::Acquire) == 0 {
@@ -264,7 +260,7 @@ impl Peer {
             }
         }
         // Queue the rest while still holding the lock, so nothing overtakes it.
-        let copy = self.copy_of(&remaining(parts, sent));
+        let copy = self.copy_of(parts, sent);
         let result = self.queue(op, Job::Write(copy));
         drop(stream);
         result
@@ -298,15 +294,7 @@ impl Peer {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     match crate::platform::wait_writable(&stream, timeout) {
                         Ok(true) => continue,
-                        Ok(false) => {
-                            return Err(self.error(
-                                op,
-                                format!(
-                                    "timed out after {:.1} s sending (the peer stopped reading)",
-                                    timeout.as_secs_f64()
-                                ),
-                            ))
-                        }
+                        Ok(false) => return Err(self.send_timed_out(op, timeout)),
                         Err(e) => e.to_string(),
                     }
                 }
@@ -318,9 +306,10 @@ impl Peer {
         Ok(())
     }
 
-    /// `parts` copied into a buffer from the spare pool (reused buffers do not page-fault).
-    fn copy_of(&self, parts: &[&[u8]]) -> Vec<u8> {
-        let total: usize = parts.iter().map(|p| p.len()).sum();
+    /// `parts` after their first `skip` bytes, copied into a buffer from the spare pool
+    /// (reused buffers do not page-fault).
+    fn copy_of(&self, parts: &[&[u8]], mut skip: usize) -> Vec<u8> {
+        let total = parts.iter().map(|p| p.len()).sum::<usize>() - skip;
         let mut buffer = {
             let mut spares = lock(&self.outgoing.spares);
             match spares.iter().position(|b| b.capacity() >= total) {
@@ -330,7 +319,9 @@ impl Peer {
         };
         buffer.clear();
         for part in parts {
-            buffer.extend_from_slice(part);
+            let from = skip.min(part.len());
+            skip -= from;
+            buffer.extend_from_slice(&part[from..]);
         }
         buffer
     }
@@ -348,13 +339,7 @@ impl Peer {
                 op,
                 format!("sending failed ({reason}): the peer is gone or unreachable"),
             )),
-            Err(_) => Err(self.error(
-                op,
-                format!(
-                    "timed out after {:.1} s sending (the peer stopped reading)",
-                    timeout.as_secs_f64()
-                ),
-            )),
+            Err(_) => Err(self.send_timed_out(op, timeout)),
         }
     }
 

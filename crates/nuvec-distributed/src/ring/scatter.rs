@@ -48,7 +48,7 @@ impl RingCommunicator {
         let chunk_elements = (CHUNK_BYTES / width).max(1);
         let steps = reduce_scatter_steps(n, link.position);
         scratch.resize(scratch.len().max(chunk_elements * width), 0);
-        let mut outbox = Outbox::reading(input);
+        let mut outbox = Outbox::reading(Some(input));
         let first = segment(elements * n, n, steps[0].send);
         for piece in chunks(first, chunk_elements) {
             outbox.push_input(piece.start * width..piece.end * width);
