@@ -7,19 +7,19 @@
 //! (`scripts/bench/mlx_collectives.py`, started directly with the ring's environment, since
 //! mlx.launch spins a core), alternating which goes first. Both use the nccl-tests conventions
 //! (big-buffer bytes, bus-bandwidth factors, a barrier before each iteration, the slowest
-//! rank's time, the median). It also measures this machine's ceilings: single-core memcpy
-//! bandwidth, one loopback TCP stream, and as many streams at once as ranks; from these each
-//! row gets a loopback floor (the bytes all ranks move through loopback over that rate): an
-//! estimate of the least time TCP can take on this machine, reductions aside. Output: a table (stdout and
+//! rank's time, the median). It also measures this machine's ceilings (`bench_floor.rs`):
+//! single-core memcpy bandwidth and loopback TCP, from which each row gets a loopback floor,
+//! the least time TCP can take on this machine for the row's bytes, reductions aside.
+//! Output: a table (stdout and
 //! target/bench-distributed.md), target/bench-distributed.json and an SVG plot of bus
 //! bandwidth against size (target/bench-distributed.svg).
 
+use crate::bench_floor::{memcpy_ceiling, Ceilings};
 use crate::{free_port_range, run, workspace_root};
 use serde_json::{json, Value};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
 
 macro_rules! progress {
     ($($arg:tt)*) => {{
@@ -234,123 +234,6 @@ fn mlx_python(root: &Path) -> Result<PathBuf, String> {
     Ok(python)
 }
 
-/// Single-core memcpy bandwidth (GB/s, best of 5 copies of 256 MiB).
-fn memcpy_ceiling() -> f64 {
-    let size = 256 << 20;
-    let source = vec![1u8; size];
-    let mut target = vec![0u8; size];
-    let mut best = f64::INFINITY;
-    for _ in 0..5 {
-        let start = Instant::now();
-        target.copy_from_slice(&source);
-        best = best.min(start.elapsed().as_secs_f64());
-        std::hint::black_box(&target);
-    }
-    size as f64 / best / 1e9
-}
-
-/// Loopback TCP throughput with `streams` streams at once (GB/s in total, 2 GiB in 4 MiB
-/// writes shared between them): one stream is a single connection's ceiling; as many streams
-/// as ranks is what the whole machine moves through loopback while every rank sends.
-fn tcp_ceiling(streams: usize) -> Result<f64, String> {
-    let total: usize = 2 << 30;
-    let chunk = 4 << 20;
-    let per_stream = total / streams / chunk;
-    let mut pairs = Vec::new();
-    for _ in 0..streams {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-        let address = listener.local_addr().map_err(|e| e.to_string())?;
-        let reader = std::thread::spawn(move || -> std::io::Result<usize> {
-            let (mut stream, _) = listener.accept()?;
-            let mut buffer = vec![0u8; chunk];
-            let mut received = 0;
-            loop {
-                match stream.read(&mut buffer)? {
-                    0 => return Ok(received),
-                    n => received += n,
-                }
-            }
-        });
-        let stream = std::net::TcpStream::connect(address).map_err(|e| e.to_string())?;
-        pairs.push((reader, stream));
-    }
-    let start = Instant::now();
-    let mut writers = Vec::new();
-    for (reader, mut stream) in pairs {
-        writers.push(std::thread::spawn(move || -> std::io::Result<()> {
-            let data = vec![7u8; chunk];
-            for _ in 0..per_stream {
-                stream.write_all(&data)?;
-            }
-            Ok(())
-        }));
-        writers.push(std::thread::spawn(move || -> std::io::Result<()> {
-            let received = reader
-                .join()
-                .map_err(|_| std::io::Error::other("reader panicked"))??;
-            if received == per_stream * chunk {
-                Ok(())
-            } else {
-                Err(std::io::Error::other(format!(
-                    "a stream delivered {received} bytes"
-                )))
-            }
-        }));
-    }
-    for writer in writers {
-        writer
-            .join()
-            .map_err(|_| "a stream's thread panicked")?
-            .map_err(|e| e.to_string())?;
-    }
-    Ok((streams * per_stream * chunk) as f64 / start.elapsed().as_secs_f64() / 1e9)
-}
-
-/// Bytes a collective's ring moves through loopback in total (all ranks), for the big
-/// buffer `bytes`, and whether they move on `ranks` streams at once (else one at a time).
-fn loopback_traffic(op: &str, ranks: u64, bytes: u64) -> (u64, bool) {
-    match op {
-        "all_sum" => (2 * (ranks - 1) * bytes, true),
-        "all_gather" | "sum_scatter" => ((ranks - 1) * bytes, true),
-        _ => (2 * bytes, false),
-    }
-}
-
-/// The loopback ceilings of a run: one stream, and as many streams as ranks.
-struct Ceilings {
-    one: f64,
-    together: Vec<(u64, f64)>,
-}
-
-impl Ceilings {
-    /// The least time (µs) loopback needs to carry `op`'s traffic on `ranks` ranks.
-    fn floor_us(&self, op: &str, ranks: u64, bytes: u64) -> f64 {
-        let (traffic, parallel) = loopback_traffic(op, ranks, bytes);
-        let rate = if parallel {
-            self.together
-                .iter()
-                .find(|(n, _)| *n == ranks)
-                .map_or(self.one, |(_, rate)| *rate)
-        } else {
-            self.one
-        };
-        traffic as f64 / (rate * 1e9) * 1e6
-    }
-
-    fn describe(&self) -> String {
-        let together: Vec<String> = self
-            .together
-            .iter()
-            .map(|(n, rate)| format!("{n} at once {rate:.2} GB/s"))
-            .collect();
-        format!(
-            "loopback TCP: one stream {:.2} GB/s; {}",
-            self.one,
-            together.join(", ")
-        )
-    }
-}
-
 fn human(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 20 => format!("{} MB", b >> 20),
@@ -405,7 +288,7 @@ fn table(
     ceilings: &Ceilings,
 ) -> String {
     let mut out = String::from(
-        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | loopback floor | nuvec / floor | nuvec-MPI median | nuvec / nuvec-MPI | JACCL (emulated) median | JACCL busbw GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | floor (loopback + reductions) | nuvec / floor | nuvec-MPI median | nuvec / nuvec-MPI | JACCL (emulated) median | JACCL busbw GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for record in ours {
         let k = key(record);
@@ -471,12 +354,8 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     }
     progress!("measuring this machine's ceilings");
     let memcpy = memcpy_ceiling();
-    let tcp = tcp_ceiling(1)?;
-    let mut together = Vec::new();
-    for &n in &options.ranks {
-        together.push((n as u64, tcp_ceiling(n)?));
-    }
-    let ceilings = Ceilings { one: tcp, together };
+    let mut ceilings = Ceilings::measure(&options.ranks)?;
+    let tcp = ceilings.one;
     progress!(
         "single-core memcpy {memcpy:.2} GB/s; {}",
         ceilings.describe()
@@ -535,6 +414,18 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             }
         }
     }
+    let rows: Vec<(u64, u64)> = ours
+        .iter()
+        .filter(|r| r["op"] != "pingpong")
+        .map(|r| (key(r).1, key(r).2))
+        .collect();
+    if rows
+        .iter()
+        .any(|&(n, bytes)| ceilings.outgrows_cache(n, bytes))
+    {
+        progress!("measuring loopback into memory for outputs beyond the cache");
+        ceilings.measure_into_memory(&rows)?;
+    }
     let table = table(&ours, &theirs, (&over_mpi, &over_jaccl), &ceilings);
     let footer = format!(
         "ceilings: single-core memcpy {memcpy:.2} GB/s; {}",
@@ -551,6 +442,10 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             "memcpy_gbps": memcpy,
             "tcp_stream_gbps": tcp,
             "tcp_streams_at_once_gbps": ceilings.together.iter().map(|(n, rate)| json!({"streams": n, "gbps": rate})).collect::<Vec<_>>(),
+            "tcp_into_memory_gbps": ceilings.into_memory.iter().map(|(n, bytes, rate)| json!({"streams": n, "output_bytes": bytes, "gbps": rate})).collect::<Vec<_>>(),
+            "last_level_cache_bytes": ceilings.cache,
+            "reduce_f32_gbps": ceilings.reduce,
+            "cores": ceilings.cores,
         },
         "nuvec": ours,
         "mlx": theirs,
@@ -606,6 +501,10 @@ mod tests {
         let ceilings = Ceilings {
             one: 1.0,
             together: vec![(2, 2.0)],
+            into_memory: Vec::new(),
+            cache: 32 << 20,
+            reduce: f64::INFINITY,
+            cores: 2,
         };
         let table = table(&ours, &theirs, (&over_mpi, &over_jaccl), &ceilings);
         assert!(
@@ -617,19 +516,5 @@ mod tests {
             table.ends_with("| 20 µs | 2.000 | 60 µs | 0.070 |\n"),
             "{table}"
         );
-    }
-
-    #[test]
-    fn loopback_floors_count_every_rank_s_traffic() {
-        let ceilings = Ceilings {
-            one: 1.0,
-            together: vec![(4, 2.0)],
-        };
-        // all_sum on 4 ranks: each sends 2 · 3/4 of the buffer, 6 MB in all at 2 GB/s.
-        assert_eq!(ceilings.floor_us("all_sum", 4, 1_000_000), 3000.0);
-        // all_gather: 3/4 each, 3 MB in all.
-        assert_eq!(ceilings.floor_us("all_gather", 4, 1_000_000), 1500.0);
-        // A ping-pong crosses one stream twice, one way at a time.
-        assert_eq!(ceilings.floor_us("pingpong", 4, 1_000_000), 2000.0);
     }
 }

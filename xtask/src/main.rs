@@ -12,6 +12,7 @@
 
 mod bench_core;
 mod bench_distributed;
+mod bench_floor;
 mod bench_plot;
 mod demo;
 mod tidy;
