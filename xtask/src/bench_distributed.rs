@@ -1,6 +1,7 @@
 //! `cargo xtask bench-distributed`: nuvec's ring against MLX 0.32.4's ring, side by side, in
-//! one run on this machine (or the hosts of `--hostfile`), with nuvec over Open MPI and over
-//! JACCL's mesh on the emulated fabric as further columns.
+//! one run on this machine (or the hosts of `--hostfile`), with Open MPI over TCP (its own
+//! collectives, through nuvec's MPI backend) and nuvec over JACCL's mesh on the emulated
+//! fabric as further columns.
 //!
 //! For each rank count and collective it runs nuvec's rank program
 //! (`examples/bench_distributed.rs`, started by `nuvec launch`) and MLX's
@@ -8,11 +9,10 @@
 //! mlx.launch spins a core), alternating which goes first. Both use the nccl-tests conventions
 //! (big-buffer bytes, bus-bandwidth factors, a barrier before each iteration, the slowest
 //! rank's time, the median). It also measures this machine's ceilings (`bench_floor.rs`):
-//! single-core memcpy bandwidth and loopback TCP, from which each row gets a loopback floor,
-//! the least time TCP can take on this machine for the row's bytes, reductions aside.
-//! Output: a table (stdout and
-//! target/bench-distributed.md), target/bench-distributed.json and an SVG plot of bus
-//! bandwidth against size (target/bench-distributed.svg).
+//! single-core memcpy and reduction bandwidth and loopback TCP, from which each row gets a
+//! floor, the least time its bytes take through loopback plus its reductions' CPU time.
+//! Output: a table (stdout and target/bench-distributed.md), target/bench-distributed.json
+//! and an SVG plot of bus bandwidth against size (target/bench-distributed.svg).
 
 use crate::bench_floor::{memcpy_ceiling, Ceilings};
 use crate::{free_port_range, run, workspace_root};
@@ -109,8 +109,14 @@ fn records(stdout: &[u8]) -> Vec<Value> {
         .collect()
 }
 
-/// nuvec's rank program under `nuvec launch` with `backend`: `ring`, `mpi` (Open MPI, which
-/// `nuvec launch` starts with `mpirun`) or `jaccl` (JACCL's mesh on the emulated fabric).
+/// The Open MPI options of the peer column: TCP only (no shared memory), and ranks that
+/// yield their core while they wait, as Open MPI does itself when it knows a machine is
+/// oversubscribed (`nuvec launch` gives mpirun one slot per rank, so it does not know).
+const OPEN_MPI_TCP: &str = "--mca btl self,tcp --mca mpi_yield_when_idle 1";
+
+/// nuvec's rank program under `nuvec launch` with `backend`: `ring`, `mpi` (Open MPI over
+/// TCP, which `nuvec launch` starts with `mpirun`: the collectives are Open MPI's own, called
+/// through nuvec's MPI backend) or `jaccl` (JACCL's mesh on the emulated fabric).
 fn run_ours(
     root: &Path,
     n: usize,
@@ -121,7 +127,9 @@ fn run_ours(
     let port = free_port_range(n)?.to_string();
     let mut command = Command::new(root.join("target/release/nuvec"));
     command.args(["launch", "-n", &n.to_string(), "--backend", backend]);
-    if backend != "mpi" {
+    if backend == "mpi" {
+        command.args(["--mpi-arg", OPEN_MPI_TCP]);
+    } else {
         command.args(["-p", &port, "--no-prefix"]);
     }
     let output = command
@@ -288,7 +296,7 @@ fn table(
     ceilings: &Ceilings,
 ) -> String {
     let mut out = String::from(
-        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | floor (loopback + reductions) | nuvec / floor | nuvec-MPI median | nuvec / nuvec-MPI | JACCL (emulated) median | JACCL busbw GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | floor (loopback + reductions) | nuvec / floor | Open MPI TCP median | nuvec / Open MPI TCP | JACCL (emulated) median | JACCL busbw GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for record in ours {
         let k = key(record);
@@ -350,7 +358,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     };
     let mpi = options.mpi && has_mpirun();
     if options.mpi && !mpi {
-        progress!("mpirun is not on PATH (install openmpi-bin); no nuvec-over-MPI column");
+        progress!("mpirun is not on PATH (install openmpi-bin); no Open MPI column");
     }
     progress!("measuring this machine's ceilings");
     let memcpy = memcpy_ceiling();
@@ -366,18 +374,19 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     for &n in &options.ranks {
         for dtype in &options.dtypes {
             for op in &options.ops {
-                let mut sides: Vec<&str> = vec!["nuvec", "mlx", "nuvec-mpi", "nuvec-jaccl"];
+                let mut sides: Vec<&str> = vec!["nuvec", "mlx", "open-mpi-tcp", "nuvec-jaccl"];
                 sides.rotate_left(turn % 4);
                 turn += 1;
                 for side in sides {
                     progress!("{n} ranks, {op}, {dtype}: {side} ({})", options.sizes);
                     let results = match (side, &python) {
                         ("nuvec", _) => run_ours(&root, n, (op, dtype), &options, "ring")?,
-                        ("nuvec-mpi", _) if mpi => run_ours(&root, n, (op, dtype), &options, "mpi")
-                            .unwrap_or_else(|e| {
-                                progress!("nuvec over MPI failed: {e}");
+                        ("open-mpi-tcp", _) if mpi => {
+                            run_ours(&root, n, (op, dtype), &options, "mpi").unwrap_or_else(|e| {
+                                progress!("Open MPI over TCP failed: {e}");
                                 Vec::new()
-                            }),
+                            })
+                        }
                         ("nuvec-jaccl", _) if options.jaccl => {
                             run_ours(&root, n, (op, dtype), &options, "jaccl").unwrap_or_else(|e| {
                                 progress!("nuvec over JACCL (emulated) failed: {e}");
@@ -449,7 +458,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         },
         "nuvec": ours,
         "mlx": theirs,
-        "nuvec_mpi": over_mpi,
+        "open_mpi_tcp": over_mpi,
         "nuvec_jaccl_emulated": over_jaccl,
     });
     std::fs::write(

@@ -67,8 +67,19 @@ pub(crate) fn probe(mpirun: &Path) -> Option<u32> {
     open_mpi_major(&String::from_utf8_lossy(&output.stdout))
 }
 
-/// The options that follow from `flavor`.
-fn flavor_args(flavor: Flavor) -> Vec<String> {
+/// The MCA parameters named in `args` (`--mca NAME VALUE` or `-mca NAME VALUE`).
+fn mca_names(args: &[String]) -> Vec<String> {
+    let tokens: Vec<&str> = args.iter().flat_map(|a| a.split_whitespace()).collect();
+    tokens
+        .windows(2)
+        .filter(|pair| pair[0] == "--mca" || pair[0] == "-mca")
+        .map(|pair| pair[1].to_string())
+        .collect()
+}
+
+/// The options that follow from `flavor`, leaving out any MCA parameter the user sets
+/// (`taken`): Open MPI refuses a parameter given twice, and the user's choice wins.
+fn flavor_args(flavor: Flavor, taken: &[String]) -> Vec<String> {
     let Some(major) = flavor.open_mpi else {
         return Vec::new();
     };
@@ -76,20 +87,19 @@ fn flavor_args(flavor: Flavor) -> Vec<String> {
     if flavor.root {
         args.push("--allow-run-as-root".to_string());
     }
+    let mut mca = |name: &str, value: String| {
+        if !taken.iter().any(|t| t == name) {
+            args.extend(["--mca".to_string(), name.to_string(), value]);
+        }
+    };
     if flavor.local {
         // Shared memory between local ranks (Open MPI 5 renamed `vader` to `sm`), and TCP only
         // on loopback: containers often have interfaces that lead nowhere.
         let shared_memory = if major >= 5 { "sm" } else { "vader" };
-        args.extend([
-            "--mca".into(),
-            "btl".into(),
-            format!("self,{shared_memory},tcp"),
-            "--mca".into(),
-            "btl_tcp_if_include".into(),
-            "lo".into(),
-        ]);
+        mca("btl", format!("self,{shared_memory},tcp"));
+        mca("btl_tcp_if_include", "lo".into());
         if major < 5 {
-            args.extend(["--mca".into(), "oob_tcp_if_include".into(), "lo".into()]);
+            mca("oob_tcp_if_include", "lo".into());
         }
     }
     args
@@ -110,7 +120,7 @@ pub(crate) fn mpirun_command(
         "--hostfile".into(),
         hostfile.to_string_lossy().into_owned(),
     ];
-    line.extend(flavor_args(flavor));
+    line.extend(flavor_args(flavor, &mca_names(mpi_args)));
     if let Some(cwd) = cwd {
         line.extend(["-cwd".into(), cwd.to_string_lossy().into_owned()]);
     }
@@ -216,6 +226,30 @@ mod tests {
         assert_eq!(
             line_for(other),
             "mpirun --hostfile h -x NUVEC_DISTRIBUTED_KEY -- p"
+        );
+    }
+
+    #[test]
+    fn mca_parameters_the_user_sets_replace_the_launcher_s_own() {
+        let local = Flavor {
+            open_mpi: Some(4),
+            local: true,
+            root: false,
+        };
+        let line = mpirun_command(
+            Path::new("mpirun"),
+            local,
+            Path::new("h"),
+            None,
+            &[],
+            &["--mca btl self,tcp --mca mpi_yield_when_idle 1".into()],
+            &["p".into()],
+        )
+        .unwrap()
+        .join(" ");
+        assert_eq!(
+            line,
+            "mpirun --hostfile h --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -x NUVEC_DISTRIBUTED_KEY --mca btl self,tcp --mca mpi_yield_when_idle 1 -- p"
         );
     }
 }
