@@ -13,104 +13,204 @@ use half::{bf16, f16};
 /// a loop the compiler vectorises; half-precision sums and products convert blocks to `f32`
 /// and back, which rounds exactly as element-by-element arithmetic does.
 pub fn reduce_bytes(dst: &mut [u8], src: &[u8], dtype: DType, op: ReduceOp) {
+    apply(InPlace { dst, src }, dtype, op);
+}
+
+/// `out[i] = op(a[i], b[i])`: [`reduce_bytes`] of a copy of `a`, with the same bits, in one
+/// pass (no copy of `a` is written and read back). `a` and `b` hold at least `out`'s bytes.
+pub fn combine_bytes(out: &mut [u8], a: &[u8], b: &[u8], dtype: DType, op: ReduceOp) {
+    apply(OutOfPlace { out, a, b }, dtype, op);
+}
+
+/// Where a reduction reads and writes: the two forms share every kernel.
+trait Operands: Sized {
+    /// `f` over each element, as typed slices when everything is aligned for `T` and every
+    /// bit pattern is a `T`, else as little-endian bytes.
+    fn each<T: Element>(self, f: impl Fn(T, T) -> T);
+    /// A half-precision sum or product computed in `f32`, rounded once per element.
+    fn halves<T: HalfFloat>(self, f: impl Fn(f32, f32) -> f32);
+}
+
+fn apply(operands: impl Operands, dtype: DType, op: ReduceOp) {
     match (dtype, op) {
-        (DType::F16, ReduceOp::Sum | ReduceOp::Prod) => halves::<f16>(dst, src, op),
-        (DType::BF16, ReduceOp::Sum | ReduceOp::Prod) => halves::<bf16>(dst, src, op),
-        _ => with_dtype!(dtype, T, reduce_typed::<T>(dst, src, op)),
+        (DType::F16, ReduceOp::Sum) => operands.halves::<f16>(|x, y| x + y),
+        (DType::F16, ReduceOp::Prod) => operands.halves::<f16>(|x, y| x * y),
+        (DType::BF16, ReduceOp::Sum) => operands.halves::<bf16>(|x, y| x + y),
+        (DType::BF16, ReduceOp::Prod) => operands.halves::<bf16>(|x, y| x * y),
+        _ => with_dtype!(dtype, T, typed_op::<T>(operands, op)),
     }
 }
 
-fn reduce_typed<T: Element>(dst: &mut [u8], src: &[u8], op: ReduceOp) {
+fn typed_op<T: Element>(operands: impl Operands, op: ReduceOp) {
     match op {
-        ReduceOp::Sum => combine(dst, src, T::add),
-        ReduceOp::Prod => combine(dst, src, T::mul),
-        ReduceOp::Max => combine(dst, src, T::maximum),
-        ReduceOp::Min => combine(dst, src, T::minimum),
-        ReduceOp::All => combine(dst, src, |x: T, y: T| {
-            T::from_f64(f64::from(u8::from(x.truthy() && y.truthy())))
-        }),
-        ReduceOp::Any => combine(dst, src, |x: T, y: T| {
-            T::from_f64(f64::from(u8::from(x.truthy() || y.truthy())))
-        }),
+        ReduceOp::Sum => operands.each(T::add),
+        ReduceOp::Prod => operands.each(T::mul),
+        ReduceOp::Max => operands.each(T::maximum),
+        ReduceOp::Min => operands.each(T::minimum),
+        ReduceOp::All => {
+            operands.each(|x: T, y: T| T::from_f64(f64::from(u8::from(x.truthy() && y.truthy()))))
+        }
+        ReduceOp::Any => {
+            operands.each(|x: T, y: T| T::from_f64(f64::from(u8::from(x.truthy() || y.truthy()))))
+        }
     }
 }
 
-/// The elements of `dst` and `src` as typed slices, when both are aligned for `T`, every bit
-/// pattern is a `T` (not bool: bytes from the network may be neither 0 nor 1) and the
-/// target stores `T` little-endian.
-fn typed<'a, T: Element>(dst: &'a mut [u8], src: &'a [u8]) -> Option<(&'a mut [T], &'a [T])> {
-    let aligned = |p: *const u8| p.align_offset(align_of::<T>()) == 0;
-    if T::DTYPE == DType::Bool
-        || cfg!(target_endian = "big")
-        || !aligned(dst.as_ptr())
-        || !aligned(src.as_ptr())
-    {
+struct InPlace<'a> {
+    dst: &'a mut [u8],
+    src: &'a [u8],
+}
+
+struct OutOfPlace<'a> {
+    out: &'a mut [u8],
+    a: &'a [u8],
+    b: &'a [u8],
+}
+
+impl Operands for InPlace<'_> {
+    #[inline(always)]
+    fn each<T: Element>(self, f: impl Fn(T, T) -> T) {
+        if let (Some(d), Some(s)) = (typed_mut::<T>(self.dst), typed::<T>(self.src)) {
+            crate::os::with_wide_vectors(|| {
+                for (x, y) in d.iter_mut().zip(s) {
+                    *x = f(*x, *y);
+                }
+            });
+            return;
+        }
+        let width = size_of::<T>();
+        for (d, s) in self
+            .dst
+            .chunks_exact_mut(width)
+            .zip(self.src.chunks_exact(width))
+        {
+            f(T::read_le(d), T::read_le(s)).write_le(d);
+        }
+    }
+
+    fn halves<T: HalfFloat>(self, f: impl Fn(f32, f32) -> f32) {
+        match (typed_mut::<T>(self.dst), typed::<T>(self.src)) {
+            (Some(d), Some(s)) => crate::os::with_wide_vectors(|| T::combine(d, s, f)),
+            _ => self.each(|x: T, y: T| T::from_f32(f(x.to_f32(), y.to_f32()))),
+        }
+    }
+}
+
+impl Operands for OutOfPlace<'_> {
+    #[inline(always)]
+    fn each<T: Element>(self, f: impl Fn(T, T) -> T) {
+        let typed_all = (
+            typed_mut::<T>(self.out),
+            typed::<T>(self.a),
+            typed::<T>(self.b),
+        );
+        if let (Some(o), Some(a), Some(b)) = typed_all {
+            crate::os::with_wide_vectors(|| {
+                for (z, (x, y)) in o.iter_mut().zip(a.iter().zip(b)) {
+                    *z = f(*x, *y);
+                }
+            });
+            return;
+        }
+        let width = size_of::<T>();
+        let pairs = self.a.chunks_exact(width).zip(self.b.chunks_exact(width));
+        for (z, (x, y)) in self.out.chunks_exact_mut(width).zip(pairs) {
+            f(T::read_le(x), T::read_le(y)).write_le(z);
+        }
+    }
+
+    fn halves<T: HalfFloat>(self, f: impl Fn(f32, f32) -> f32) {
+        let typed_all = (
+            typed_mut::<T>(self.out),
+            typed::<T>(self.a),
+            typed::<T>(self.b),
+        );
+        match typed_all {
+            (Some(o), Some(a), Some(b)) => {
+                crate::os::with_wide_vectors(|| T::combine_into(o, a, b, f))
+            }
+            _ => self.each(|x: T, y: T| T::from_f32(f(x.to_f32(), y.to_f32()))),
+        }
+    }
+}
+
+/// Whether bytes at `p` can be read as `T` in place: aligned, every bit pattern a `T` (not
+/// bool: bytes from the network may be neither 0 nor 1), and a little-endian target.
+fn viewable<T: Element>(p: *const u8) -> bool {
+    T::DTYPE != DType::Bool
+        && cfg!(target_endian = "little")
+        && p.align_offset(align_of::<T>()) == 0
+}
+
+/// `bytes` as a slice of `T`, when [`viewable`].
+fn typed<T: Element>(bytes: &[u8]) -> Option<&[T]> {
+    if !viewable::<T>(bytes.as_ptr()) {
         return None;
     }
-    let len = dst.len().min(src.len()) / size_of::<T>();
-    // SAFETY: both pointers are aligned for `T` (checked) and valid for `len` elements (at
-    // most their byte lengths); `T` is a primitive integer or float (bool was excluded), for
-    // which every bit pattern is valid; the borrows are those of `dst` (exclusive) and `src`.
-    unsafe {
-        Some((
-            std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<T>(), len),
-            std::slice::from_raw_parts(src.as_ptr().cast::<T>(), len),
-        ))
-    }
+    // SAFETY: the pointer is aligned for `T` and valid for `len` elements (at most its byte
+    // length); `T` is a primitive integer or float (bool was excluded), for which every bit
+    // pattern is valid; the borrow is that of `bytes`.
+    Some(unsafe {
+        std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size_of::<T>())
+    })
 }
 
-#[inline(always)]
-fn combine<T: Element>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T) {
-    if let Some((d, s)) = typed::<T>(dst, src) {
-        crate::os::with_wide_vectors(|| {
-            for (x, y) in d.iter_mut().zip(s) {
-                *x = f(*x, *y);
-            }
-        });
-        return;
+/// `bytes` as a mutable slice of `T`, when [`viewable`].
+fn typed_mut<T: Element>(bytes: &mut [u8]) -> Option<&mut [T]> {
+    if !viewable::<T>(bytes.as_ptr()) {
+        return None;
     }
-    let width = size_of::<T>();
-    for (d, s) in dst.chunks_exact_mut(width).zip(src.chunks_exact(width)) {
-        f(T::read_le(d), T::read_le(s)).write_le(d);
-    }
+    let len = bytes.len() / size_of::<T>();
+    // SAFETY: as in `typed`; the borrow is the exclusive one of `bytes`.
+    Some(unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<T>(), len) })
 }
 
 /// Elements converted to `f32` per block for `float16`.
 const BLOCK: usize = 512;
 
-/// Sums or products of `f16`/`bf16` computed in `f32`, then rounded once per element, as
-/// [`Element::add`] and [`Element::mul`] do one element at a time, in loops the compiler
-/// vectorises.
-fn halves<T: HalfFloat>(dst: &mut [u8], src: &[u8], op: ReduceOp) {
-    let Some((d, s)) = typed::<T>(dst, src) else {
-        return reduce_typed::<T>(dst, src, op);
-    };
-    crate::os::with_wide_vectors(|| {
-        if op == ReduceOp::Prod {
-            T::combine(d, s, |x, y| x * y);
-        } else {
-            T::combine(d, s, |x, y| x + y);
-        }
-    });
-}
-
-/// The half-precision types.
+/// The half-precision types: sums and products computed in `f32`, then rounded once per
+/// element, as [`Element::add`] and [`Element::mul`] do one element at a time, in loops the
+/// compiler vectorises.
 trait HalfFloat: Element {
+    fn to_f32(self) -> f32;
+    fn from_f32(value: f32) -> Self;
     /// `d[i] = f(d[i], s[i])` computed in `f32`.
     fn combine(d: &mut [Self], s: &[Self], f: impl Fn(f32, f32) -> f32);
+    /// `o[i] = f(a[i], b[i])` computed in `f32`.
+    fn combine_into(o: &mut [Self], a: &[Self], b: &[Self], f: impl Fn(f32, f32) -> f32);
 }
 
 /// `float16` converts a block at a time with `half`'s slice conversions, which use the CPU's
 /// conversion instructions where it has them.
 impl HalfFloat for f16 {
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+
+    fn from_f32(value: f32) -> Self {
+        f16::from_f32(value)
+    }
+
     fn combine(d: &mut [Self], s: &[Self], f: impl Fn(f32, f32) -> f32) {
-        let (mut a, mut b) = ([0f32; BLOCK], [0f32; BLOCK]);
+        let (mut x, mut y) = ([0f32; BLOCK], [0f32; BLOCK]);
         for (d, s) in d.chunks_mut(BLOCK).zip(s.chunks(BLOCK)) {
-            let (a, b) = (&mut a[..d.len()], &mut b[..d.len()]);
-            d.convert_to_f32_slice(a);
-            s.convert_to_f32_slice(b);
-            a.iter_mut().zip(b.iter()).for_each(|(x, y)| *x = f(*x, *y));
-            d.convert_from_f32_slice(a);
+            let (x, y) = (&mut x[..d.len()], &mut y[..d.len()]);
+            d.convert_to_f32_slice(x);
+            s.convert_to_f32_slice(y);
+            x.iter_mut().zip(y.iter()).for_each(|(x, y)| *x = f(*x, *y));
+            d.convert_from_f32_slice(x);
+        }
+    }
+
+    fn combine_into(o: &mut [Self], a: &[Self], b: &[Self], f: impl Fn(f32, f32) -> f32) {
+        let (mut x, mut y) = ([0f32; BLOCK], [0f32; BLOCK]);
+        let blocks = a.chunks(BLOCK).zip(b.chunks(BLOCK));
+        for (o, (a, b)) in o.chunks_mut(BLOCK).zip(blocks) {
+            let (x, y) = (&mut x[..o.len()], &mut y[..o.len()]);
+            a[..o.len()].convert_to_f32_slice(x);
+            b[..o.len()].convert_to_f32_slice(y);
+            x.iter_mut().zip(y.iter()).for_each(|(x, y)| *x = f(*x, *y));
+            o.convert_from_f32_slice(x);
         }
     }
 }
@@ -119,17 +219,41 @@ impl HalfFloat for f16 {
 /// nearest even (NaN stays NaN, made quiet), as `bf16::from_f32` does, branch-free so that
 /// the loop vectorises (`half`'s conversions for `bf16` go one element at a time).
 impl HalfFloat for bf16 {
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+
+    fn from_f32(value: f32) -> Self {
+        bf16::from_f32(value)
+    }
+
     #[inline(always)]
     fn combine(d: &mut [Self], s: &[Self], f: impl Fn(f32, f32) -> f32) {
-        let widen = |x: bf16| f32::from_bits(u32::from(x.to_bits()) << 16);
         for (x, y) in d.iter_mut().zip(s) {
-            let bits = f(widen(*x), widen(*y)).to_bits();
-            let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
-            let quiet_nan = (bits >> 16) | 0x0040;
-            let is_nan = bits & 0x7fff_ffff > 0x7f80_0000;
-            *x = bf16::from_bits(if is_nan { quiet_nan } else { rounded } as u16);
+            *x = bf16_round(f(bf16_widen(*x), bf16_widen(*y)));
         }
     }
+
+    #[inline(always)]
+    fn combine_into(o: &mut [Self], a: &[Self], b: &[Self], f: impl Fn(f32, f32) -> f32) {
+        for (z, (x, y)) in o.iter_mut().zip(a.iter().zip(b)) {
+            *z = bf16_round(f(bf16_widen(*x), bf16_widen(*y)));
+        }
+    }
+}
+
+#[inline(always)]
+fn bf16_widen(x: bf16) -> f32 {
+    f32::from_bits(u32::from(x.to_bits()) << 16)
+}
+
+#[inline(always)]
+fn bf16_round(value: f32) -> bf16 {
+    let bits = value.to_bits();
+    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
+    let quiet_nan = (bits >> 16) | 0x0040;
+    let is_nan = bits & 0x7fff_ffff > 0x7f80_0000;
+    bf16::from_bits(if is_nan { quiet_nan } else { rounded } as u16)
 }
 
 #[cfg(test)]
@@ -206,7 +330,8 @@ mod tests {
     }
 
     #[test]
-    fn aligned_blocked_and_unaligned_paths_agree_with_elementwise_arithmetic() {
+    fn in_place_and_out_of_place_aligned_blocked_and_unaligned_paths_agree_with_elementwise_arithmetic(
+    ) {
         let ops = [
             ReduceOp::Sum,
             ReduceOp::Prod,
@@ -216,6 +341,7 @@ mod tests {
             ReduceOp::Any,
         ];
         let (mut dst_store, mut src_store) = (Vec::new(), Vec::new());
+        let (mut a_store, mut out_store) = (Vec::new(), Vec::new());
         for dtype in DType::ALL {
             // More elements than a half-precision block, and not a multiple of it.
             let len = (BLOCK * 2 + 7) * dtype.size();
@@ -227,10 +353,21 @@ mod tests {
                 for (dst_shift, src_shift) in [(0, 0), (1, 0), (0, 1), (3, 5)] {
                     let d = placed(&a, dst_shift, &mut dst_store);
                     let s = placed(&b, src_shift, &mut src_store);
-                    reduce_bytes(&mut dst_store[d.clone()], &src_store[s], dtype, op);
+                    reduce_bytes(&mut dst_store[d.clone()], &src_store[s.clone()], dtype, op);
                     let got = &dst_store[d];
                     let same = with_dtype!(dtype, T, same_values::<T>(got, &expected));
                     assert!(same, "{dtype} {op:?} with shifts {dst_shift}/{src_shift}");
+                    // Out of place, into a third buffer placed as `a` was.
+                    let first = placed(&a, src_shift, &mut a_store);
+                    let o = placed(&vec![0; len], dst_shift, &mut out_store);
+                    let (x, y) = (&a_store[first], &src_store[s]);
+                    combine_bytes(&mut out_store[o.clone()], x, y, dtype, op);
+                    let got = &out_store[o];
+                    let same = with_dtype!(dtype, T, same_values::<T>(got, &expected));
+                    assert!(
+                        same,
+                        "{dtype} {op:?} out of place, shifts {dst_shift}/{src_shift}"
+                    );
                 }
             }
         }

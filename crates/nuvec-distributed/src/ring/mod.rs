@@ -25,7 +25,7 @@ use crate::Options;
 use frame::{Header, Kind};
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::{DType, Error, Result};
-use nuvec_cpu::bytes::reduce_bytes;
+use nuvec_cpu::bytes::{combine_bytes, reduce_bytes};
 use nuvec_cpu::reduce::ReduceOp as KernelOp;
 use outbox::Outbox;
 use peer::Peer;
@@ -362,10 +362,13 @@ impl RingCommunicator {
                 let bytes = piece.start * width..piece.end * width;
                 let incoming = &mut scratch[..bytes.len()];
                 read_chunk(left, kind, sequence, incoming, self.timeout)?;
-                if let Some(input) = from_input {
-                    data[bytes.clone()].copy_from_slice(&input[bytes.clone()]);
+                let out = &mut data[bytes.clone()];
+                match from_input {
+                    Some(input) => {
+                        combine_bytes(out, &input[bytes.clone()], incoming, dtype, kernel_op(op))
+                    }
+                    None => reduce_bytes(out, incoming, dtype, kernel_op(op)),
                 }
-                reduce_bytes(&mut data[bytes.clone()], incoming, dtype, kernel_op(op));
                 outbox.received();
                 outbox.push(bytes);
                 outbox.pump(link, kind, data)?;

@@ -15,7 +15,7 @@ use super::wire::read_chunk;
 use super::{kernel_op, Link, RingCommunicator, CHUNK_BYTES};
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Error, Result};
-use nuvec_cpu::bytes::reduce_bytes;
+use nuvec_cpu::bytes::combine_bytes;
 
 impl RingCommunicator {
     /// Reduce-scatter of `input` (`size` segments of `output.len()` bytes) into `output`,
@@ -64,8 +64,8 @@ impl RingCommunicator {
                 let incoming = &mut scratch[..here.len()];
                 read_chunk(link.left, kind, link.sequence, incoming, self.timeout)?;
                 // Own part first, as the all-reduce combines them, so results match its bits.
-                output[here.clone()].copy_from_slice(&input[own]);
-                reduce_bytes(&mut output[here.clone()], incoming, dtype, kernel_op(op));
+                let out = &mut output[here.clone()];
+                combine_bytes(out, &input[own], incoming, dtype, kernel_op(op));
                 outbox.received();
                 if !last {
                     outbox.push(here);
