@@ -209,9 +209,12 @@ pub(crate) fn run(args: LaunchArgs) -> Result<i32, String> {
         std::fs::write(&hostfile, mpi::mpi_hostfile(&hosts))
             .map_err(|e| format!("writing {}: {e}", hostfile.display()))?;
         let mpirun = mpi::find_mpirun()?;
+        let local = hosts.iter().all(Host::is_local);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let flavor = mpi::Flavor {
             open_mpi: mpi::probe(&mpirun),
-            local: hosts.iter().all(Host::is_local),
+            local,
+            oversubscribed: local && hosts.len() > cores,
             root: crate::os::is_root(),
         };
         let line = mpi::mpirun_command(

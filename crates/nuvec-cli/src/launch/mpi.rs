@@ -46,6 +46,8 @@ pub(crate) struct Flavor {
     pub(crate) open_mpi: Option<u32>,
     /// Every rank runs on this machine.
     pub(crate) local: bool,
+    /// More ranks run on this machine than it has cores.
+    pub(crate) oversubscribed: bool,
     /// The launcher runs as root.
     pub(crate) root: bool,
 }
@@ -101,6 +103,12 @@ fn flavor_args(flavor: Flavor, taken: &[String]) -> Vec<String> {
         if major < 5 {
             mca("oob_tcp_if_include", "lo".into());
         }
+    }
+    if flavor.oversubscribed {
+        // Open MPI spins while it waits unless it knows ranks share cores, and the hostfile
+        // gives it a slot per rank, so it does not: 4 ranks on 2 cores then took 8 ms for a
+        // 4 KB all-reduce, against 57 µs when they yield.
+        mca("mpi_yield_when_idle", "1".into());
     }
     args
 }
@@ -198,6 +206,7 @@ mod tests {
         let local = |major| Flavor {
             open_mpi: Some(major),
             local: true,
+            oversubscribed: false,
             root: false,
         };
         assert_eq!(
@@ -211,6 +220,7 @@ mod tests {
         let remote_root = Flavor {
             open_mpi: Some(4),
             local: false,
+            oversubscribed: false,
             root: true,
         };
         assert_eq!(
@@ -221,6 +231,7 @@ mod tests {
         let other = Flavor {
             open_mpi: None,
             local: true,
+            oversubscribed: false,
             root: true,
         };
         assert_eq!(
@@ -230,10 +241,25 @@ mod tests {
     }
 
     #[test]
+    fn more_local_ranks_than_cores_make_open_mpi_yield_while_it_waits() {
+        let crowded = Flavor {
+            open_mpi: Some(5),
+            local: true,
+            oversubscribed: true,
+            root: false,
+        };
+        assert_eq!(
+            line_for(crowded),
+            "mpirun --hostfile h --mca btl self,sm,tcp --mca btl_tcp_if_include lo --mca mpi_yield_when_idle 1 -x NUVEC_DISTRIBUTED_KEY -- p"
+        );
+    }
+
+    #[test]
     fn mca_parameters_the_user_sets_replace_the_launcher_s_own() {
         let local = Flavor {
             open_mpi: Some(4),
             local: true,
+            oversubscribed: false,
             root: false,
         };
         let line = mpirun_command(
