@@ -33,6 +33,9 @@ struct Options {
     sizes: String,
     dtypes: Vec<String>,
     budget: String,
+    /// The fewest timed iterations of a size: enough for a steady median of the large sizes
+    /// on a shared machine (nccl-tests times 20).
+    min_iters: String,
     mlx: bool,
     mpi: bool,
     jaccl: bool,
@@ -47,6 +50,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         sizes: "4K,64K,1M,16M,64M,256M".into(),
         dtypes: vec!["float32".into()],
         budget: "1.0".into(),
+        min_iters: "15".into(),
         mlx: true,
         mpi: true,
         jaccl: true,
@@ -77,9 +81,13 @@ fn options(args: &[String]) -> Result<Options, String> {
             "--sizes" => options.sizes = value.clone(),
             "--dtypes" => options.dtypes = value.split(',').map(String::from).collect(),
             "--budget" => options.budget = value.clone(),
+            "--min-iters" => match value.parse::<usize>() {
+                Ok(n) if n >= 1 => options.min_iters = value.clone(),
+                _ => return Err(format!("--min-iters: {value:?} is not a count of at least 1")),
+            },
             other => {
                 return Err(format!(
-                    "unknown option {other} (--ranks 2,4 --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --no-mlx --no-mpi --no-jaccl)"
+                    "unknown option {other} (--ranks 2,4 --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --min-iters N --no-mlx --no-mpi --no-jaccl)"
                 ))
             }
         }
@@ -88,7 +96,7 @@ fn options(args: &[String]) -> Result<Options, String> {
 }
 
 /// The options both rank programs (nuvec's and MLX's) take.
-fn rank_args<'a>(op: &'a str, dtype: &'a str, options: &'a Options) -> [&'a str; 8] {
+fn rank_args<'a>(op: &'a str, dtype: &'a str, options: &'a Options) -> [&'a str; 10] {
     [
         "--ops",
         op,
@@ -98,6 +106,8 @@ fn rank_args<'a>(op: &'a str, dtype: &'a str, options: &'a Options) -> [&'a str;
         dtype,
         "--budget",
         &options.budget,
+        "--min-iters",
+        &options.min_iters,
     ]
 }
 
