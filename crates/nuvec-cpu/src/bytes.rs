@@ -17,8 +17,18 @@ pub fn reduce_bytes(dst: &mut [u8], src: &[u8], dtype: DType, op: ReduceOp) {
 }
 
 /// `out[i] = op(a[i], b[i])`: [`reduce_bytes`] of a copy of `a`, with the same bits, in one
-/// pass (no copy of `a` is written and read back). `a` and `b` hold at least `out`'s bytes.
+/// pass (no copy of `a` is written and read back).
+///
+/// # Panics
+/// When `a` or `b` is shorter than `out` (a caller's bug: every element of `out` is written).
 pub fn combine_bytes(out: &mut [u8], a: &[u8], b: &[u8], dtype: DType, op: ReduceOp) {
+    assert!(
+        a.len() >= out.len() && b.len() >= out.len(),
+        "combine_bytes: operands of {} and {} bytes for an output of {}",
+        a.len(),
+        b.len(),
+        out.len()
+    );
     apply(OutOfPlace { out, a, b }, dtype, op);
 }
 
