@@ -384,6 +384,13 @@ mod tests {
     }
 
     #[test]
+    #[should_panic(expected = "operands of 8 and 4 bytes for an output of 8")]
+    fn an_output_longer_than_an_operand_is_refused() {
+        let mut out = [0u8; 8];
+        combine_bytes(&mut out, &[0; 8], &[0; 4], DType::F32, ReduceOp::Sum);
+    }
+
+    #[test]
     fn half_precision_sums_round_each_element_to_nearest_even() {
         // f16 has spacing 2 at 2048: 2048 + 1 ties to even (2048), 2050 + 1 to 2052.
         let mut dst: Vec<f16> = [2048.0, 2050.0].map(f16::from_f32).to_vec();
