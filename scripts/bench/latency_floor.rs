@@ -1,0 +1,120 @@
+//! The latency a minimal TCP all-reduce reaches on this machine, for comparison with the
+//! ring's small collectives: N threads joined by loopback TCP in a full mesh run recursive
+//! doubling on `float32` buffers, each read polling (non-blocking `recv`, yielding the core)
+//! for a window before it blocks. Every iteration follows a one-element all-reduce as a
+//! barrier; its time is the slowest thread's, and the median of 2000 is printed, as
+//! `cargo xtask bench-distributed` does. No headers, checks, timeouts or graph: only the
+//! exchanges and the additions.
+//!
+//! ```text
+//! rustc --edition 2021 -O scripts/bench/latency_floor.rs -o target/latency_floor
+//! target/latency_floor 4 1024 200   # ranks, elements, polling window (µs)
+//! ```
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+const ITERATIONS: usize = 2000;
+
+/// Reads `buf` whole, polling for `window` before blocking.
+fn read_polling(stream: &mut TcpStream, buf: &mut [u8], window: Duration) {
+    let mut filled = 0;
+    stream.set_nonblocking(true).expect("non-blocking");
+    let until = Instant::now() + window;
+    while filled < buf.len() {
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => panic!("a peer closed its connection"),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() > until {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("reading: {e}"),
+        }
+    }
+    stream.set_nonblocking(false).expect("blocking");
+    stream.read_exact(&mut buf[filled..]).expect("reading");
+}
+
+/// Recursive doubling over `peers` (the stream to each rank, none for this one).
+fn all_sum(peers: &mut [Option<TcpStream>], rank: usize, data: &mut [f32], window: Duration) {
+    let mut outgoing = vec![0u8; data.len() * 4];
+    let mut incoming = vec![0u8; data.len() * 4];
+    let mut distance = 1;
+    while distance < peers.len() {
+        let stream = peers[rank ^ distance].as_mut().expect("a connection");
+        for (bytes, value) in outgoing.chunks_exact_mut(4).zip(data.iter()) {
+            bytes.copy_from_slice(&value.to_le_bytes());
+        }
+        stream.write_all(&outgoing).expect("writing");
+        read_polling(stream, &mut incoming, window);
+        for (value, bytes) in data.iter_mut().zip(incoming.chunks_exact(4)) {
+            *value += f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        }
+        distance *= 2;
+    }
+}
+
+fn main() {
+    let arg = |i: usize, default: u64| {
+        std::env::args()
+            .nth(i)
+            .map_or(default, |s| s.parse().expect("a number"))
+    };
+    let (ranks, elements) = (arg(1, 4) as usize, arg(2, 1024) as usize);
+    let window = Duration::from_micros(arg(3, 200));
+    assert!(ranks.is_power_of_two(), "recursive doubling needs a power of two");
+    let listeners: Vec<TcpListener> = (0..ranks)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("binding"))
+        .collect();
+    let mut meshes: Vec<Vec<Option<TcpStream>>> = (0..ranks)
+        .map(|_| (0..ranks).map(|_| None).collect())
+        .collect();
+    for i in 0..ranks {
+        for j in i + 1..ranks {
+            let out = TcpStream::connect(listeners[j].local_addr().expect("address"))
+                .expect("connecting");
+            let (back, _) = listeners[j].accept().expect("accepting");
+            out.set_nodelay(true).expect("nodelay");
+            back.set_nodelay(true).expect("nodelay");
+            meshes[i][j] = Some(out);
+            meshes[j][i] = Some(back);
+        }
+    }
+    let threads: Vec<_> = meshes
+        .into_iter()
+        .enumerate()
+        .map(|(rank, mut peers)| {
+            std::thread::spawn(move || {
+                let mut times = Vec::with_capacity(ITERATIONS);
+                for _ in 0..ITERATIONS {
+                    all_sum(&mut peers, rank, &mut [1.0], window);
+                    let mut data = vec![1.0f32; elements];
+                    let start = Instant::now();
+                    all_sum(&mut peers, rank, &mut data, window);
+                    times.push(start.elapsed().as_secs_f64());
+                    assert_eq!(data[0], ranks as f32, "a wrong sum");
+                }
+                times
+            })
+        })
+        .collect();
+    let per_rank: Vec<Vec<f64>> = threads
+        .into_iter()
+        .map(|t| t.join().expect("a rank panicked"))
+        .collect();
+    let mut slowest: Vec<f64> = (0..ITERATIONS)
+        .map(|i| per_rank.iter().map(|t| t[i]).fold(0.0, f64::max))
+        .collect();
+    slowest.sort_by(f64::total_cmp);
+    println!(
+        "{ranks} ranks (threads), {} bytes, polling {} µs: median {:.1} µs, min {:.1} µs",
+        elements * 4,
+        window.as_micros(),
+        slowest[ITERATIONS / 2] * 1e6,
+        slowest[0] * 1e6
+    );
+}
