@@ -66,7 +66,10 @@ fn main() {
     };
     let (ranks, elements) = (arg(1, 4) as usize, arg(2, 1024) as usize);
     let window = Duration::from_micros(arg(3, 200));
-    assert!(ranks.is_power_of_two(), "recursive doubling needs a power of two");
+    assert!(
+        ranks.is_power_of_two(),
+        "recursive doubling needs a power of two"
+    );
     let listeners: Vec<TcpListener> = (0..ranks)
         .map(|_| TcpListener::bind("127.0.0.1:0").expect("binding"))
         .collect();
