@@ -6,9 +6,13 @@
 //! `cargo xtask bench-distributed` does. No headers, checks, timeouts or graph: only the
 //! exchanges and the additions.
 //!
+//! With a fourth argument `processes`, the ranks are processes instead (this program started
+//! again once per rank, meeting on loopback ports from 47000), as the ring's ranks are.
+//!
 //! ```text
 //! rustc --edition 2021 -O scripts/bench/latency_floor.rs -o target/latency_floor
-//! target/latency_floor 4 1024 200   # ranks, elements, polling window (µs)
+//! target/latency_floor 4 1024 200             # ranks, elements, polling window (µs)
+//! target/latency_floor 4 1024 200 processes
 //! ```
 
 use std::io::{ErrorKind, Read, Write};
@@ -58,6 +62,55 @@ fn all_sum(peers: &mut [Option<TcpStream>], rank: usize, data: &mut [f32], windo
     }
 }
 
+/// One rank's timed iterations: a barrier, then the all-reduce of `elements` values.
+fn run_rank(
+    mut peers: Vec<Option<TcpStream>>,
+    rank: usize,
+    elements: usize,
+    window: Duration,
+) -> Vec<f64> {
+    let ranks = peers.len();
+    let mut times = Vec::with_capacity(ITERATIONS);
+    for _ in 0..ITERATIONS {
+        all_sum(&mut peers, rank, &mut [1.0], window);
+        let mut data = vec![1.0f32; elements];
+        let start = Instant::now();
+        all_sum(&mut peers, rank, &mut data, window);
+        times.push(start.elapsed().as_secs_f64());
+        assert_eq!(data[0], ranks as f32, "a wrong sum");
+    }
+    times
+}
+
+const BASE_PORT: u16 = 47000;
+
+/// This process's connections as rank `rank` of `ranks`: it accepts from higher ranks on
+/// its own port and connects to lower ones.
+fn connect_process(rank: usize, ranks: usize) -> Vec<Option<TcpStream>> {
+    let listener = TcpListener::bind(("127.0.0.1", BASE_PORT + rank as u16)).expect("binding");
+    let mut peers: Vec<Option<TcpStream>> = (0..ranks).map(|_| None).collect();
+    for (lower, slot) in peers.iter_mut().enumerate().take(rank) {
+        let stream = loop {
+            match TcpStream::connect(("127.0.0.1", BASE_PORT + lower as u16)) {
+                Ok(stream) => break stream,
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let mut stream = stream;
+        stream.write_all(&[rank as u8]).expect("introducing");
+        stream.set_nodelay(true).expect("nodelay");
+        *slot = Some(stream);
+    }
+    for _ in rank + 1..ranks {
+        let (mut stream, _) = listener.accept().expect("accepting");
+        let mut who = [0u8];
+        stream.read_exact(&mut who).expect("introduction");
+        stream.set_nodelay(true).expect("nodelay");
+        peers[who[0] as usize] = Some(stream);
+    }
+    peers
+}
+
 fn main() {
     let arg = |i: usize, default: u64| {
         std::env::args()
@@ -66,55 +119,77 @@ fn main() {
     };
     let (ranks, elements) = (arg(1, 4) as usize, arg(2, 1024) as usize);
     let window = Duration::from_micros(arg(3, 200));
+    let processes = std::env::args().nth(4).as_deref() == Some("processes");
     assert!(
         ranks.is_power_of_two(),
         "recursive doubling needs a power of two"
     );
-    let listeners: Vec<TcpListener> = (0..ranks)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("binding"))
-        .collect();
-    let mut meshes: Vec<Vec<Option<TcpStream>>> = (0..ranks)
-        .map(|_| (0..ranks).map(|_| None).collect())
-        .collect();
-    for i in 0..ranks {
-        for j in i + 1..ranks {
-            let out = TcpStream::connect(listeners[j].local_addr().expect("address"))
-                .expect("connecting");
-            let (back, _) = listeners[j].accept().expect("accepting");
-            out.set_nodelay(true).expect("nodelay");
-            back.set_nodelay(true).expect("nodelay");
-            meshes[i][j] = Some(out);
-            meshes[j][i] = Some(back);
-        }
-    }
-    let threads: Vec<_> = meshes
-        .into_iter()
-        .enumerate()
-        .map(|(rank, mut peers)| {
-            std::thread::spawn(move || {
-                let mut times = Vec::with_capacity(ITERATIONS);
-                for _ in 0..ITERATIONS {
-                    all_sum(&mut peers, rank, &mut [1.0], window);
-                    let mut data = vec![1.0f32; elements];
-                    let start = Instant::now();
-                    all_sum(&mut peers, rank, &mut data, window);
-                    times.push(start.elapsed().as_secs_f64());
-                    assert_eq!(data[0], ranks as f32, "a wrong sum");
-                }
-                times
+    let per_rank: Vec<Vec<f64>> = if let Ok(rank) = std::env::var("LATENCY_FLOOR_RANK") {
+        // A child: run, then print this rank's times for the parent.
+        let rank: usize = rank.parse().expect("a rank");
+        let times = run_rank(connect_process(rank, ranks), rank, elements, window);
+        let text: Vec<String> = times.iter().map(|t| t.to_string()).collect();
+        println!("{}", text.join(" "));
+        return;
+    } else if processes {
+        let children: Vec<_> = (0..ranks)
+            .map(|rank| {
+                std::process::Command::new(std::env::current_exe().expect("this program"))
+                    .args(std::env::args().skip(1))
+                    .env("LATENCY_FLOOR_RANK", rank.to_string())
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("starting a rank")
             })
-        })
-        .collect();
-    let per_rank: Vec<Vec<f64>> = threads
-        .into_iter()
-        .map(|t| t.join().expect("a rank panicked"))
-        .collect();
+            .collect();
+        children
+            .into_iter()
+            .map(|child| {
+                let output = child.wait_with_output().expect("a rank");
+                assert!(output.status.success(), "a rank failed");
+                String::from_utf8_lossy(&output.stdout)
+                    .split_whitespace()
+                    .map(|t| t.parse().expect("a time"))
+                    .collect()
+            })
+            .collect()
+    } else {
+        let listeners: Vec<TcpListener> = (0..ranks)
+            .map(|_| TcpListener::bind("127.0.0.1:0").expect("binding"))
+            .collect();
+        let mut meshes: Vec<Vec<Option<TcpStream>>> = (0..ranks)
+            .map(|_| (0..ranks).map(|_| None).collect())
+            .collect();
+        for i in 0..ranks {
+            for j in i + 1..ranks {
+                let out = TcpStream::connect(listeners[j].local_addr().expect("address"))
+                    .expect("connecting");
+                let (back, _) = listeners[j].accept().expect("accepting");
+                out.set_nodelay(true).expect("nodelay");
+                back.set_nodelay(true).expect("nodelay");
+                meshes[i][j] = Some(out);
+                meshes[j][i] = Some(back);
+            }
+        }
+        let threads: Vec<_> = meshes
+            .into_iter()
+            .enumerate()
+            .map(|(rank, peers)| {
+                std::thread::spawn(move || run_rank(peers, rank, elements, window))
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("a rank panicked"))
+            .collect()
+    };
     let mut slowest: Vec<f64> = (0..ITERATIONS)
         .map(|i| per_rank.iter().map(|t| t[i]).fold(0.0, f64::max))
         .collect();
     slowest.sort_by(f64::total_cmp);
     println!(
-        "{ranks} ranks (threads), {} bytes, polling {} µs: median {:.1} µs, min {:.1} µs",
+        "{ranks} ranks ({}), {} bytes, polling {} µs: median {:.1} µs, min {:.1} µs",
+        if processes { "processes" } else { "threads" },
         elements * 4,
         window.as_micros(),
         slowest[ITERATIONS / 2] * 1e6,
