@@ -121,17 +121,18 @@ fn main() {
     let window = Duration::from_micros(arg(3, 200));
     let processes = std::env::args().nth(4).as_deref() == Some("processes");
     assert!(
-        ranks.is_power_of_two(),
-        "recursive doubling needs a power of two"
+        ranks.is_power_of_two() && ranks <= 256,
+        "recursive doubling needs a power of two (at most 256: ranks introduce themselves in a byte)"
     );
-    let per_rank: Vec<Vec<f64>> = if let Ok(rank) = std::env::var("LATENCY_FLOOR_RANK") {
+    if let Ok(rank) = std::env::var("LATENCY_FLOOR_RANK") {
         // A child: run, then print this rank's times for the parent.
         let rank: usize = rank.parse().expect("a rank");
         let times = run_rank(connect_process(rank, ranks), rank, elements, window);
         let text: Vec<String> = times.iter().map(|t| t.to_string()).collect();
         println!("{}", text.join(" "));
         return;
-    } else if processes {
+    }
+    let per_rank: Vec<Vec<f64>> = if processes {
         let children: Vec<_> = (0..ranks)
             .map(|rank| {
                 std::process::Command::new(std::env::current_exe().expect("this program"))

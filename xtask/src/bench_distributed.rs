@@ -14,7 +14,7 @@
 //! Output: a table (stdout and target/bench-distributed.md), target/bench-distributed.json
 //! and an SVG plot of bus bandwidth against size (target/bench-distributed.svg).
 
-use crate::bench_floor::{memcpy_ceiling, Ceilings};
+use crate::bench_floor::{lands_in_outputs, memcpy_ceiling, Ceilings};
 use crate::{free_port_range, run, workspace_root};
 use serde_json::{json, Value};
 use std::io::Read;
@@ -435,8 +435,9 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     }
     let rows: Vec<(u64, u64)> = ours
         .iter()
-        .filter(|r| r["op"] != "pingpong")
-        .map(|r| (key(r).1, key(r).2))
+        .map(key)
+        .filter(|(op, ..)| lands_in_outputs(op))
+        .map(|(_, ranks, bytes, _)| (ranks, bytes))
         .collect();
     if rows
         .iter()

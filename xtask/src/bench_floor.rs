@@ -157,6 +157,13 @@ fn loopback_traffic(op: &str, ranks: u64, bytes: u64) -> (u64, u64, bool) {
     }
 }
 
+/// Whether `op`'s floor counts bytes landing in outputs, on streams at once (so it needs the
+/// rate into memory when the outputs outgrow the cache).
+pub(crate) fn lands_in_outputs(op: &str) -> bool {
+    let (_, into_outputs, parallel) = loopback_traffic(op, 2, 1);
+    into_outputs > 0 && parallel
+}
+
 /// Bytes all ranks together reduce (received bytes combined into their buffers) in `op`.
 fn reduced_bytes(op: &str, ranks: u64, bytes: u64) -> u64 {
     match op {
@@ -237,7 +244,7 @@ impl Ceilings {
         let memory = self
             .into_memory
             .iter()
-            .find(|&&(n, b, _)| n == ranks && b == bytes && parallel)
+            .find(|&&(n, b, _)| n == ranks && b == bytes && lands_in_outputs(op))
             .map(|&(_, _, rate)| rate);
         let seconds = match memory {
             Some(rate) => {

@@ -349,11 +349,7 @@ impl RingCommunicator {
         let steps = reduce_scatter_steps(n, link.position);
         scratch.resize(scratch.len().max(chunk_elements * width), 0);
         for piece in chunks(segment(len, n, steps[0].send), chunk_elements) {
-            let bytes = piece.start * width..piece.end * width;
-            match from_input {
-                Some(_) => outbox.push_input(bytes),
-                None => outbox.push(bytes),
-            }
+            outbox.push_input(piece.start * width..piece.end * width);
         }
         outbox.pump(link, kind, data)?;
         self.check_left(link)?;

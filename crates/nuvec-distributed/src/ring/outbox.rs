@@ -56,9 +56,14 @@ impl<'i> Outbox<'i> {
         self.queue.push_back((Source::Data, bytes));
     }
 
-    /// Adds the next range of the input.
+    /// Adds the next range of the caller's input: read from the input where the outbox has
+    /// one, else from the working buffer, which then holds the input.
     pub(super) fn push_input(&mut self, bytes: Range<usize>) {
-        self.queue.push_back((Source::Input, bytes));
+        let source = match self.input {
+            Some(_) => Source::Input,
+            None => Source::Data,
+        };
+        self.queue.push_back((source, bytes));
     }
 
     /// Counts one chunk received from the left.
@@ -87,9 +92,10 @@ impl<'i> Outbox<'i> {
         let Some((source, bytes)) = self.queue.pop_front() else {
             return Ok(false);
         };
-        let buffer = match source {
-            Source::Data => data,
-            Source::Input => self.input.unwrap_or_default(),
+        // `push_input` records `Input` only when there is an input.
+        let buffer = match (source, self.input) {
+            (Source::Input, Some(input)) => input,
+            _ => data,
         };
         write_chunk(link.right, kind, link.sequence, &buffer[bytes])?;
         self.sent += 1;

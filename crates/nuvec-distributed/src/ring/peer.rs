@@ -28,9 +28,9 @@ pub(crate) enum Poll {
     /// each local rank, where polling takes no peer's core.
     Spin(Duration),
     /// Poll for this long from the start of a read (after the last arrival, for a read longer
-    /// than a ring chunk), yielding the core between polls: for more local ranks than cores. A runnable peer gets the core at once, and a reply that comes
-    /// meanwhile is taken without a sleep and a wake-up (which cost more than the wait on a
-    /// busy machine).
+    /// than a ring chunk), yielding the core between polls: for more local ranks than cores.
+    /// A runnable peer gets the core at once, and a reply that comes meanwhile is taken
+    /// without a sleep and a wake-up (which cost more than the wait on a busy machine).
     Yield(Duration),
 }
 
@@ -362,7 +362,7 @@ impl Peer {
         // peers need the cores. A longer read is one point-to-point message streaming from a
         // single sender, which arrivals keep restarting, since a sleep and a wake-up between
         // each pair of them cost that sender its pace (a 1 MB ping-pong on 4 ranks and
-        // 2 cores: 845 → 700 µs).
+        // 2 cores: about 805 → 640 µs).
         let (window, yielding) = match self.poll {
             Poll::Off => (Duration::ZERO, false),
             Poll::Spin(window) => (window, false),
