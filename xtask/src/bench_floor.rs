@@ -153,7 +153,8 @@ fn loopback_traffic(op: &str, ranks: u64, bytes: u64) -> (u64, u64, bool) {
         "all_sum" => (2 * (ranks - 1) * bytes, (ranks - 1) * bytes, true),
         "all_gather" => ((ranks - 1) * bytes, (ranks - 1) * bytes, true),
         "sum_scatter" => ((ranks - 1) * bytes, 0, true),
-        _ => (2 * bytes, 2 * bytes, false),
+        // A ping-pong's time is one way (half the round trip): the message crosses once.
+        _ => (bytes, bytes, false),
     }
 }
 
@@ -310,8 +311,8 @@ mod tests {
         assert_eq!(ceilings.floor_us("all_sum", 4, 1_000_000), 3000.0);
         // all_gather: 3/4 each, 3 MB in all.
         assert_eq!(ceilings.floor_us("all_gather", 4, 1_000_000), 1500.0);
-        // A ping-pong crosses one stream twice, one way at a time.
-        assert_eq!(ceilings.floor_us("pingpong", 4, 1_000_000), 2000.0);
+        // A ping-pong's one-way time: the message crosses one stream once.
+        assert_eq!(ceilings.floor_us("pingpong", 4, 1_000_000), 1000.0);
     }
 
     #[test]
@@ -348,7 +349,7 @@ mod tests {
         ));
         // Gathers and ping-pongs reduce nothing.
         assert_eq!(ceilings.floor_us("all_gather", 4, 1_000_000), 1500.0);
-        assert_eq!(ceilings.floor_us("pingpong", 4, 1_000_000), 2000.0);
+        assert_eq!(ceilings.floor_us("pingpong", 4, 1_000_000), 1000.0);
     }
 
     #[test]

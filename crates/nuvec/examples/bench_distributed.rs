@@ -139,6 +139,16 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// What an iteration's time is divided by: a ping-pong's time is one way, half the round
+/// trip (as in `../shared/bench` and the peers' figures).
+fn one_way(op: &str) -> f64 {
+    if op == "pingpong" {
+        2.0
+    } else {
+        1.0
+    }
+}
+
 fn bus_factor(op: &str, n: usize) -> f64 {
     let n = n as f64;
     match op {
@@ -165,7 +175,7 @@ fn time_op(op: &str, bytes: usize, settings: &Settings, group: &Group) -> Result
         barrier(group)?;
         let start = Instant::now();
         last = step(op, &x, group)?;
-        times.push(start.elapsed().as_secs_f64() as f32);
+        times.push((start.elapsed().as_secs_f64() / one_way(op)) as f32);
     }
     let ok = correct(op, &last, group)?;
     let all_ok = distributed::all_min(&array![if ok { 1.0 } else { 0.0 }], Some(group))

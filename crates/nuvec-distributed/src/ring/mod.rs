@@ -32,7 +32,7 @@ use peer::Peer;
 use schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wire::{read_chunk, read_header};
+use wire::{read_chunk, read_header, read_message_header};
 
 /// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
 /// reducing one chunk overlaps receiving the next.
@@ -492,11 +492,11 @@ impl Communicator for RingCommunicator {
             let peer = self.peer("recv", src)?;
             // A failed read leaves the stream at an unknown position: the group is unusable.
             let read = |state: &mut State, buf: &mut [u8]| {
-                peer.read_exact("recv", buf, self.timeout).inspect_err(|e| {
+                peer.read_message("recv", buf, self.timeout).inspect_err(|e| {
                     state.failure.get_or_insert_with(|| e.clone());
                 })
             };
-            let header = read_header(peer, "recv", self.timeout).inspect_err(|e| {
+            let header = read_message_header(peer, "recv", self.timeout).inspect_err(|e| {
                 state.failure.get_or_insert_with(|| e.clone());
             })?;
             if header.kind != Kind::Send || header.sequence != state.received[src] {

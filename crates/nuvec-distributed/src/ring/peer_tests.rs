@@ -2,7 +2,7 @@
 //! from the caller's thread arrive whole and in order, and a send to a peer that stops
 //! reading ends with an error within its timeout instead of hanging.
 
-use super::peer::{Peer, Poll};
+use super::peer::{Peer, Poll, SPIN};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -73,4 +73,37 @@ fn writing_through_to_a_peer_that_stops_reading_times_out_naming_it() {
         start.elapsed() < Duration::from_secs(20),
         "it gave up in time"
     );
+}
+
+#[test]
+fn point_to_point_receives_spin_longer_and_crowded_machines_still_yield() {
+    use super::peer::{MESSAGE_SPIN, YIELD};
+    let (Poll::Spin(short), Poll::Spin(long)) = (SPIN, MESSAGE_SPIN) else {
+        panic!("SPIN and MESSAGE_SPIN must both spin");
+    };
+    assert!(long > short, "{long:?} <= {short:?}");
+    assert_eq!(SPIN.for_messages(), MESSAGE_SPIN);
+    assert_eq!(YIELD.for_messages(), YIELD);
+    assert_eq!(Poll::Off.for_messages(), Poll::Off);
+}
+
+#[test]
+fn a_message_read_polls_then_sleeps_until_its_bytes_come() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut far, _) = listener.accept().unwrap();
+    let peer = Peer::new(1, near, SPIN).unwrap();
+    let message = pattern(3 << 20, 7);
+    let sent = message.clone();
+    // The message starts well after the 300 µs poll, so the read must go on to sleep.
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        std::io::Write::write_all(&mut far, &sent).unwrap();
+        far
+    });
+    let mut got = vec![0u8; message.len()];
+    peer.read_message("recv", &mut got, Duration::from_secs(10))
+        .unwrap();
+    assert!(got == message, "the message arrived altered");
+    drop(writer.join().unwrap());
 }

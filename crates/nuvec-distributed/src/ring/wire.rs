@@ -36,7 +36,24 @@ pub(crate) fn write_chunk(peer: &Peer, kind: Kind, sequence: u64, payload: &[u8]
 pub(crate) fn read_header(peer: &Peer, op: &str, timeout: Duration) -> Result<Header> {
     let mut raw = [0u8; HEADER_BYTES];
     peer.read_exact(op, &mut raw, timeout)?;
-    let header = Header::decode(&raw).map_err(|reason| error(op, Some(peer.rank), reason))?;
+    finish_header(peer, op, timeout, &raw)
+}
+
+/// [`read_header`] of a point-to-point message (polling as [`Peer::read_message`] does).
+pub(crate) fn read_message_header(peer: &Peer, op: &str, timeout: Duration) -> Result<Header> {
+    let mut raw = [0u8; HEADER_BYTES];
+    peer.read_message(op, &mut raw, timeout)?;
+    finish_header(peer, op, timeout, &raw)
+}
+
+/// Decodes a header read from `peer`; an abort notice becomes the error it reports.
+fn finish_header(
+    peer: &Peer,
+    op: &str,
+    timeout: Duration,
+    raw: &[u8; HEADER_BYTES],
+) -> Result<Header> {
+    let header = Header::decode(raw).map_err(|reason| error(op, Some(peer.rank), reason))?;
     if header.kind != Kind::Abort {
         return Ok(header);
     }
