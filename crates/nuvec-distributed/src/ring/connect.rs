@@ -1,6 +1,6 @@
 //! Forming the ring's connections: every rank listens on its hostfile addresses and connects
-//! to every higher rank (a full mesh, so send/recv work between any two ranks), once per
-//! address both ranks list.
+//! to every other rank (a full mesh, so send/recv work between any two ranks), once per
+//! address both ranks list and direction: the lower rank of each pair connects first.
 //! Each connection opens with the handshake of `handshake.rs` (ranks, group size and, with a
 //! key, proofs from both ends). Accepted connections are handshaken on their own short-lived
 //! threads, so a stray client (a port scanner, one that sends garbage or nothing) is dropped
@@ -91,9 +91,19 @@ pub(crate) fn connections_between(nodes: &[Vec<Address>], a: usize, b: usize) ->
     nodes[a].len().min(nodes[b].len()).max(1)
 }
 
-/// Connects this rank to every other rank; entry `j` of the result holds the connections to
-/// rank `j` (empty for this rank itself): connection `m` goes to rank `j`'s `m`-th address
-/// when `j` is higher, and arrives on this rank's `m`-th address when `j` is lower.
+/// Connects this rank to every other rank, one connection per direction: entry `j` of the
+/// result holds this rank's connections to rank `j`, first the `m` it opened (to rank `j`'s
+/// addresses, in order), on which it writes to rank `j`, then the `m` that rank `j` opened
+/// (arriving on this rank's addresses, in order), on which it reads from rank `j`, where `m`
+/// is [`connections_between`]. Each socket then carries data one way only, so a rank that
+/// sends and receives at once (the two ranks of a ring, every exchange of a doubling) never
+/// takes the lock of the socket its peer's data arrives on.
+///
+/// Formation runs in two phases: first every rank connects to the higher ranks and accepts
+/// the lower ones; once a rank has its lower ranks' connections, it connects back to them
+/// and accepts the higher ranks' connections back. A group that cannot form (keys, sizes or
+/// ranks that disagree, a rank that never comes) thus fails in the first phase, where each
+/// pair has one connecting and one accepting end.
 pub(crate) fn form_mesh(
     nodes: &[Vec<Address>],
     rank: usize,
@@ -112,50 +122,63 @@ pub(crate) fn form_mesh(
             format!("rank {rank} has no address in the hostfile"),
         ));
     }
-    // One acceptor per address this rank listens on, each expecting the lower ranks that
-    // list that many addresses.
-    let mut acceptors = Vec::new();
+    for (peer, addresses) in nodes.iter().enumerate() {
+        if addresses.is_empty() {
+            return Err(init_error(Some(peer), "no address in the hostfile".into()));
+        }
+    }
+    // This rank listens on each of its addresses that another rank connects to.
+    let mut listeners = Vec::new();
     for (index, own) in nodes[rank].iter().enumerate() {
-        let expected: Vec<usize> = (0..rank)
-            .filter(|&lower| connections_between(nodes, lower, rank) > index)
-            .collect();
-        if index > 0 && expected.is_empty() {
+        let used =
+            (0..size).any(|other| other != rank && connections_between(nodes, other, rank) > index);
+        if index > 0 && !used {
             break;
         }
-        acceptors.push(Acceptor::start(
-            listen(own, rank)?,
-            local.clone(),
-            expected,
-            options.timeout,
-        )?);
+        listeners.push(listen(own, rank)?);
     }
     let mut streams: Vec<Vec<Option<TcpStream>>> = (0..size)
         .map(|peer| {
-            (0..connections_between(nodes, rank, peer))
+            (0..2 * connections_between(nodes, rank, peer))
                 .map(|_| None)
                 .collect()
         })
         .collect();
-
-    // Introduce ourselves to every higher rank while the acceptors take the lower ones.
-    for (peer, addresses) in nodes.iter().enumerate().skip(rank + 1) {
-        if addresses.is_empty() {
-            return Err(init_error(Some(peer), "no address in the hostfile".into()));
-        }
-        for (index, address) in addresses
-            .iter()
-            .take(connections_between(nodes, rank, peer))
+    let lower: Vec<usize> = (0..rank).collect();
+    let higher: Vec<usize> = (rank + 1..size).collect();
+    for (accept_from, connect_to) in [(&lower, &higher), (&higher, &lower)] {
+        let acceptors = listeners
+            .into_iter()
             .enumerate()
-        {
-            let mut stream = connect(address, peer, deadline)?;
-            connect_side(&mut stream, &local, peer, deadline)
-                .map_err(|reason| init_error(Some(peer), reason))?;
-            streams[peer][index] = Some(stream);
+            .map(|(index, listener)| {
+                let expected = accept_from
+                    .iter()
+                    .copied()
+                    .filter(|&other| connections_between(nodes, other, rank) > index)
+                    .collect();
+                Acceptor::start(listener, local.clone(), expected, deadline, options.timeout)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for &peer in connect_to {
+            for (index, address) in nodes[peer]
+                .iter()
+                .take(connections_between(nodes, rank, peer))
+                .enumerate()
+            {
+                let mut stream = connect(address, peer, deadline)?;
+                connect_side(&mut stream, &local, peer, deadline)
+                    .map_err(|reason| init_error(Some(peer), reason))?;
+                streams[peer][index] = Some(stream);
+            }
         }
-    }
-    for (index, acceptor) in acceptors.into_iter().enumerate() {
-        for (peer, stream) in acceptor.finish()? {
-            streams[peer][index] = Some(stream);
+        listeners = Vec::new();
+        for (index, acceptor) in acceptors.into_iter().enumerate() {
+            let (accepted, listener) = acceptor.finish()?;
+            for (peer, stream) in accepted {
+                let opened = connections_between(nodes, rank, peer);
+                streams[peer][opened + index] = Some(stream);
+            }
+            listeners.push(listener);
         }
     }
     streams[rank].clear();
@@ -200,9 +223,10 @@ pub(crate) fn form_star(
             listen(coordinator, rank)?,
             local,
             (1..size).collect(),
+            deadline,
             options.timeout,
         )?;
-        for (peer, stream) in acceptor.finish()? {
+        for (peer, stream) in acceptor.finish()?.0 {
             streams[peer] = Some(stream);
         }
     } else {
@@ -248,14 +272,17 @@ fn read_poll(nodes: &[Vec<Address>], rank: usize) -> Result<Poll> {
     Ok(poll)
 }
 
-/// A lower rank's connection, handshaken and accepted.
+/// Another rank's connection, handshaken and accepted.
 type Connected = (usize, TcpStream);
 
-/// The thread that accepts the lower ranks' connections while this rank connects upwards.
-/// Dropping it before [`Acceptor::finish`] stops it.
+/// What an acceptor's thread ends with: the connections it took, and its listener back.
+type Accepting = JoinHandle<Result<(Vec<Connected>, TcpListener)>>;
+
+/// The thread that accepts the expected ranks' connections on one listener while this rank
+/// connects to others. Dropping it before [`Acceptor::finish`] stops it.
 struct Acceptor {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Result<Vec<Connected>>>>,
+    thread: Option<Accepting>,
 }
 
 impl Acceptor {
@@ -263,9 +290,9 @@ impl Acceptor {
         listener: TcpListener,
         local: Local,
         expected: Vec<usize>,
+        deadline: Instant,
         timeout: Duration,
     ) -> Result<Acceptor> {
-        let deadline = Instant::now() + timeout;
         listener
             .set_nonblocking(true)
             .map_err(|e| init_error(None, e.to_string()))?;
@@ -273,7 +300,10 @@ impl Acceptor {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("nuvec-ring-accept".into())
-            .spawn(move || accept_loop(&listener, &local, expected, (deadline, timeout), &flag))
+            .spawn(move || {
+                accept_loop(&listener, &local, expected, (deadline, timeout), &flag)
+                    .map(|accepted| (accepted, listener))
+            })
             .map_err(|e| init_error(None, format!("starting the acceptor: {e}")))?;
         Ok(Acceptor {
             stop,
@@ -281,8 +311,9 @@ impl Acceptor {
         })
     }
 
-    /// Waits until every lower rank is connected (or the formation failed).
-    fn finish(mut self) -> Result<Vec<Connected>> {
+    /// Waits until every expected rank is connected (or the formation failed); gives the
+    /// listener back for the next phase.
+    fn finish(mut self) -> Result<(Vec<Connected>, TcpListener)> {
         let thread = self.thread.take().expect("an acceptor is finished once");
         thread
             .join()
@@ -468,5 +499,60 @@ mod tests {
         );
         let crowded: Vec<&str> = vec!["127.0.0.1"; 4096];
         assert_eq!(read_poll(&nodes(&crowded), 3).unwrap(), YIELD);
+    }
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn every_pair_gets_a_connection_each_way_per_shared_address() {
+        // Three ranks; ranks 0 and 2 list two addresses, rank 1 one.
+        let addresses = [2, 1, 2];
+        let nodes: Vec<Vec<Address>> = addresses
+            .iter()
+            .map(|&count| {
+                (0..count)
+                    .map(|_| Address::parse(&format!("127.0.0.1:{}", free_port())).unwrap())
+                    .collect()
+            })
+            .collect();
+        let options = Options::with_timeout(Duration::from_secs(10));
+        let formed: Vec<Vec<Vec<Peer>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..3)
+                .map(|rank| {
+                    let (nodes, options) = (&nodes, &options);
+                    scope.spawn(move || form_mesh(nodes, rank, options).unwrap())
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, peers) in formed.iter().enumerate() {
+            assert!(peers[rank].is_empty());
+            for (other, connections) in peers.iter().enumerate().filter(|(o, _)| *o != rank) {
+                let shared = addresses[rank].min(addresses[other]);
+                assert_eq!(connections.len(), 2 * shared, "rank {rank} to {other}");
+                assert!(connections.iter().all(|c| c.rank == other));
+            }
+        }
+        // What a rank writes on the connections it opened arrives on those its peer reads.
+        for (from, to) in [(0, 2), (2, 0), (1, 2), (0, 1)] {
+            let shared = addresses[from].min(addresses[to]);
+            for index in 0..shared {
+                let message = [from as u8, to as u8, index as u8, 7];
+                formed[from][to][index]
+                    .write_through("test", &[&message], Duration::from_secs(5))
+                    .unwrap();
+                let mut got = [0u8; 4];
+                formed[to][from][shared + index]
+                    .read_exact("test", &mut got, Duration::from_secs(5))
+                    .unwrap();
+                assert_eq!(got, message, "{from} -> {to} on connection {index}");
+            }
+        }
     }
 }

@@ -23,15 +23,15 @@ impl RingCommunicator {
     }
 
     /// Sends `parts` to `partner` after this call's header and checks the partner's header;
-    /// the partner's payload is then the next thing to read from the returned peer.
+    /// the partner's payload is then the next thing to read from the returned connection.
     fn swap_headers(&self, ours: &Header, partner: usize, parts: &[&[u8]]) -> Result<&Peer> {
         let name = ours.kind.name();
-        let peer = self.peer(name, partner)?;
         let mut frame: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
         let header = ours.encode();
         frame.push(&header);
         frame.extend_from_slice(parts);
-        peer.write(name, &frame)?;
+        self.writer(name, partner)?.write(name, &frame)?;
+        let peer = self.reader(name, partner)?;
         let theirs = read_header(peer, name, self.timeout)?;
         self.same_call(partner, &theirs, ours)?;
         Ok(peer)
@@ -43,7 +43,8 @@ impl RingCommunicator {
     fn finish_doubling(&self, kind: Kind) -> Result<()> {
         let mut distance = 1;
         while distance < self.size {
-            let peer = self.peer(kind.name(), self.rank ^ distance)?;
+            let partner = self.rank ^ distance;
+            let peer = self.reader(kind.name(), partner)?;
             if peer
                 .waiting_header()
                 .as_ref()
@@ -52,7 +53,8 @@ impl RingCommunicator {
             {
                 read_header(peer, kind.name(), self.timeout)?;
             }
-            peer.flush(kind.name(), self.timeout)?;
+            self.writer(kind.name(), partner)?
+                .flush(kind.name(), self.timeout)?;
             distance *= 2;
         }
         Ok(())

@@ -3,7 +3,9 @@
 //! error or a correct result, never a panic, a hang or an allocation the peer's numbers drive.
 
 use super::frame::{Header, Kind};
-use super::handshake::{connect_side, Local};
+use super::handshake::{
+    accept_side, connect_side, write_message, Accepted, Local, Message, Verdict,
+};
 use super::RingCommunicator;
 use crate::hostfile::Address;
 use crate::Options;
@@ -80,9 +82,11 @@ fn hostile_bytes(random: &mut Random) -> Vec<u8> {
     out
 }
 
-/// Forms a 2-rank group whose rank 0 is this test's raw socket; returns rank 1 and the socket.
-fn group_with_raw_rank_0() -> (RingCommunicator, TcpStream) {
+/// Forms a 2-rank group whose rank 0 is this test's raw sockets; returns rank 1, the socket
+/// rank 1 reads rank 0's data from, and the one it writes to rank 0 on.
+fn group_with_raw_rank_0() -> (RingCommunicator, TcpStream, TcpStream) {
     let ports = [free_port(), free_port()];
+    let listener = TcpListener::bind(("127.0.0.1", ports[0])).expect("rank 0's port");
     let nodes: Vec<Vec<Address>> = ports
         .iter()
         .map(|p| vec![Address::parse(&format!("127.0.0.1:{p}")).unwrap()])
@@ -104,17 +108,28 @@ fn group_with_raw_rank_0() -> (RingCommunicator, TcpStream) {
         key: None,
     };
     connect_side(&mut stream, &local, 1, deadline).expect("handshake as rank 0");
-    (rank_1.join().unwrap().expect("rank 1 forms"), stream)
+    let (mut incoming, _) = listener.accept().expect("rank 1 connects to rank 0");
+    match accept_side(&mut incoming, &local, deadline) {
+        Accepted::Peer(hello) => assert_eq!(hello.rank, 1),
+        _ => panic!("rank 1's handshake failed"),
+    }
+    write_message(&mut incoming, &Message::verdict(Verdict::Accepted)).expect("verdict");
+    (
+        rank_1.join().unwrap().expect("rank 1 forms"),
+        stream,
+        incoming,
+    )
 }
 
 #[test]
 fn arbitrary_bytes_from_a_peer_end_in_errors_not_panics_or_hangs() {
     let mut random = Random(0x2545_F491_4F6C_DD1D);
     for case in 0..60 {
-        let (group, mut raw) = group_with_raw_rank_0();
+        let (group, mut raw, incoming) = group_with_raw_rank_0();
         let bytes = hostile_bytes(&mut random);
         let _ = raw.write_all(&bytes);
-        drop(raw); // The hostile peer leaves: nothing may wait past that.
+        // The hostile peer leaves: nothing may wait past that.
+        drop((raw, incoming));
         let start = Instant::now();
         let mut data = [0u8; 16];
         let outcome = if case % 2 == 0 {

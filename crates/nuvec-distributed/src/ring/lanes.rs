@@ -13,7 +13,7 @@
 use super::frame::Header;
 use super::outbox::Outbox;
 use super::schedule::segment;
-use super::{kind_of, Link, RingCommunicator, CHUNK_BYTES};
+use super::{kind_of, Link, RingCommunicator, Way, CHUNK_BYTES};
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Result};
 
@@ -58,8 +58,8 @@ impl RingCommunicator {
         } else {
             (clockwise_right, clockwise_left, rank)
         };
-        let right = self.connection(name, right, lane.connection)?;
-        let left = self.connection(name, left, lane.connection)?;
+        let right = self.connection(name, right, lane.connection, Way::To)?;
+        let left = self.connection(name, left, lane.connection, Way::From)?;
         right.write(name, &[&ours.encode()])?;
         Ok(Link {
             left,

@@ -65,7 +65,8 @@ struct State {
 pub struct RingCommunicator {
     rank: usize,
     size: usize,
-    /// The connections to each rank (none to this rank itself): one per address both list.
+    /// The connections to each rank (none to this rank itself): one per address both list
+    /// and direction, those this rank writes on first ([`connect::form_mesh`]).
     peers: Vec<Vec<Arc<Peer>>>,
     timeout: Duration,
     /// How many connections every pair of ring neighbours shares (the lanes' first factor).
@@ -83,6 +84,15 @@ struct Link<'a> {
     position: usize,
     sequence: u64,
     ours: Header,
+}
+
+/// Which way a connection carries data: each direction between two ranks has its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    /// From this rank to the other.
+    To,
+    /// From the other rank to this one.
+    From,
 }
 
 /// Locks `mutex`, taking over a poisoned one (a panic elsewhere leaves the data usable).
@@ -154,37 +164,50 @@ impl RingCommunicator {
         })
     }
 
-    /// The first connection to `rank`, which carries everything but the extra lanes of
-    /// large collectives.
-    fn peer(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
-        self.peers
-            .get(rank)
-            .and_then(|connections| connections.first())
+    /// Connection `index` of those that carry data `way` rank `rank` (see
+    /// [`connect::form_mesh`] for their order).
+    fn connection(&self, op: &str, rank: usize, index: usize, way: Way) -> Result<&Arc<Peer>> {
+        let connections = self.peers.get(rank).map_or(&[][..], |c| &c[..]);
+        let each_way = connections.len() / 2;
+        let at = match way {
+            Way::To => index,
+            Way::From => each_way + index,
+        };
+        connections
+            .get(at)
+            .filter(|_| index < each_way)
             .ok_or_else(|| Error::Distributed {
                 op: op.to_string(),
                 rank: Some(rank),
                 reason: format!(
-                    "no connection to rank {rank} (group of {} ranks)",
+                    "no connection #{index} to rank {rank} (group of {} ranks)",
                     self.size
                 ),
             })
     }
 
-    /// Connection `index` to `rank`.
-    fn connection(&self, op: &str, rank: usize, index: usize) -> Result<&Arc<Peer>> {
-        self.peers
-            .get(rank)
-            .and_then(|connections| connections.get(index))
-            .ok_or_else(|| Error::Distributed {
-                op: op.to_string(),
-                rank: Some(rank),
-                reason: format!("no connection #{index} to rank {rank}"),
-            })
+    /// The connection this rank writes to `rank` on (the first: extra ones carry the extra
+    /// lanes of large collectives).
+    fn writer(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
+        self.connection(op, rank, 0, Way::To)
+    }
+
+    /// The connection this rank reads from `rank` on.
+    fn reader(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
+        self.connection(op, rank, 0, Way::From)
     }
 
     /// Every connection to every peer.
     fn connections(&self) -> impl Iterator<Item = &Arc<Peer>> {
         self.peers.iter().flatten()
+    }
+
+    /// Every connection this rank writes on. (Nothing is written on the others: their
+    /// peers never read them, and a peer that closes a socket with unread bytes resets it.)
+    fn writers(&self) -> impl Iterator<Item = &Arc<Peer>> {
+        self.peers
+            .iter()
+            .flat_map(|connections| &connections[..connections.len() / 2])
     }
 
     /// Runs `body` as the group's next operation unless the group failed or closed; a
@@ -214,7 +237,7 @@ impl RingCommunicator {
         if let Err(error) = &result {
             // Hand what was queued (our header, say) to the kernel, so peers learn what this
             // rank called even if the process exits right after the error.
-            for peer in self.connections() {
+            for peer in self.writers() {
                 let _ = peer.flush(op, FLUSH_ON_ERROR);
             }
             if sticky {
@@ -233,7 +256,7 @@ impl RingCommunicator {
     /// Tells every peer, on every connection, that the group failed and why, then ends this
     /// rank's writes.
     fn abort_all(&self, error: &Error) {
-        for peer in self.connections() {
+        for peer in self.writers() {
             wire::write_abort(peer, error);
             peer.end_writes();
         }
@@ -470,7 +493,7 @@ impl Communicator for RingCommunicator {
 
     fn send(&self, data: &[u8], dtype: DType, shape: &[i32], dst: usize) -> Result<()> {
         self.run("send", true, |state| {
-            let peer = self.peer("send", dst)?;
+            let peer = self.writer("send", dst)?;
             let header = Header {
                 kind: Kind::Send,
                 dtype,
@@ -489,7 +512,7 @@ impl Communicator for RingCommunicator {
 
     fn recv(&self, data: &mut [u8], dtype: DType, shape: &[i32], src: usize) -> Result<()> {
         self.run("recv", false, |state| {
-            let peer = self.peer("recv", src)?;
+            let peer = self.reader("recv", src)?;
             // A failed read leaves the stream at an unknown position: the group is unusable.
             let read = |state: &mut State, buf: &mut [u8]| {
                 peer.read_message("recv", buf, self.timeout).inspect_err(|e| {
