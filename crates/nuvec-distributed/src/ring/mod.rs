@@ -164,8 +164,8 @@ impl RingCommunicator {
         })
     }
 
-    /// Connection `index` of those that carry data `way` rank `rank` (see
-    /// [`connect::form_mesh`] for their order).
+    /// Connection `index` of those that carry data to rank `rank` ([`Way::To`]) or from it
+    /// ([`Way::From`]); [`connect::form_mesh`] gives their order.
     fn connection(&self, op: &str, rank: usize, index: usize, way: Way) -> Result<&Arc<Peer>> {
         let connections = self.peers.get(rank).map_or(&[][..], |c| &c[..]);
         let each_way = connections.len() / 2;
@@ -253,8 +253,8 @@ impl RingCommunicator {
         result
     }
 
-    /// Tells every peer, on every connection, that the group failed and why, then ends this
-    /// rank's writes.
+    /// Tells every peer, on every connection this rank writes on, that the group failed and
+    /// why, then ends this rank's writes.
     fn abort_all(&self, error: &Error) {
         for peer in self.writers() {
             wire::write_abort(peer, error);
