@@ -477,6 +477,7 @@ fn judge(
 
 #[cfg(test)]
 mod tests {
+    use super::super::hostile_peer_tests::free_port;
     use super::*;
 
     fn nodes(hosts: &[&str]) -> Vec<Vec<Address>> {
@@ -499,14 +500,6 @@ mod tests {
         );
         let crowded: Vec<&str> = vec!["127.0.0.1"; 4096];
         assert_eq!(read_poll(&nodes(&crowded), 3).unwrap(), YIELD);
-    }
-
-    fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
     }
 
     #[test]

@@ -30,7 +30,8 @@ impl Random {
     }
 }
 
-fn free_port() -> u16 {
+/// A loopback port nothing listens on now (shared with the other ring tests).
+pub(super) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

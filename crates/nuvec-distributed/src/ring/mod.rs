@@ -12,6 +12,7 @@ mod handshake;
 #[cfg(test)]
 mod hostile_peer_tests;
 mod lanes;
+mod links;
 mod outbox;
 mod peer;
 #[cfg(test)]
@@ -23,6 +24,7 @@ mod wire;
 use crate::hostfile::Address;
 use crate::Options;
 use frame::{Header, Kind};
+use links::Way;
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::{DType, Error, Result};
 use nuvec_cpu::bytes::{combine_bytes, reduce_bytes};
@@ -84,15 +86,6 @@ struct Link<'a> {
     position: usize,
     sequence: u64,
     ours: Header,
-}
-
-/// Which way a connection carries data: each direction between two ranks has its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Way {
-    /// From this rank to the other.
-    To,
-    /// From the other rank to this one.
-    From,
 }
 
 /// Locks `mutex`, taking over a poisoned one (a panic elsewhere leaves the data usable).
@@ -162,52 +155,6 @@ impl RingCommunicator {
                 lane_scratch: Vec::new(),
             }),
         })
-    }
-
-    /// Connection `index` of those that carry data to rank `rank` ([`Way::To`]) or from it
-    /// ([`Way::From`]); [`connect::form_mesh`] gives their order.
-    fn connection(&self, op: &str, rank: usize, index: usize, way: Way) -> Result<&Arc<Peer>> {
-        let connections = self.peers.get(rank).map_or(&[][..], |c| &c[..]);
-        let each_way = connections.len() / 2;
-        let at = match way {
-            Way::To => index,
-            Way::From => each_way + index,
-        };
-        connections
-            .get(at)
-            .filter(|_| index < each_way)
-            .ok_or_else(|| Error::Distributed {
-                op: op.to_string(),
-                rank: Some(rank),
-                reason: format!(
-                    "no connection #{index} to rank {rank} (group of {} ranks)",
-                    self.size
-                ),
-            })
-    }
-
-    /// The connection this rank writes to `rank` on (the first: extra ones carry the extra
-    /// lanes of large collectives).
-    fn writer(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
-        self.connection(op, rank, 0, Way::To)
-    }
-
-    /// The connection this rank reads from `rank` on.
-    fn reader(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
-        self.connection(op, rank, 0, Way::From)
-    }
-
-    /// Every connection to every peer.
-    fn connections(&self) -> impl Iterator<Item = &Arc<Peer>> {
-        self.peers.iter().flatten()
-    }
-
-    /// Every connection this rank writes on. (Nothing is written on the others: their
-    /// peers never read them, and a peer that closes a socket with unread bytes resets it.)
-    fn writers(&self) -> impl Iterator<Item = &Arc<Peer>> {
-        self.peers
-            .iter()
-            .flat_map(|connections| &connections[..connections.len() / 2])
     }
 
     /// Runs `body` as the group's next operation unless the group failed or closed; a

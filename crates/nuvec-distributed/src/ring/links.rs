@@ -1,0 +1,70 @@
+//! A rank's connections to the others, by direction: one opened by each end of a pair, each
+//! carrying data one way ([`super::connect::form_mesh`] gives their order).
+
+use super::peer::Peer;
+use super::RingCommunicator;
+use nuvec_core::{Error, Result};
+use std::sync::Arc;
+
+/// Which way a connection carries data: each direction between two ranks has its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Way {
+    /// From this rank to the other.
+    To,
+    /// From the other rank to this one.
+    From,
+}
+
+impl RingCommunicator {
+    /// Connection `index` of those that carry data to rank `rank` ([`Way::To`]) or from it
+    /// ([`Way::From`]); [`super::connect::form_mesh`] gives their order.
+    pub(super) fn connection(
+        &self,
+        op: &str,
+        rank: usize,
+        index: usize,
+        way: Way,
+    ) -> Result<&Arc<Peer>> {
+        let connections = self.peers.get(rank).map_or(&[][..], |c| &c[..]);
+        let each_way = connections.len() / 2;
+        let at = match way {
+            Way::To => index,
+            Way::From => each_way + index,
+        };
+        connections
+            .get(at)
+            .filter(|_| index < each_way)
+            .ok_or_else(|| Error::Distributed {
+                op: op.to_string(),
+                rank: Some(rank),
+                reason: format!(
+                    "no connection #{index} to rank {rank} (group of {} ranks)",
+                    self.size
+                ),
+            })
+    }
+
+    /// The connection this rank writes to `rank` on (the first: extra ones carry the extra
+    /// lanes of large collectives).
+    pub(super) fn writer(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
+        self.connection(op, rank, 0, Way::To)
+    }
+
+    /// The connection this rank reads from `rank` on.
+    pub(super) fn reader(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
+        self.connection(op, rank, 0, Way::From)
+    }
+
+    /// Every connection to every peer.
+    pub(super) fn connections(&self) -> impl Iterator<Item = &Arc<Peer>> {
+        self.peers.iter().flatten()
+    }
+
+    /// Every connection this rank writes on. (Nothing is written on the others: their
+    /// peers never read them, and a peer that closes a socket with unread bytes resets it.)
+    pub(super) fn writers(&self) -> impl Iterator<Item = &Arc<Peer>> {
+        self.peers
+            .iter()
+            .flat_map(|connections| &connections[..connections.len() / 2])
+    }
+}
