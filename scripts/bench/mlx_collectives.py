@@ -100,6 +100,8 @@ def time_op(op, nbytes, args, group):
     times = []
     out = x
     for _ in range(iters):
+        # The previous output goes before the next call, as in the rank program.
+        out = None
         barrier(group)
         start = time.perf_counter()
         out = step(op, x, group)

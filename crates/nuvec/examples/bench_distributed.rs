@@ -6,6 +6,8 @@
 //! - each iteration starts after a barrier (a one-element all_sum); its time is the slowest
 //!   rank's; the median and minimum over iterations are reported.
 //! - iterations adapt to the size: warm-up time decides how many fit in `--budget` seconds.
+//! - each output is freed before the next call, so the loop measures the steady state (memory
+//!   recycled), not first-touch page faults.
 //! - results are checked against the values every rank contributed.
 //!
 //! `scripts/bench/mlx_collectives.py` does the same for MLX.
@@ -160,24 +162,28 @@ fn bus_factor(op: &str, n: usize) -> f64 {
 
 fn time_op(op: &str, bytes: usize, settings: &Settings, group: &Group) -> Result<()> {
     let x = input(op, bytes, settings.dtype, group);
-    // Warm-up: two runs, the second timed; all ranks agree on the slowest.
-    let _warm = step(op, &x, group)?;
+    // Warm-up: two runs, the second timed; all ranks agree on the slowest. Outputs are freed
+    // at once, so their memory is recycled as in a steady loop.
+    drop(step(op, &x, group)?);
     barrier(group)?;
     let start = Instant::now();
-    let _timed = step(op, &x, group)?;
+    drop(step(op, &x, group)?);
     let warm = start.elapsed().as_secs_f64();
     let warm = distributed::all_max(&array![warm as f32], Some(group)).item::<f32>()? as f64;
     let iters =
         ((settings.budget / warm.max(1e-7)) as usize).clamp(settings.min_iters, settings.max_iters);
     let mut times = Vec::with_capacity(iters);
-    let mut last = x.clone();
+    let mut last = None;
     for _ in 0..iters {
+        // The previous output goes before the next call, as a training loop's would: the
+        // call then reuses its memory instead of faulting in fresh pages.
+        drop(last.take());
         barrier(group)?;
         let start = Instant::now();
-        last = step(op, &x, group)?;
+        last = Some(step(op, &x, group)?);
         times.push((start.elapsed().as_secs_f64() / one_way(op)) as f32);
     }
-    let ok = correct(op, &last, group)?;
+    let ok = correct(op, last.as_ref().unwrap_or(&x), group)?;
     let all_ok = distributed::all_min(&array![if ok { 1.0 } else { 0.0 }], Some(group))
         .item::<f32>()?
         == 1.0;
