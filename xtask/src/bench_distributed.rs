@@ -13,8 +13,11 @@
 //! floor, the least time its bytes take through loopback plus its reductions' CPU time.
 //! Output: a table (stdout and target/bench-distributed.md), target/bench-distributed.json
 //! and an SVG plot of bus bandwidth against size (target/bench-distributed.svg).
+//! `--repeat N` runs every side N times and reports medians of the rounds' medians
+//! (`bench_rounds.rs`); each run records how much CPU time the hypervisor stole meanwhile.
 
 use crate::bench_floor::{lands_in_outputs, memcpy_ceiling, Ceilings};
+use crate::bench_rounds::{cpu_ticks, describe_steal, mark_steal, merge, steal_percent};
 use crate::{free_port_range, run, workspace_root};
 use serde_json::{json, Value};
 use std::io::Read;
@@ -36,6 +39,8 @@ struct Options {
     /// The fewest timed iterations of a size: enough for a steady median of the large sizes
     /// on a shared machine (nccl-tests times 20).
     min_iters: String,
+    /// How many times each side runs each collective (rounds alternate which goes first).
+    repeat: usize,
     mlx: bool,
     mpi: bool,
     jaccl: bool,
@@ -51,6 +56,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         dtypes: vec!["float32".into()],
         budget: "1.0".into(),
         min_iters: "15".into(),
+        repeat: 1,
         mlx: true,
         mpi: true,
         jaccl: true,
@@ -85,9 +91,13 @@ fn options(args: &[String]) -> Result<Options, String> {
                 Ok(n) if n >= 1 => options.min_iters = value.clone(),
                 _ => return Err(format!("--min-iters: {value:?} is not a count of at least 1")),
             },
+            "--repeat" => match value.parse::<usize>() {
+                Ok(n) if n >= 1 => options.repeat = n,
+                _ => return Err(format!("--repeat: {value:?} is not a count of at least 1")),
+            },
             other => {
                 return Err(format!(
-                    "unknown option {other} (--ranks 2,4 --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --min-iters N --no-mlx --no-mpi --no-jaccl)"
+                    "unknown option {other} (--ranks 2,4 --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --min-iters N --repeat N --no-mlx --no-mpi --no-jaccl)"
                 ))
             }
         }
@@ -381,58 +391,86 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     let (mut ours, mut theirs, mut over_mpi, mut over_jaccl) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut turn = 0;
-    for &n in &options.ranks {
-        for dtype in &options.dtypes {
-            for op in &options.ops {
-                let mut sides: Vec<&str> = vec!["nuvec", "mlx", "open-mpi-tcp", "nuvec-jaccl"];
-                sides.rotate_left(turn % 4);
-                turn += 1;
-                for side in sides {
-                    progress!("{n} ranks, {op}, {dtype}: {side} ({})", options.sizes);
-                    let results = match (side, &python) {
-                        ("nuvec", _) => run_ours(&root, n, (op, dtype), &options, "ring")?,
-                        ("open-mpi-tcp", _) if mpi => {
-                            run_ours(&root, n, (op, dtype), &options, "mpi").unwrap_or_else(|e| {
-                                progress!("Open MPI over TCP failed: {e}");
-                                Vec::new()
-                            })
-                        }
-                        ("nuvec-jaccl", _) if options.jaccl => {
-                            run_ours(&root, n, (op, dtype), &options, "jaccl").unwrap_or_else(|e| {
-                                progress!("nuvec over JACCL (emulated) failed: {e}");
-                                Vec::new()
-                            })
-                        }
-                        ("mlx", Some(python)) => run_mlx(&root, python, n, op, dtype, &options)
-                            .unwrap_or_else(|e| {
-                                progress!("MLX failed: {e}");
-                                Vec::new()
-                            }),
-                        _ => Vec::new(),
-                    };
-                    for record in &results {
-                        if let Some(error) = record.get("error") {
-                            progress!("  {side}: {op} unsupported: {error}");
+    for round in 1..=options.repeat {
+        for &n in &options.ranks {
+            for dtype in &options.dtypes {
+                for op in &options.ops {
+                    let mut sides: Vec<&str> = vec!["nuvec", "mlx", "open-mpi-tcp", "nuvec-jaccl"];
+                    sides.rotate_left(turn % 4);
+                    turn += 1;
+                    for side in sides {
+                        let of = if options.repeat > 1 {
+                            format!(", round {round} of {}", options.repeat)
                         } else {
-                            progress!(
-                                "  {side}: {} {}: median {} ({:.3} GB/s busbw)",
-                                op,
-                                human(record["bytes"].as_u64().unwrap_or_default()),
-                                us(record["median_us"].as_f64().unwrap_or(f64::NAN)),
-                                record["busbw_gbps"].as_f64().unwrap_or(f64::NAN)
-                            );
+                            String::new()
+                        };
+                        progress!("{n} ranks, {op}, {dtype}: {side} ({}{of})", options.sizes);
+                        let before = cpu_ticks();
+                        let mut results = match (side, &python) {
+                            ("nuvec", _) => run_ours(&root, n, (op, dtype), &options, "ring")?,
+                            ("open-mpi-tcp", _) if mpi => {
+                                run_ours(&root, n, (op, dtype), &options, "mpi").unwrap_or_else(
+                                    |e| {
+                                        progress!("Open MPI over TCP failed: {e}");
+                                        Vec::new()
+                                    },
+                                )
+                            }
+                            ("nuvec-jaccl", _) if options.jaccl => {
+                                run_ours(&root, n, (op, dtype), &options, "jaccl").unwrap_or_else(
+                                    |e| {
+                                        progress!("nuvec over JACCL (emulated) failed: {e}");
+                                        Vec::new()
+                                    },
+                                )
+                            }
+                            ("mlx", Some(python)) => run_mlx(&root, python, n, op, dtype, &options)
+                                .unwrap_or_else(|e| {
+                                    progress!("MLX failed: {e}");
+                                    Vec::new()
+                                }),
+                            _ => Vec::new(),
+                        };
+                        let steal = steal_percent(before, cpu_ticks());
+                        mark_steal(&mut results, steal);
+                        if let Some(steal) = steal.filter(|_| !results.is_empty()) {
+                            progress!("  {side}: the hypervisor took {steal:.1}% of the CPU time meanwhile");
                         }
-                    }
-                    match side {
-                        "nuvec" => ours.extend(results),
-                        "mlx" => theirs.extend(results),
-                        "nuvec-jaccl" => over_jaccl.extend(results),
-                        _ => over_mpi.extend(results),
+                        for record in &results {
+                            if let Some(error) = record.get("error") {
+                                progress!("  {side}: {op} unsupported: {error}");
+                            } else {
+                                progress!(
+                                    "  {side}: {} {}: median {} ({:.3} GB/s busbw)",
+                                    op,
+                                    human(record["bytes"].as_u64().unwrap_or_default()),
+                                    us(record["median_us"].as_f64().unwrap_or(f64::NAN)),
+                                    record["busbw_gbps"].as_f64().unwrap_or(f64::NAN)
+                                );
+                            }
+                        }
+                        match side {
+                            "nuvec" => ours.extend(results),
+                            "mlx" => theirs.extend(results),
+                            "nuvec-jaccl" => over_jaccl.extend(results),
+                            _ => over_mpi.extend(results),
+                        }
                     }
                 }
             }
         }
     }
+    let footer_steal = format!(
+        "CPU time stolen by the hypervisor during the runs: nuvec's {}; MLX's {}",
+        describe_steal(&ours),
+        describe_steal(&theirs)
+    );
+    let (ours, theirs, over_mpi, over_jaccl) = (
+        merge(&ours),
+        merge(&theirs),
+        merge(&over_mpi),
+        merge(&over_jaccl),
+    );
     let rows: Vec<(u64, u64)> = ours
         .iter()
         .map(key)
@@ -447,8 +485,12 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         ceilings.measure_into_memory(&rows)?;
     }
     let table = table(&ours, &theirs, (&over_mpi, &over_jaccl), &ceilings);
+    let rounds = match options.repeat {
+        1 => "one run per side and collective".to_string(),
+        n => format!("medians of {n} rounds' medians per side and collective"),
+    };
     let footer = format!(
-        "ceilings: single-core memcpy {memcpy:.2} GB/s; {}",
+        "ceilings: single-core memcpy {memcpy:.2} GB/s; {}\n{rounds}; {footer_steal}",
         ceilings.describe()
     );
     println!("{table}");

@@ -14,6 +14,7 @@ mod bench_core;
 mod bench_distributed;
 mod bench_floor;
 mod bench_plot;
+mod bench_rounds;
 mod demo;
 mod tidy;
 
