@@ -1,10 +1,11 @@
 //! One TCP connection to a peer. Writes go straight to the socket from the calling thread
 //! while it has room (a non-blocking send, no copy, no thread hand-off); what does not fit is
-//! queued for the connection's persistent writer thread, so this rank keeps receiving while a
-//! large send drains (no thread per step, no spinning). A point-to-point send instead writes
-//! its whole frame from the calling thread, waiting for room ([`Peer::write_through`]). Reads
-//! poll briefly as [`Poll`] says, then block with a timeout. Failures become errors naming the
-//! peer's rank.
+//! queued for the connection's writer thread, so this rank keeps receiving while a large send
+//! drains (no thread per step, no spinning). The thread starts with the first write that has
+//! to wait and lasts as long as the connection; one this rank only reads never starts it. A
+//! point-to-point send instead writes its whole frame from the calling thread, waiting for room
+//! ([`Peer::write_through`]). Reads poll briefly as [`Poll`] says, then block with a timeout.
+//! Failures become errors naming the peer's rank.
 
 use super::frame::HEADER_BYTES;
 use crate::platform::recv_now;
@@ -111,8 +112,19 @@ pub(crate) struct Peer {
     reader: Mutex<Incoming>,
     control: TcpStream,
     outgoing: Arc<Outgoing>,
-    jobs: Mutex<Option<Sender<Job>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    writer: Mutex<Writer>,
+}
+
+/// The connection's writer thread, started by the first write that has to wait for room: a
+/// connection this rank only reads from never starts one.
+#[derive(Debug)]
+enum Writer {
+    NotStarted,
+    Running {
+        jobs: Sender<Job>,
+        thread: JoinHandle<()>,
+    },
+    Closed,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -183,11 +195,6 @@ impl Peer {
             spares: Mutex::new(Vec::new()),
         });
         let control = stream.try_clone()?;
-        let (sender, receiver) = channel();
-        let shared = outgoing.clone();
-        let writer = std::thread::Builder::new()
-            .name(format!("nuvec-ring-write-{rank}"))
-            .spawn(move || write_loop(shared, receiver))?;
         Ok(Peer {
             rank,
             poll,
@@ -197,8 +204,7 @@ impl Peer {
             }),
             control,
             outgoing,
-            jobs: Mutex::new(Some(sender)),
-            writer: Mutex::new(Some(writer)),
+            writer: Mutex::new(Writer::NotStarted),
         })
     }
 
@@ -210,14 +216,29 @@ impl Peer {
         }
     }
 
-    /// Hands `job` to the writer thread.
+    /// Whether the writer thread has been started (and not yet stopped).
+    #[cfg(test)]
+    pub(super) fn has_writer_thread(&self) -> bool {
+        matches!(*lock(&self.writer), Writer::Running { .. })
+    }
+
+    /// Hands `job` to the writer thread, starting it on first use.
     fn queue(&self, op: &str, job: Job) -> Result<(), Error> {
-        let jobs = lock(&self.jobs);
-        let sender = jobs
-            .as_ref()
-            .ok_or_else(|| self.error(op, "the connection was closed".into()))?;
+        let mut writer = lock(&self.writer);
+        if matches!(*writer, Writer::NotStarted) {
+            let (jobs, receiver) = channel();
+            let shared = self.outgoing.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("nuvec-ring-write-{}", self.rank))
+                .spawn(move || write_loop(shared, receiver))
+                .map_err(|e| self.error(op, format!("cannot start a writer thread: {e}")))?;
+            *writer = Writer::Running { jobs, thread };
+        }
+        let Writer::Running { jobs, .. } = &*writer else {
+            return Err(self.error(op, "the connection was closed".into()));
+        };
         self.outgoing.pending.fetch_add(1, Ordering::AcqRel);
-        sender.send(job).map_err(|_| {
+        jobs.send(job).map_err(|_| {
             self.outgoing.pending.fetch_sub(1, Ordering::AcqRel);
             self.error(op, "the connection's writer stopped".into())
         })
@@ -500,7 +521,9 @@ impl Peer {
     /// Ends this side's writing after everything queued so far (the peer reads those bytes,
     /// then end-of-stream); reading continues to work.
     pub(crate) fn end_writes(&self) {
-        if self.queue("close", Job::EndWrites).is_err() {
+        // With no writer thread nothing is queued, so the socket's end can close at once.
+        let unstarted = matches!(*lock(&self.writer), Writer::NotStarted);
+        if unstarted || self.queue("close", Job::EndWrites).is_err() {
             let _ = self.control.shutdown(Shutdown::Write);
         }
     }
@@ -510,9 +533,10 @@ impl Peer {
     pub(crate) fn close(&self) {
         let _ = self.flush("close", DRAIN_ON_CLOSE);
         let _ = self.control.shutdown(Shutdown::Both);
-        lock(&self.jobs).take();
-        if let Some(handle) = lock(&self.writer).take() {
-            let _ = handle.join();
+        let writer = std::mem::replace(&mut *lock(&self.writer), Writer::Closed);
+        if let Writer::Running { jobs, thread } = writer {
+            drop(jobs);
+            let _ = thread.join();
         }
     }
 }

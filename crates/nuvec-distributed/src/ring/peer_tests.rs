@@ -3,7 +3,7 @@
 //! reading ends with an error within its timeout instead of hanging.
 
 use super::peer::{Peer, Poll, SPIN};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -106,4 +106,51 @@ fn a_message_read_polls_then_sleeps_until_its_bytes_come() {
         .unwrap();
     assert!(got == message, "the message arrived altered");
     drop(writer.join().unwrap());
+}
+
+#[test]
+fn only_a_send_that_waits_for_room_starts_the_writer_thread() {
+    let (peer, mut far) = pair();
+    far.write_all(b"hello").unwrap();
+    let mut got = [0u8; 5];
+    peer.read_exact("recv", &mut got, Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(&got, b"hello");
+    peer.write("send", &[b"small"]).unwrap();
+    peer.flush("send", Duration::from_secs(5)).unwrap();
+    assert!(
+        !peer.has_writer_thread(),
+        "reads and sends the socket takes at once need no thread"
+    );
+    // Far more than the socket buffers hold while nobody reads: the rest must wait.
+    let big = pattern(24 << 20, 3);
+    peer.write("send", &[&big]).unwrap();
+    assert!(peer.has_writer_thread());
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        far.read_to_end(&mut all).unwrap();
+        all
+    });
+    peer.end_writes();
+    peer.flush("send", Duration::from_secs(20)).unwrap();
+    let all = reader.join().unwrap();
+    assert_eq!(&all[..5], b"small");
+    assert!(
+        all[5..] == big[..],
+        "the waiting frame arrives whole after the small one"
+    );
+    peer.close();
+    assert!(!peer.has_writer_thread(), "close stops the thread");
+}
+
+#[test]
+fn ending_writes_without_a_writer_thread_closes_the_peers_stream() {
+    let (peer, mut far) = pair();
+    peer.write("send", &[b"last words"]).unwrap();
+    peer.end_writes();
+    let mut all = Vec::new();
+    far.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    far.read_to_end(&mut all).unwrap();
+    assert_eq!(all, b"last words");
+    assert!(!peer.has_writer_thread());
 }
