@@ -98,7 +98,7 @@ fn a_message_read_polls_then_sleeps_until_its_bytes_come() {
     // The message starts well after the 300 µs poll, so the read must go on to sleep.
     let writer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
-        std::io::Write::write_all(&mut far, &sent).unwrap();
+        far.write_all(&sent).unwrap();
         far
     });
     let mut got = vec![0u8; message.len()];
