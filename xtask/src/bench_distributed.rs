@@ -398,7 +398,13 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                     let mut sides: Vec<&str> = vec!["nuvec", "mlx", "open-mpi-tcp", "nuvec-jaccl"];
                     sides.rotate_left(turn % 4);
                     turn += 1;
-                    for side in sides {
+                    let enabled = |side: &&str| match *side {
+                        "mlx" => python.is_some(),
+                        "open-mpi-tcp" => mpi,
+                        "nuvec-jaccl" => options.jaccl,
+                        _ => true,
+                    };
+                    for side in sides.into_iter().filter(enabled) {
                         let of = if options.repeat > 1 {
                             format!(", round {round} of {}", options.repeat)
                         } else {
