@@ -5,9 +5,9 @@
 //! (lower rank's part) op (higher rank's part), so every rank computes the same tree,
 //! ((x0 + x1) + (x2 + x3)) for 4 ranks, and gets the same bits; reruns repeat them.
 
-use super::frame::{Header, Kind};
+use super::frame::{Header, Kind, HEADER_BYTES};
 use super::peer::Peer;
-use super::wire::{pending_abort, read_header};
+use super::wire::{pending_abort, read_frame, read_header};
 use super::{kernel_op, kind_of, RingCommunicator, State};
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Result};
@@ -35,6 +35,25 @@ impl RingCommunicator {
         let theirs = read_header(peer, name, self.timeout)?;
         self.same_call(partner, &theirs, ours)?;
         Ok(peer)
+    }
+
+    /// Sends `parts` to `partner` after this call's header and reads the partner's frame,
+    /// header and payload in one go, into `frame` (room for both); checks its header.
+    fn swap_frames(
+        &self,
+        ours: &Header,
+        partner: usize,
+        parts: &[&[u8]],
+        frame: &mut [u8],
+    ) -> Result<()> {
+        let name = ours.kind.name();
+        let mut ours_frame: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+        let header = ours.encode();
+        ours_frame.push(&header);
+        ours_frame.extend_from_slice(parts);
+        self.writer(name, partner)?.write(name, &ours_frame)?;
+        let theirs = read_frame(self.reader(name, partner)?, name, frame, self.timeout)?;
+        self.same_call(partner, &theirs, ours)
     }
 
     /// Ends a doubling call: a partner that gave up on it (it timed out waiting for this rank,
@@ -81,13 +100,16 @@ impl RingCommunicator {
     ) -> Result<()> {
         let kind = kind_of(op);
         let ours = Self::header(state, kind, dtype, data.len());
-        state.scratch.resize(state.scratch.len().max(data.len()), 0);
+        let frame_bytes = HEADER_BYTES + data.len();
+        state
+            .scratch
+            .resize(state.scratch.len().max(frame_bytes), 0);
         let mut distance = 1;
         while distance < self.size {
             let partner = self.rank ^ distance;
-            let peer = self.swap_headers(&ours, partner, &[data])?;
-            let incoming = &mut state.scratch[..data.len()];
-            peer.read_exact(kind.name(), incoming, self.timeout)?;
+            let frame = &mut state.scratch[..frame_bytes];
+            self.swap_frames(&ours, partner, &[data], frame)?;
+            let incoming = &mut frame[HEADER_BYTES..];
             if self.rank < partner {
                 reduce_bytes(data, incoming, dtype, kernel_op(op));
             } else {

@@ -103,6 +103,9 @@ impl Incoming {
     }
 }
 
+/// How long a frame is, from its header.
+pub(crate) type FrameBytes<'a> = dyn Fn(&[u8; HEADER_BYTES]) -> usize + 'a;
+
 /// A connection to rank `rank`.
 #[derive(Debug)]
 pub(crate) struct Peer {
@@ -391,7 +394,8 @@ impl Peer {
         buf: &mut [u8],
         timeout: Duration,
     ) -> Result<(), Error> {
-        self.read_polling(op, buf, timeout, self.poll)
+        self.read_polling(op, buf, timeout, self.poll, None)
+            .map(|_| ())
     }
 
     /// [`Peer::read_exact`] for a point-to-point message, polling as [`Poll::for_messages`]
@@ -402,17 +406,51 @@ impl Peer {
         buf: &mut [u8],
         timeout: Duration,
     ) -> Result<(), Error> {
-        self.read_polling(op, buf, timeout, self.poll.for_messages())
+        self.read_polling(op, buf, timeout, self.poll.for_messages(), None)
+            .map(|_| ())
     }
 
+    /// Reads one frame, header and payload in one go, into `buf`, which has room for the frame
+    /// this rank expects. Once the header is in, `frame_bytes` says how long the frame really
+    /// is (an abort notice is shorter, say) and reading stops there or at the end of `buf`,
+    /// whichever comes first. Returns how many bytes were read. A read that took the header
+    /// may have taken more, up to the end of `buf`, so a frame shorter than expected can come
+    /// back with bytes from beyond it: the start of an abort notice's reason (which nothing
+    /// follows), or of the next frame after a frame of the wrong size (which fails the call).
+    pub(crate) fn read_frame(
+        &self,
+        op: &str,
+        buf: &mut [u8],
+        timeout: Duration,
+        frame_bytes: &FrameBytes<'_>,
+    ) -> Result<usize, Error> {
+        self.read_polling(op, buf, timeout, self.poll, Some(frame_bytes))
+    }
+
+    /// Reads into `buf` until it is full, or, with `frame_bytes`, until the frame its header
+    /// announces is in; returns the bytes read.
     fn read_polling(
         &self,
         op: &str,
         buf: &mut [u8],
         timeout: Duration,
         poll: Poll,
-    ) -> Result<(), Error> {
+        frame_bytes: Option<&FrameBytes<'_>>,
+    ) -> Result<usize, Error> {
         let mut incoming = lock(&self.reader);
+        // Where reading stops: the end of `buf`, or of the frame once its header is in.
+        let mut end = buf.len();
+        let mut header_seen = frame_bytes.is_none();
+        let mut arrived = |buf: &[u8], filled: usize, end: &mut usize| {
+            if let (false, Some(frame_bytes), Some(raw)) =
+                (header_seen, frame_bytes, buf.first_chunk::<HEADER_BYTES>())
+            {
+                if filled >= HEADER_BYTES {
+                    header_seen = true;
+                    *end = frame_bytes(raw).clamp(HEADER_BYTES, buf.len()).max(filled);
+                }
+            }
+        };
         // Poll briefly before sleeping in the kernel: a reply that is a few microseconds away
         // is then taken without a wake-up, which costs more than the wait on a busy machine.
         // When spinning, each arrival restarts the poll, so a large message streaming in is
@@ -430,15 +468,12 @@ impl Peer {
         let restarts = !yielding || buf.len() > STREAMING_READ;
         let mut filled = 0;
         let mut spin_until = Instant::now() + window;
-        while filled < buf.len() && !window.is_zero() {
-            match recv_now(&incoming.stream, &mut buf[filled..]) {
-                Ok(0) => return Err(self.error(
-                    op,
-                    "the peer closed its connection (its process ended or the group was closed)"
-                        .into(),
-                )),
+        while filled < end && !window.is_zero() {
+            match recv_now(&incoming.stream, &mut buf[filled..end]) {
+                Ok(0) => return Err(self.closed(op)),
                 Ok(n) => {
                     filled += n;
+                    arrived(buf, filled, &mut end);
                     if restarts {
                         spin_until = Instant::now() + window;
                     }
@@ -458,26 +493,43 @@ impl Peer {
                 Err(_) => break,
             }
         }
-        let buf = &mut buf[filled..];
-        if buf.is_empty() {
-            return Ok(());
+        if filled >= end {
+            return Ok(filled);
         }
         incoming
             .set_timeout(timeout)
             .map_err(|e| self.error(op, format!("cannot set a timeout: {e}")))?;
-        incoming.stream.read_exact(buf).map_err(|e| match e.kind() {
-            ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
-                self.error(op, "the peer closed its connection (its process ended or the group was closed)".into())
+        while filled < end {
+            match incoming.stream.read(&mut buf[filled..end]) {
+                Ok(0) => return Err(self.closed(op)),
+                Ok(n) => {
+                    filled += n;
+                    arrived(buf, filled, &mut end);
+                }
+                Err(e) => match e.kind() {
+                    ErrorKind::Interrupted => {}
+                    ErrorKind::UnexpectedEof
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted => return Err(self.closed(op)),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut => return Err(self.error(
+                        op,
+                        format!(
+                            "timed out after {:.1} s waiting for data (NUVEC_DISTRIBUTED_TIMEOUT); the peer is stalled or did not call {op}",
+                            timeout.as_secs_f64()
+                        ),
+                    )),
+                    _ => return Err(self.error(op, format!("reading failed: {e}"))),
+                },
             }
-            ErrorKind::WouldBlock | ErrorKind::TimedOut => self.error(
-                op,
-                format!(
-                    "timed out after {:.1} s waiting for data (NUVEC_DISTRIBUTED_TIMEOUT); the peer is stalled or did not call {op}",
-                    timeout.as_secs_f64()
-                ),
-            ),
-            _ => self.error(op, format!("reading failed: {e}")),
-        })
+        }
+        Ok(filled)
+    }
+
+    fn closed(&self, op: &str) -> Error {
+        self.error(
+            op,
+            "the peer closed its connection (its process ended or the group was closed)".into(),
+        )
     }
 
     /// Whether the peer's end is still open, without sending or consuming data; returns the

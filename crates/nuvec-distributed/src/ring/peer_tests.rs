@@ -8,7 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 /// A connected pair: a `Peer` (standing for rank 1) and the raw far end.
-fn pair() -> (Peer, TcpStream) {
+pub(super) fn pair() -> (Peer, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (far, _) = listener.accept().unwrap();

@@ -53,6 +53,18 @@ fn finish_header(
     timeout: Duration,
     raw: &[u8; HEADER_BYTES],
 ) -> Result<Header> {
+    finish_frame(peer, op, timeout, raw, &[])
+}
+
+/// Decodes a header read from `peer` along with `after`, the bytes read behind it; an abort
+/// notice becomes the error it reports, its reason taken from `after` and then the connection.
+fn finish_frame(
+    peer: &Peer,
+    op: &str,
+    timeout: Duration,
+    raw: &[u8; HEADER_BYTES],
+    after: &[u8],
+) -> Result<Header> {
     let header = Header::decode(raw).map_err(|reason| error(op, Some(peer.rank), reason))?;
     if header.kind != Kind::Abort {
         return Ok(header);
@@ -64,8 +76,11 @@ fn finish_header(
             format!("rank {} sent a corrupt abort notice", peer.rank),
         ));
     }
-    let mut reason = vec![0u8; header.bytes as usize];
-    peer.read_exact(op, &mut reason, timeout)?;
+    let length = header.bytes as usize;
+    let mut reason = after[..after.len().min(length)].to_vec();
+    let have = reason.len();
+    reason.resize(length, 0);
+    peer.read_exact(op, &mut reason[have..], timeout)?;
     let culprit = (header.sequence != NO_RANK).then_some(header.sequence as usize);
     Err(error(
         op,
@@ -76,6 +91,43 @@ fn finish_header(
             String::from_utf8_lossy(&reason)
         ),
     ))
+}
+
+/// Reads one frame, header and payload in one go (one system call when it has arrived), into
+/// `frame` (room for the header and the payload this rank expects) and returns its header;
+/// the payload is `frame[HEADER_BYTES..]` when the header's size matches. A frame of another
+/// size comes back for the caller's check of the header to fail: a shorter one ends the read
+/// without waiting for more, though the read may have taken bytes beyond it, which is why the
+/// caller must fail the group then (collectives do). An abort notice becomes the error it
+/// reports.
+pub(crate) fn read_frame(
+    peer: &Peer,
+    op: &str,
+    frame: &mut [u8],
+    timeout: Duration,
+) -> Result<Header> {
+    let frame_bytes = |raw: &[u8; HEADER_BYTES]| match Header::decode(raw) {
+        Ok(header) if header.kind != Kind::Abort => {
+            HEADER_BYTES.saturating_add(usize::try_from(header.bytes).unwrap_or(usize::MAX))
+        }
+        // An abort notice or a bad header: only the header is needed to report it.
+        _ => HEADER_BYTES,
+    };
+    let filled = peer.read_frame(op, frame, timeout, &frame_bytes)?;
+    let Some((raw, after)) = frame.split_first_chunk::<HEADER_BYTES>() else {
+        return Err(error(
+            op,
+            Some(peer.rank),
+            "no room for a frame header".into(),
+        ));
+    };
+    finish_frame(
+        peer,
+        op,
+        timeout,
+        raw,
+        &after[..filled.saturating_sub(HEADER_BYTES)],
+    )
 }
 
 /// Reads one chunk of collective number `sequence` into `buf` (which has its exact size).
@@ -132,5 +184,96 @@ pub(crate) fn pending_abort(raw: &[u8; HEADER_BYTES]) -> Option<Option<usize>> {
             Some((header.sequence != NO_RANK).then_some(header.sequence as usize))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::peer_tests::pair;
+    use super::*;
+    use std::io::{Read, Write};
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn chunk(sequence: u64, payload: &[u8]) -> Vec<u8> {
+        let header = Header {
+            kind: Kind::Chunk,
+            dtype: DType::U8,
+            sequence,
+            bytes: payload.len() as u64,
+        };
+        [&header.encode()[..], payload].concat()
+    }
+
+    #[test]
+    fn a_frame_is_read_whole_and_the_next_one_stays_on_the_connection() {
+        let (peer, mut far) = pair();
+        far.write_all(&chunk(3, b"payload")).unwrap();
+        far.write_all(&chunk(4, b"next")).unwrap();
+        let mut frame = vec![0u8; HEADER_BYTES + 7];
+        let header = read_frame(&peer, "all_sum", &mut frame, WAIT).unwrap();
+        assert_eq!((header.kind, header.sequence, header.bytes), (Kind::Chunk, 3, 7));
+        assert_eq!(&frame[HEADER_BYTES..], b"payload");
+        let mut next = [0u8; 4];
+        let header = read_header(&peer, "all_sum", WAIT).unwrap();
+        assert_eq!(header.sequence, 4);
+        peer.read_exact("all_sum", &mut next, WAIT).unwrap();
+        assert_eq!(&next, b"next");
+    }
+
+    #[test]
+    fn a_frame_of_another_size_comes_back_for_the_caller_to_reject() {
+        let (peer, mut far) = pair();
+        far.write_all(&chunk(1, b"abc")).unwrap();
+        // Room for 8 payload bytes, and nothing more coming: the read ends with the frame
+        // instead of waiting for bytes that were never sent.
+        let mut frame = vec![0u8; HEADER_BYTES + 8];
+        let header = read_frame(&peer, "all_sum", &mut frame, WAIT).unwrap();
+        assert_eq!(header.bytes, 3);
+        assert_eq!(&frame[HEADER_BYTES..HEADER_BYTES + 3], b"abc");
+        // A longer one fills the room, and its header tells the caller.
+        far.write_all(&chunk(2, b"0123456789")).unwrap();
+        let header = read_frame(&peer, "all_sum", &mut frame, WAIT).unwrap();
+        assert_eq!((header.sequence, header.bytes), (2, 10));
+    }
+
+    #[test]
+    fn an_abort_notice_shorter_than_the_frame_reports_its_whole_reason() {
+        for split in [false, true] {
+            let (peer, far) = pair();
+            let cause = Error::Distributed {
+                op: "all_sum".into(),
+                rank: Some(3),
+                reason: "rank 3 timed out".into(),
+            };
+            // The far end's notice, as a rank that failed writes it.
+            let (notifier, mut raw) = pair();
+            write_abort(&notifier, &cause);
+            notifier.flush("abort", WAIT).unwrap();
+            let mut notice = vec![0u8; HEADER_BYTES];
+            raw.read_exact(&mut notice).unwrap();
+            let length = Header::decode(notice[..].try_into().unwrap()).unwrap().bytes;
+            notice.resize(HEADER_BYTES + length as usize, 0);
+            raw.read_exact(&mut notice[HEADER_BYTES..]).unwrap();
+            let writer = std::thread::spawn(move || {
+                let mut far = far;
+                if split {
+                    // The header alone first, the reason a moment later.
+                    far.write_all(&notice[..HEADER_BYTES]).unwrap();
+                    far.flush().unwrap();
+                    std::thread::sleep(Duration::from_millis(20));
+                    far.write_all(&notice[HEADER_BYTES..]).unwrap();
+                } else {
+                    far.write_all(&notice).unwrap();
+                }
+                far
+            });
+            let mut frame = vec![0u8; HEADER_BYTES + 4096];
+            let error = read_frame(&peer, "all_sum", &mut frame, WAIT).unwrap_err();
+            let _far = writer.join().unwrap();
+            let text = error.to_string();
+            assert!(text.contains("rank 3 timed out"), "{text}");
+            assert!(matches!(error, Error::Distributed { rank: Some(3), .. }), "{error:?}");
+        }
     }
 }
