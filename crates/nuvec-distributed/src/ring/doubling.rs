@@ -22,36 +22,35 @@ impl RingCommunicator {
         self.size.is_power_of_two() && bytes <= LATENCY_PATH_BYTES
     }
 
-    /// Sends `parts` to `partner` after this call's header and checks the partner's header;
-    /// the partner's payload is then the next thing to read from the returned connection.
-    fn swap_headers(&self, ours: &Header, partner: usize, parts: &[&[u8]]) -> Result<&Peer> {
+    /// Sends `part` to `partner` after this call's header, as one frame.
+    fn send_part(&self, ours: &Header, partner: usize, part: &[u8]) -> Result<()> {
         let name = ours.kind.name();
-        let mut frame: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
-        let header = ours.encode();
-        frame.push(&header);
-        frame.extend_from_slice(parts);
-        self.writer(name, partner)?.write(name, &frame)?;
+        self.writer(name, partner)?
+            .write(name, &[&ours.encode(), part])
+    }
+
+    /// Sends `part` to `partner` after this call's header and checks the partner's header;
+    /// the partner's payload is then the next thing to read from the returned connection.
+    fn swap_headers(&self, ours: &Header, partner: usize, part: &[u8]) -> Result<&Peer> {
+        self.send_part(ours, partner, part)?;
+        let name = ours.kind.name();
         let peer = self.reader(name, partner)?;
         let theirs = read_header(peer, name, self.timeout)?;
         self.same_call(partner, &theirs, ours)?;
         Ok(peer)
     }
 
-    /// Sends `parts` to `partner` after this call's header and reads the partner's frame,
+    /// Sends `part` to `partner` after this call's header and reads the partner's frame,
     /// header and payload in one go, into `frame` (room for both); checks its header.
     fn swap_frames(
         &self,
         ours: &Header,
         partner: usize,
-        parts: &[&[u8]],
+        part: &[u8],
         frame: &mut [u8],
     ) -> Result<()> {
+        self.send_part(ours, partner, part)?;
         let name = ours.kind.name();
-        let mut ours_frame: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
-        let header = ours.encode();
-        ours_frame.push(&header);
-        ours_frame.extend_from_slice(parts);
-        self.writer(name, partner)?.write(name, &ours_frame)?;
         let theirs = read_frame(self.reader(name, partner)?, name, frame, self.timeout)?;
         self.same_call(partner, &theirs, ours)
     }
@@ -108,7 +107,7 @@ impl RingCommunicator {
         while distance < self.size {
             let partner = self.rank ^ distance;
             let frame = &mut state.scratch[..frame_bytes];
-            self.swap_frames(&ours, partner, &[data], frame)?;
+            self.swap_frames(&ours, partner, data, frame)?;
             let incoming = &mut frame[HEADER_BYTES..];
             if self.rank < partner {
                 reduce_bytes(data, incoming, dtype, kernel_op(op));
@@ -139,7 +138,7 @@ impl RingCommunicator {
             let mine = (self.rank & !(distance - 1)) * block;
             let theirs = (partner & !(distance - 1)) * block;
             let span = distance * block;
-            let peer = self.swap_headers(&ours, partner, &[&output[mine..mine + span]])?;
+            let peer = self.swap_headers(&ours, partner, &output[mine..mine + span])?;
             peer.read_exact(
                 kind.name(),
                 &mut output[theirs..theirs + span],

@@ -212,7 +212,10 @@ mod tests {
         far.write_all(&chunk(4, b"next")).unwrap();
         let mut frame = vec![0u8; HEADER_BYTES + 7];
         let header = read_frame(&peer, "all_sum", &mut frame, WAIT).unwrap();
-        assert_eq!((header.kind, header.sequence, header.bytes), (Kind::Chunk, 3, 7));
+        assert_eq!(
+            (header.kind, header.sequence, header.bytes),
+            (Kind::Chunk, 3, 7)
+        );
         assert_eq!(&frame[HEADER_BYTES..], b"payload");
         let mut next = [0u8; 4];
         let header = read_header(&peer, "all_sum", WAIT).unwrap();
@@ -252,7 +255,9 @@ mod tests {
             notifier.flush("abort", WAIT).unwrap();
             let mut notice = vec![0u8; HEADER_BYTES];
             raw.read_exact(&mut notice).unwrap();
-            let length = Header::decode(notice[..].try_into().unwrap()).unwrap().bytes;
+            let length = Header::decode(notice[..].try_into().unwrap())
+                .unwrap()
+                .bytes;
             notice.resize(HEADER_BYTES + length as usize, 0);
             raw.read_exact(&mut notice[HEADER_BYTES..]).unwrap();
             let writer = std::thread::spawn(move || {
@@ -273,7 +278,10 @@ mod tests {
             let _far = writer.join().unwrap();
             let text = error.to_string();
             assert!(text.contains("rank 3 timed out"), "{text}");
-            assert!(matches!(error, Error::Distributed { rank: Some(3), .. }), "{error:?}");
+            assert!(
+                matches!(error, Error::Distributed { rank: Some(3), .. }),
+                "{error:?}"
+            );
         }
     }
 }
