@@ -253,6 +253,21 @@ fn threads_and_descriptors() -> (usize, usize) {
     (count("/proc/self/task"), count("/proc/self/fd"))
 }
 
+/// [`threads_and_descriptors`] once two samples 100 ms apart agree (at most 5 s): joined
+/// threads and closed sockets may take a moment to leave /proc.
+fn settled_threads_and_descriptors() -> (usize, usize) {
+    let start = Instant::now();
+    let mut last = threads_and_descriptors();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = threads_and_descriptors();
+        if now == last || start.elapsed() > Duration::from_secs(5) {
+            return now;
+        }
+        last = now;
+    }
+}
+
 /// Resident memory of this process in bytes (Linux's /proc).
 fn resident_bytes() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
@@ -313,7 +328,8 @@ fn fifty_cycles_of_forming_and_closing_leak_no_threads_descriptors_or_memory() {
             for _ in 0..25 {
                 form_use_close(&ports);
             }
-            let before = threads_and_descriptors();
+            // Settled, as `after` is below: a thread of the last cycle may still be leaving.
+            let before = settled_threads_and_descriptors();
             let memory_before = resident_bytes();
             for _ in 0..50 {
                 form_use_close(&ports);
