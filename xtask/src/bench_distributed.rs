@@ -169,6 +169,33 @@ fn run_ours(
     Ok(records(&output.stdout))
 }
 
+/// One side's run of `op` on `n` ranks. nuvec's failure ends the benchmark; a peer's is
+/// reported and leaves its column empty.
+fn run_side(
+    side: &str,
+    root: &Path,
+    python: Option<&Path>,
+    n: usize,
+    (op, dtype): (&str, &str),
+    options: &Options,
+) -> Result<Vec<Value>, String> {
+    let peer = match (side, python) {
+        ("nuvec", _) => return run_ours(root, n, (op, dtype), options, "ring"),
+        ("open-mpi-tcp", _) => run_ours(root, n, (op, dtype), options, "mpi")
+            .map_err(|e| format!("Open MPI over TCP failed: {e}")),
+        ("nuvec-jaccl", _) => run_ours(root, n, (op, dtype), options, "jaccl")
+            .map_err(|e| format!("nuvec over JACCL (emulated) failed: {e}")),
+        ("mlx", Some(python)) => {
+            run_mlx(root, python, n, op, dtype, options).map_err(|e| format!("MLX failed: {e}"))
+        }
+        _ => Ok(Vec::new()),
+    };
+    Ok(peer.unwrap_or_else(|reason| {
+        progress!("{reason}");
+        Vec::new()
+    }))
+}
+
 /// Whether `mpirun` is on `PATH` (for the MPI column).
 fn has_mpirun() -> bool {
     std::env::var_os("PATH")
@@ -390,53 +417,34 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     );
     let (mut ours, mut theirs, mut over_mpi, mut over_jaccl) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // The sides that run, each going first in turn.
+    let sides: Vec<&str> = ["nuvec", "mlx", "open-mpi-tcp", "nuvec-jaccl"]
+        .into_iter()
+        .filter(|side| match *side {
+            "mlx" => python.is_some(),
+            "open-mpi-tcp" => mpi,
+            "nuvec-jaccl" => options.jaccl,
+            _ => true,
+        })
+        .collect();
     let mut turn = 0;
     for round in 1..=options.repeat {
+        let of = if options.repeat > 1 {
+            format!(", round {round} of {}", options.repeat)
+        } else {
+            String::new()
+        };
         for &n in &options.ranks {
             for dtype in &options.dtypes {
                 for op in &options.ops {
-                    let mut sides: Vec<&str> = vec!["nuvec", "mlx", "open-mpi-tcp", "nuvec-jaccl"];
-                    sides.rotate_left(turn % 4);
+                    let mut order = sides.clone();
+                    order.rotate_left(turn % sides.len());
                     turn += 1;
-                    let enabled = |side: &&str| match *side {
-                        "mlx" => python.is_some(),
-                        "open-mpi-tcp" => mpi,
-                        "nuvec-jaccl" => options.jaccl,
-                        _ => true,
-                    };
-                    for side in sides.into_iter().filter(enabled) {
-                        let of = if options.repeat > 1 {
-                            format!(", round {round} of {}", options.repeat)
-                        } else {
-                            String::new()
-                        };
+                    for side in order {
                         progress!("{n} ranks, {op}, {dtype}: {side} ({}{of})", options.sizes);
                         let before = cpu_ticks();
-                        let mut results = match (side, &python) {
-                            ("nuvec", _) => run_ours(&root, n, (op, dtype), &options, "ring")?,
-                            ("open-mpi-tcp", _) if mpi => {
-                                run_ours(&root, n, (op, dtype), &options, "mpi").unwrap_or_else(
-                                    |e| {
-                                        progress!("Open MPI over TCP failed: {e}");
-                                        Vec::new()
-                                    },
-                                )
-                            }
-                            ("nuvec-jaccl", _) if options.jaccl => {
-                                run_ours(&root, n, (op, dtype), &options, "jaccl").unwrap_or_else(
-                                    |e| {
-                                        progress!("nuvec over JACCL (emulated) failed: {e}");
-                                        Vec::new()
-                                    },
-                                )
-                            }
-                            ("mlx", Some(python)) => run_mlx(&root, python, n, op, dtype, &options)
-                                .unwrap_or_else(|e| {
-                                    progress!("MLX failed: {e}");
-                                    Vec::new()
-                                }),
-                            _ => Vec::new(),
-                        };
+                        let mut results =
+                            run_side(side, &root, python.as_deref(), n, (op, dtype), &options)?;
                         let steal = steal_percent(before, cpu_ticks());
                         mark_steal(&mut results, steal);
                         if let Some(steal) = steal.filter(|_| !results.is_empty()) {

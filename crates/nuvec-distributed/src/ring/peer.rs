@@ -573,9 +573,16 @@ impl Peer {
     /// Ends this side's writing after everything queued so far (the peer reads those bytes,
     /// then end-of-stream); reading continues to work.
     pub(crate) fn end_writes(&self) {
-        // With no writer thread nothing is queued, so the socket's end can close at once.
-        let unstarted = matches!(*lock(&self.writer), Writer::NotStarted);
-        if unstarted || self.queue("close", Job::EndWrites).is_err() {
+        // With no writer thread nothing is queued, so the socket's end can close at once:
+        // under the stream's lock (no direct send is under way) and then the writer's (none
+        // starts meanwhile), taken in the order `write` takes them.
+        if let Ok(stream) = self.outgoing.stream.try_lock() {
+            if matches!(*lock(&self.writer), Writer::NotStarted) {
+                let _ = stream.shutdown(Shutdown::Write);
+                return;
+            }
+        }
+        if self.queue("close", Job::EndWrites).is_err() {
             let _ = self.control.shutdown(Shutdown::Write);
         }
     }

@@ -113,14 +113,22 @@ pub(crate) fn read_frame(
         // An abort notice or a bad header: only the header is needed to report it.
         _ => HEADER_BYTES,
     };
-    let filled = peer.read_frame(op, frame, timeout, &frame_bytes)?;
-    let Some((raw, after)) = frame.split_first_chunk::<HEADER_BYTES>() else {
-        return Err(error(
+    // Checked before reading, so a caller's mistake consumes nothing from the connection.
+    let room = frame.len();
+    let no_room = || {
+        error(
             op,
             Some(peer.rank),
-            "no room for a frame header".into(),
-        ));
+            format!("no room for a frame header in {room} bytes"),
+        )
     };
+    if room < HEADER_BYTES {
+        return Err(no_room());
+    }
+    let filled = peer.read_frame(op, frame, timeout, &frame_bytes)?;
+    let (raw, after) = frame
+        .split_first_chunk::<HEADER_BYTES>()
+        .ok_or_else(no_room)?;
     finish_frame(
         peer,
         op,
