@@ -452,3 +452,134 @@ fn init_refuses_an_unknown_read_polling_mode() {
         },
     );
 }
+
+/// Floats whose sums depend on the order of the additions, different on every rank.
+fn uneven_floats(rank: usize, elements: i32) -> Array {
+    let base = ops::arange(0.0, f64::from(elements), 1.0, DType::F32);
+    ops::sin(&(base * (0.37 * (rank + 1) as f32))) * 1000.0 + 1e-3 * rank as f32
+}
+
+/// Small sums on 3 and 4 ranks go through rank 0, which adds the parts in rank order: every
+/// rank gets the bits of the local fold ((x0 + x1) + x2) + x3, at every size up to the path's
+/// limit (16 KiB on a power-of-two group, 64 KiB otherwise), and again on a rerun.
+fn small_float_sums_match_the_rank_order_fold(group: Group) {
+    let (rank, size) = (group.rank(), group.size());
+    let largest = if size.is_power_of_two() { 4096 } else { 16384 };
+    for elements in [1, 1000, largest] {
+        let fold = (1..size)
+            .fold(uneven_floats(0, elements), |acc, r| {
+                acc + uneven_floats(r, elements)
+            })
+            .to_vec::<f32>()
+            .unwrap();
+        let mine = uneven_floats(rank, elements);
+        for (how, sum) in [
+            ("all_sum", distributed::all_sum(&mine, Some(&group))),
+            ("rerun", distributed::all_sum(&mine, Some(&group))),
+        ] {
+            let sum = sum.to_vec::<f32>().unwrap();
+            let differ = sum
+                .iter()
+                .zip(&fold)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
+            assert_eq!(
+                differ, 0,
+                "{how} of {elements} floats on rank {rank} of {size}: {differ} values differ"
+            );
+        }
+    }
+}
+
+#[test]
+fn small_float_sums_on_3_ranks_equal_the_rank_order_fold_bitwise() {
+    run_ranks(
+        "small_float_sums_on_3_ranks_equal_the_rank_order_fold_bitwise",
+        3,
+        TIMEOUT,
+        small_float_sums_match_the_rank_order_fold,
+    );
+}
+
+#[test]
+fn small_float_sums_on_4_ranks_equal_the_rank_order_fold_bitwise() {
+    run_ranks(
+        "small_float_sums_on_4_ranks_equal_the_rank_order_fold_bitwise",
+        4,
+        TIMEOUT,
+        small_float_sums_match_the_rank_order_fold,
+    );
+}
+
+#[test]
+fn mismatched_small_reductions_on_4_ranks_fail_everywhere_naming_both_calls() {
+    run_ranks(
+        "mismatched_small_reductions_on_4_ranks_fail_everywhere_naming_both_calls",
+        4,
+        TIMEOUT,
+        |group| {
+            let x = ops::ones(&[8], DType::F32);
+            let result = if group.rank() == 3 {
+                distributed::all_max(&x, Some(&group))
+            } else {
+                distributed::all_sum(&x, Some(&group))
+            };
+            let error = result.check().unwrap_err().to_string();
+            assert!(
+                error.contains("all_sum") && error.contains("all_max") && error.contains("rank 3"),
+                "rank {}: {error}",
+                group.rank()
+            );
+            let later = distributed::all_sum(&x, Some(&group))
+                .check()
+                .unwrap_err()
+                .to_string();
+            assert!(later.contains("failed earlier"), "{later}");
+        },
+    );
+}
+
+/// Rank `leaver` leaves a group of 4 before a small `all_sum`: every other rank's call fails
+/// quickly with an error naming it.
+fn a_rank_leaving_a_small_sum_is_named(group: Group, leaver: usize) {
+    let x = ops::ones(&[16], DType::F32);
+    if group.rank() == leaver {
+        group.close();
+        return;
+    }
+    let start = std::time::Instant::now();
+    let error = distributed::all_sum(&x, Some(&group))
+        .check()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "the failure took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        error.contains("all_sum") && error.contains(&format!("rank {leaver}")),
+        "rank {}: {error}",
+        group.rank()
+    );
+}
+
+#[test]
+fn a_rank_leaving_a_small_sum_on_4_ranks_is_named_by_every_other_rank() {
+    run_ranks(
+        "a_rank_leaving_a_small_sum_on_4_ranks_is_named_by_every_other_rank",
+        4,
+        Duration::from_secs(20),
+        |group| a_rank_leaving_a_small_sum_is_named(group, 3),
+    );
+}
+
+#[test]
+fn rank_0_leaving_a_small_sum_on_4_ranks_is_named_by_every_other_rank() {
+    run_ranks(
+        "rank_0_leaving_a_small_sum_on_4_ranks_is_named_by_every_other_rank",
+        4,
+        Duration::from_secs(20),
+        |group| a_rank_leaving_a_small_sum_is_named(group, 0),
+    );
+}

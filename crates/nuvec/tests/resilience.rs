@@ -178,6 +178,47 @@ fn a_stopped_rank_fails_the_collective_at_the_timeout_naming_it() {
     );
 }
 
+/// Small sums on 4 ranks go through rank 0: when rank 3 stops, rank 0 times out on it and
+/// tells ranks 1 and 2, which were waiting on rank 0, so every rank names rank 3.
+#[test]
+fn a_stopped_rank_fails_a_small_sum_on_4_ranks_naming_it_on_every_rank() {
+    let launch = Launch {
+        expendable: vec![3],
+        group_timeout: Some(Duration::from_secs(2)),
+        ..Launch::default()
+    };
+    launch_ranks(
+        "a_stopped_rank_fails_a_small_sum_on_4_ranks_naming_it_on_every_rank",
+        4,
+        Duration::from_secs(20),
+        &launch,
+        |group| {
+            let group = group.expect("joining the group");
+            let x = ops::ones(&[64], DType::F32);
+            distributed::all_sum(&x, Some(&group)).check().unwrap();
+            if group.rank() == 3 {
+                signal_self("STOP");
+                unreachable!("a stopped rank is killed by the test, never continued");
+            }
+            let start = Instant::now();
+            let error = distributed::all_sum(&x, Some(&group))
+                .check()
+                .unwrap_err()
+                .to_string();
+            let waited = start.elapsed();
+            assert!(
+                error.contains("rank 3") && error.contains("timed out"),
+                "rank {}: {error}",
+                group.rank()
+            );
+            assert!(
+                waited >= Duration::from_millis(1900) && waited < Duration::from_secs(10),
+                "waited {waited:?}"
+            );
+        },
+    );
+}
+
 #[test]
 fn a_rank_that_never_starts_fails_formation_naming_it() {
     let launch = Launch {

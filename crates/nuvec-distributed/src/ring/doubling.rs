@@ -23,7 +23,7 @@ impl RingCommunicator {
     }
 
     /// Sends `part` to `partner` after this call's header, as one frame.
-    fn send_part(&self, ours: &Header, partner: usize, part: &[u8]) -> Result<()> {
+    pub(super) fn send_part(&self, ours: &Header, partner: usize, part: &[u8]) -> Result<()> {
         let name = ours.kind.name();
         self.writer(name, partner)?
             .write(name, &[&ours.encode(), part])
@@ -55,13 +55,23 @@ impl RingCommunicator {
         self.same_call(partner, &theirs, ours)
     }
 
-    /// Ends a doubling call: a partner that gave up on it (it timed out waiting for this rank,
-    /// say) may have sent its part first, and its abort notice, already waiting, fails the call
-    /// here too, so no rank takes a result that another rank reported as failed.
-    fn finish_doubling(&self, kind: Kind) -> Result<()> {
-        let mut distance = 1;
-        while distance < self.size {
-            let partner = self.rank ^ distance;
+    /// The partners of this rank's exchanges, step by step.
+    fn doubling_partners(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(Some(1usize), |distance| distance.checked_mul(2))
+            .take_while(|&distance| distance < self.size)
+            .map(|distance| self.rank ^ distance)
+    }
+
+    /// Ends a call of exchanges with `partners`: a partner that gave up on it (it timed out
+    /// waiting for this rank, say) may have sent its part first, and its abort notice, already
+    /// waiting, fails the call here too, so no rank takes a result that another rank reported
+    /// as failed.
+    pub(super) fn finish_exchanges(
+        &self,
+        kind: Kind,
+        partners: impl Iterator<Item = usize>,
+    ) -> Result<()> {
+        for partner in partners {
             let peer = self.reader(kind.name(), partner)?;
             if peer
                 .waiting_header()
@@ -73,12 +83,11 @@ impl RingCommunicator {
             }
             self.writer(kind.name(), partner)?
                 .flush(kind.name(), self.timeout)?;
-            distance *= 2;
         }
         Ok(())
     }
 
-    fn header(state: &mut State, kind: Kind, dtype: DType, bytes: usize) -> Header {
+    pub(super) fn header(state: &mut State, kind: Kind, dtype: DType, bytes: usize) -> Header {
         let header = Header {
             kind,
             dtype,
@@ -117,7 +126,7 @@ impl RingCommunicator {
             }
             distance *= 2;
         }
-        self.finish_doubling(kind)
+        self.finish_exchanges(kind, self.doubling_partners())
     }
 
     /// All-gather by recursive doubling: at step k each rank holds the 2^k blocks of its
@@ -146,6 +155,6 @@ impl RingCommunicator {
             )?;
             distance *= 2;
         }
-        self.finish_doubling(kind)
+        self.finish_exchanges(kind, self.doubling_partners())
     }
 }

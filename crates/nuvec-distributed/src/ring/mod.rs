@@ -19,6 +19,7 @@ mod peer;
 mod peer_tests;
 mod scatter;
 pub(crate) mod schedule;
+mod star;
 mod wire;
 
 use crate::hostfile::Address;
@@ -272,9 +273,12 @@ impl RingCommunicator {
     ) -> Result<()> {
         let kind = kind_of(op);
         self.run(kind.name(), true, |state| {
-            if self.uses_doubling(data.len()) {
+            if self.uses_star(data.len()) || self.uses_doubling(data.len()) {
                 if let Some(input) = input {
                     data.copy_from_slice(input);
+                }
+                if self.uses_star(data.len()) {
+                    return self.all_reduce_star(state, data, dtype, op);
                 }
                 return self.all_reduce_doubling(state, data, dtype, op);
             }
