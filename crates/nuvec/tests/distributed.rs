@@ -461,11 +461,12 @@ fn uneven_floats(rank: usize, elements: i32) -> Array {
 
 /// Small sums on 3 and 4 ranks go through rank 0, which adds the parts in rank order: every
 /// rank gets the bits of the local fold ((x0 + x1) + x2) + x3, at every size up to the path's
-/// limit (16 KiB on a power-of-two group, 64 KiB otherwise), and again on a rerun.
+/// limit (16 KiB on a power-of-two group, 64 KiB otherwise), and again on a rerun;
+/// `sum_scatter` gives this rank's rows of the same fold.
 fn small_float_sums_match_the_rank_order_fold(group: Group) {
     let (rank, size) = (group.rank(), group.size());
     let largest = if size.is_power_of_two() { 4096 } else { 16384 };
-    for elements in [1, 1000, largest] {
+    for elements in [size as i32, 1000, largest] {
         let fold = (1..size)
             .fold(uneven_floats(0, elements), |acc, r| {
                 acc + uneven_floats(r, elements)
@@ -473,14 +474,30 @@ fn small_float_sums_match_the_rank_order_fold(group: Group) {
             .to_vec::<f32>()
             .unwrap();
         let mine = uneven_floats(rank, elements);
-        for (how, sum) in [
-            ("all_sum", distributed::all_sum(&mine, Some(&group))),
-            ("rerun", distributed::all_sum(&mine, Some(&group))),
+        let rows = elements as usize / size;
+        let scattered = ops::slice(&mine, &[0], &[(rows * size) as i32], &[1]);
+        for (how, sum, expected) in [
+            (
+                "all_sum",
+                distributed::all_sum(&mine, Some(&group)),
+                &fold[..],
+            ),
+            (
+                "rerun",
+                distributed::all_sum(&mine, Some(&group)),
+                &fold[..],
+            ),
+            (
+                "sum_scatter",
+                distributed::sum_scatter(&scattered, Some(&group)),
+                &fold[rank * rows..(rank + 1) * rows],
+            ),
         ] {
             let sum = sum.to_vec::<f32>().unwrap();
+            assert_eq!(sum.len(), expected.len(), "{how} of {elements} floats");
             let differ = sum
                 .iter()
-                .zip(&fold)
+                .zip(expected)
                 .filter(|(a, b)| a.to_bits() != b.to_bits())
                 .count();
             assert_eq!(

@@ -157,4 +157,42 @@ impl RingCommunicator {
         }
         self.finish_exchanges(kind, self.doubling_partners())
     }
+
+    /// Reduce-scatter on two ranks in one exchange: each rank sends the block the other
+    /// keeps, and both combine (rank 0's block) op (rank 1's block).
+    pub(super) fn reduce_scatter_pair(
+        &self,
+        state: &mut State,
+        input: &[u8],
+        output: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let kind = Kind::SumScatter;
+        let block = output.len();
+        let share = Header {
+            bytes: block as u64,
+            ..Self::header(state, kind, dtype, input.len())
+        };
+        let partner = 1 - self.rank;
+        let frame_bytes = HEADER_BYTES + block;
+        state
+            .scratch
+            .resize(state.scratch.len().max(frame_bytes), 0);
+        let frame = &mut state.scratch[..frame_bytes];
+        let theirs = &input[partner * block..(partner + 1) * block];
+        self.swap_frames(&share, partner, theirs, frame)?;
+        let (mine, received) = (
+            &input[self.rank * block..(self.rank + 1) * block],
+            &frame[HEADER_BYTES..],
+        );
+        let (first, second) = if self.rank == 0 {
+            (mine, received)
+        } else {
+            (received, mine)
+        };
+        output.copy_from_slice(first);
+        reduce_bytes(output, second, dtype, kernel_op(op));
+        self.finish_exchanges(kind, std::iter::once(partner))
+    }
 }

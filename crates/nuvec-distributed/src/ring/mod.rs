@@ -408,6 +408,9 @@ impl Communicator for RingCommunicator {
         self.run(kind.name(), true, |state| {
             let block = input.len();
             output[self.rank * block..(self.rank + 1) * block].copy_from_slice(input);
+            if self.uses_star(output.len()) {
+                return self.all_gather_star(state, output, block, dtype);
+            }
             if self.uses_doubling(output.len()) {
                 return self.all_gather_doubling(state, output, block, dtype);
             }
@@ -436,6 +439,12 @@ impl Communicator for RingCommunicator {
     ) -> Result<()> {
         let kind = Kind::SumScatter;
         self.run(kind.name(), true, |state| {
+            if self.uses_star(input.len()) {
+                return self.reduce_scatter_star(state, input, output, dtype, op);
+            }
+            if self.size == 2 && self.uses_doubling(input.len()) {
+                return self.reduce_scatter_pair(state, input, output, dtype, op);
+            }
             let link = self.begin(state, kind, dtype, input.len())?;
             self.reduce_scatter_into(&link, (input, output), (dtype, op), &mut state.scratch)?;
             link.right.flush(kind.name(), self.timeout)
