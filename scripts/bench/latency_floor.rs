@@ -6,13 +6,17 @@
 //! `cargo xtask bench-distributed` does. No headers, checks, timeouts or graph: only the
 //! exchanges and the additions.
 //!
-//! With a fourth argument `processes`, the ranks are processes instead (this program started
-//! again once per rank, meeting on loopback ports from 47000), as the ring's ranks are.
+//! With the word `processes` after those three numbers, the ranks are processes instead (this
+//! program started again once per rank, meeting on loopback ports from 47000), as the ring's
+//! ranks are. With the word `star`, the timed all-reduce goes through rank 0 instead (every
+//! rank sends it its data; it adds them in rank order and sends the sum back), as the ring's
+//! small collectives on 3 to 8 ranks do.
 //!
 //! ```text
 //! rustc --edition 2021 -O scripts/bench/latency_floor.rs -o target/latency_floor
 //! target/latency_floor 4 1024 200             # ranks, elements, polling window (µs)
 //! target/latency_floor 4 1024 200 processes
+//! target/latency_floor 4 1024 200 processes star
 //! ```
 
 use std::io::{ErrorKind, Read, Write};
@@ -43,6 +47,48 @@ fn read_polling(stream: &mut TcpStream, buf: &mut [u8], window: Duration) {
     stream.read_exact(&mut buf[filled..]).expect("reading");
 }
 
+/// Through rank 0 over `peers` (the stream to each rank, none for this one): it adds the
+/// ranks' data in rank order and sends the sum to every rank.
+/// The `f32`s stored in `bytes`.
+fn decode(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn all_sum_star(peers: &mut [Option<TcpStream>], rank: usize, data: &mut [f32], window: Duration) {
+    let mut bytes = vec![0u8; data.len() * 4];
+    let encode = |bytes: &mut [u8], data: &[f32]| {
+        for (out, value) in bytes.chunks_exact_mut(4).zip(data) {
+            out.copy_from_slice(&value.to_le_bytes());
+        }
+    };
+    if rank == 0 {
+        for stream in peers.iter_mut().skip(1) {
+            read_polling(stream.as_mut().expect("a connection"), &mut bytes, window);
+            for (value, theirs) in data.iter_mut().zip(decode(&bytes)) {
+                *value += theirs;
+            }
+        }
+        encode(&mut bytes, data);
+        for stream in peers.iter_mut().skip(1) {
+            stream
+                .as_mut()
+                .expect("a connection")
+                .write_all(&bytes)
+                .expect("writing");
+        }
+    } else {
+        let stream = peers[0].as_mut().expect("a connection");
+        encode(&mut bytes, data);
+        stream.write_all(&bytes).expect("writing");
+        read_polling(stream, &mut bytes, window);
+        for (value, sum) in data.iter_mut().zip(decode(&bytes)) {
+            *value = sum;
+        }
+    }
+}
+
 /// Recursive doubling over `peers` (the stream to each rank, none for this one).
 fn all_sum(peers: &mut [Option<TcpStream>], rank: usize, data: &mut [f32], window: Duration) {
     let mut outgoing = vec![0u8; data.len() * 4];
@@ -71,15 +117,22 @@ fn run_rank(
 ) -> Vec<f64> {
     let ranks = peers.len();
     let mut times = Vec::with_capacity(ITERATIONS);
+    // The barrier is a one-element all-reduce of the same kind, as in the ring.
+    let reduce = if flag("star") { all_sum_star } else { all_sum };
     for _ in 0..ITERATIONS {
-        all_sum(&mut peers, rank, &mut [1.0], window);
+        reduce(&mut peers, rank, &mut [1.0], window);
         let mut data = vec![1.0f32; elements];
         let start = Instant::now();
-        all_sum(&mut peers, rank, &mut data, window);
+        reduce(&mut peers, rank, &mut data, window);
         times.push(start.elapsed().as_secs_f64());
         assert_eq!(data[0], ranks as f32, "a wrong sum");
     }
     times
+}
+
+/// Whether the word `name` follows the three numbers on the command line.
+fn flag(name: &str) -> bool {
+    std::env::args().skip(4).any(|arg| arg == name)
 }
 
 const BASE_PORT: u16 = 47000;
@@ -119,7 +172,7 @@ fn main() {
     };
     let (ranks, elements) = (arg(1, 4) as usize, arg(2, 1024) as usize);
     let window = Duration::from_micros(arg(3, 200));
-    let processes = std::env::args().nth(4).as_deref() == Some("processes");
+    let processes = flag("processes");
     assert!(
         ranks.is_power_of_two() && ranks <= 256,
         "recursive doubling needs a power of two (at most 256: ranks introduce themselves in a byte)"
@@ -189,8 +242,13 @@ fn main() {
         .collect();
     slowest.sort_by(f64::total_cmp);
     println!(
-        "{ranks} ranks ({}), {} bytes, polling {} µs: median {:.1} µs, min {:.1} µs",
+        "{ranks} ranks ({}, {}), {} bytes, polling {} µs: median {:.1} µs, min {:.1} µs",
         if processes { "processes" } else { "threads" },
+        if flag("star") {
+            "through rank 0"
+        } else {
+            "recursive doubling"
+        },
         elements * 4,
         window.as_micros(),
         slowest[ITERATIONS / 2] * 1e6,
