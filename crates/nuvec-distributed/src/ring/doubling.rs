@@ -1,5 +1,8 @@
-//! The latency path for small reductions and gathers on a power-of-two group: recursive
-//! doubling over the full mesh, log2(n) exchanges instead of the ring's 2(n − 1) or n − 1 hops.
+//! The latency path for small reductions and gathers on a power-of-two group (where
+//! `star.rs`, through rank 0, does not take them): recursive doubling over the full mesh,
+//! log2(n) exchanges instead of the ring's 2(n − 1) or n − 1 hops; and its one-step case for
+//! a 2-rank `sum_scatter`. The exchanges' framing (a header and the part in one frame, the
+//! check for abort notices at the end) serves both paths.
 //!
 //! At step k, rank r swaps its partial result with rank r XOR 2^k and both combine them as
 //! (lower rank's part) op (higher rank's part), so every rank computes the same tree,
@@ -87,6 +90,13 @@ impl RingCommunicator {
         Ok(())
     }
 
+    /// `state`'s scratch, at least `bytes` long (kept between calls).
+    pub(super) fn scratch(state: &mut State, bytes: usize) -> &mut [u8] {
+        state.scratch.resize(state.scratch.len().max(bytes), 0);
+        &mut state.scratch[..bytes]
+    }
+
+    /// The header of the collective starting now (which counts it).
     pub(super) fn header(state: &mut State, kind: Kind, dtype: DType, bytes: usize) -> Header {
         let header = Header {
             kind,
@@ -108,14 +118,10 @@ impl RingCommunicator {
     ) -> Result<()> {
         let kind = kind_of(op);
         let ours = Self::header(state, kind, dtype, data.len());
-        let frame_bytes = HEADER_BYTES + data.len();
-        state
-            .scratch
-            .resize(state.scratch.len().max(frame_bytes), 0);
+        let frame = Self::scratch(state, HEADER_BYTES + data.len());
         let mut distance = 1;
         while distance < self.size {
             let partner = self.rank ^ distance;
-            let frame = &mut state.scratch[..frame_bytes];
             self.swap_frames(&ours, partner, data, frame)?;
             let incoming = &mut frame[HEADER_BYTES..];
             if self.rank < partner {
@@ -175,11 +181,7 @@ impl RingCommunicator {
             ..Self::header(state, kind, dtype, input.len())
         };
         let partner = 1 - self.rank;
-        let frame_bytes = HEADER_BYTES + block;
-        state
-            .scratch
-            .resize(state.scratch.len().max(frame_bytes), 0);
-        let frame = &mut state.scratch[..frame_bytes];
+        let frame = Self::scratch(state, HEADER_BYTES + block);
         let theirs = &input[partner * block..(partner + 1) * block];
         self.swap_frames(&share, partner, theirs, frame)?;
         let (mine, received) = (

@@ -273,14 +273,16 @@ impl RingCommunicator {
     ) -> Result<()> {
         let kind = kind_of(op);
         self.run(kind.name(), true, |state| {
-            if self.uses_star(data.len()) || self.uses_doubling(data.len()) {
+            let star = self.uses_star(data.len());
+            if star || self.uses_doubling(data.len()) {
                 if let Some(input) = input {
                     data.copy_from_slice(input);
                 }
-                if self.uses_star(data.len()) {
-                    return self.all_reduce_star(state, data, dtype, op);
-                }
-                return self.all_reduce_doubling(state, data, dtype, op);
+                return if star {
+                    self.all_reduce_star(state, data, dtype, op)
+                } else {
+                    self.all_reduce_doubling(state, data, dtype, op)
+                };
             }
             let lanes = lanes::plan(self.size, self.ring_connections, data.len());
             let sequence = state.collectives;

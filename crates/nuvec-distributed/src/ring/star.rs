@@ -90,12 +90,6 @@ impl RingCommunicator {
         self.finish_exchanges(kind, partners)
     }
 
-    /// `state`'s scratch, at least `bytes` long.
-    fn scratch(state: &mut State, bytes: usize) -> &mut [u8] {
-        state.scratch.resize(state.scratch.len().max(bytes), 0);
-        &mut state.scratch[..bytes]
-    }
-
     /// All-reduce of `data` through rank 0.
     pub(super) fn all_reduce_star(
         &self,
