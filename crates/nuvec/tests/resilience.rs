@@ -139,83 +139,60 @@ fn a_rank_killed_mid_collective_is_named_and_4_ranks_continue_as_3() {
     );
 }
 
-#[test]
-fn a_stopped_rank_fails_the_collective_at_the_timeout_naming_it() {
+/// The last of `n` ranks stops (SIGSTOP) after a first `all_sum` of `elements` floats; every
+/// other rank's next `all_sum` fails once the group timeout (3 s) has passed, naming it.
+fn a_stopped_rank_is_named_at_the_timeout(test_name: &str, n: usize, elements: i32) {
+    let victim = n - 1;
     let launch = Launch {
-        expendable: vec![1],
+        expendable: vec![victim],
         group_timeout: Some(Duration::from_secs(3)),
         ..Launch::default()
     };
-    launch_ranks(
+    launch_ranks(test_name, n, Duration::from_secs(20), &launch, |group| {
+        let group = group.expect("joining the group");
+        let x = ops::ones(&[elements], DType::F32);
+        distributed::all_sum(&x, Some(&group)).check().unwrap();
+        if group.rank() == victim {
+            signal_self("STOP");
+            unreachable!("a stopped rank is killed by the test, never continued");
+        }
+        let start = Instant::now();
+        let error = distributed::all_sum(&x, Some(&group))
+            .check()
+            .unwrap_err()
+            .to_string();
+        let waited = start.elapsed();
+        assert!(
+            error.contains(&format!("rank {victim}")) && error.contains("timed out"),
+            "rank {}: {error}",
+            group.rank()
+        );
+        assert!(
+            waited >= Duration::from_millis(2900) && waited < Duration::from_secs(10),
+            "waited {waited:?}"
+        );
+        assert!(group.health().is_err());
+    });
+}
+
+#[test]
+fn a_stopped_rank_fails_the_collective_at_the_timeout_naming_it() {
+    a_stopped_rank_is_named_at_the_timeout(
         "a_stopped_rank_fails_the_collective_at_the_timeout_naming_it",
         2,
-        Duration::from_secs(20),
-        &launch,
-        |group| {
-            let group = group.expect("joining the group");
-            let x = ops::ones(&[1 << 16], DType::F32);
-            distributed::all_sum(&x, Some(&group)).check().unwrap();
-            if group.rank() == 1 {
-                signal_self("STOP");
-                unreachable!("a stopped rank is killed by the test, never continued");
-            }
-            let start = Instant::now();
-            let error = distributed::all_sum(&x, Some(&group))
-                .check()
-                .unwrap_err()
-                .to_string();
-            let waited = start.elapsed();
-            assert!(
-                error.contains("rank 1") && error.contains("timed out"),
-                "{error}"
-            );
-            assert!(
-                waited >= Duration::from_millis(2900) && waited < Duration::from_secs(10),
-                "waited {waited:?}"
-            );
-            assert!(group.health().is_err());
-        },
+        1 << 16,
     );
 }
 
 /// Small sums on 4 ranks go through rank 0: when rank 3 stops, rank 0 times out on it and
-/// tells ranks 1 and 2, which were waiting on rank 0, so every rank names rank 3.
+/// tells ranks 1 and 2, which were waiting on rank 0 (half a timeout longer), so every rank
+/// names rank 3.
 #[test]
 fn a_stopped_rank_fails_a_small_sum_on_4_ranks_naming_it_on_every_rank() {
-    let launch = Launch {
-        expendable: vec![3],
-        group_timeout: Some(Duration::from_secs(2)),
-        ..Launch::default()
-    };
-    launch_ranks(
+    a_stopped_rank_is_named_at_the_timeout(
         "a_stopped_rank_fails_a_small_sum_on_4_ranks_naming_it_on_every_rank",
         4,
-        Duration::from_secs(20),
-        &launch,
-        |group| {
-            let group = group.expect("joining the group");
-            let x = ops::ones(&[64], DType::F32);
-            distributed::all_sum(&x, Some(&group)).check().unwrap();
-            if group.rank() == 3 {
-                signal_self("STOP");
-                unreachable!("a stopped rank is killed by the test, never continued");
-            }
-            let start = Instant::now();
-            let error = distributed::all_sum(&x, Some(&group))
-                .check()
-                .unwrap_err()
-                .to_string();
-            let waited = start.elapsed();
-            assert!(
-                error.contains("rank 3") && error.contains("timed out"),
-                "rank {}: {error}",
-                group.rank()
-            );
-            assert!(
-                waited >= Duration::from_millis(1900) && waited < Duration::from_secs(10),
-                "waited {waited:?}"
-            );
-        },
+        64,
     );
 }
 
