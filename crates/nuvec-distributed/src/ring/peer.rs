@@ -7,58 +7,22 @@
 //! ([`Peer::write_through`]). Reads poll briefly as [`Poll`] says, then block with a timeout.
 //! Failures become errors naming the peer's rank.
 
-use super::frame::HEADER_BYTES;
-use crate::platform::recv_now;
 use nuvec_core::Error;
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long `health` waits for a sign of a closed connection; an open, quiet one times out.
 const HEALTH_PROBE: Duration = Duration::from_millis(1);
-/// How a read waits for data before it sleeps in the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Poll {
-    /// Sleep at once.
-    Off,
-    /// Poll on the CPU for this long after the last arrival: for machines with a core for
-    /// each local rank, where polling takes no peer's core.
-    Spin(Duration),
-    /// Poll for this long from the start of a read (after the last arrival, for a read longer
-    /// than a ring chunk), yielding the core between polls: for more local ranks than cores.
-    /// A runnable peer gets the core at once, and a reply that comes meanwhile is taken
-    /// without a sleep and a wake-up (which cost more than the wait on a busy machine).
-    Yield(Duration),
-}
+mod reading;
+#[cfg(test)]
+pub(crate) use reading::MESSAGE_SPIN;
+pub(crate) use reading::{Poll, SPIN, YIELD};
 
-/// Polling on machines with a core per local rank.
-pub(crate) const SPIN: Poll = Poll::Spin(Duration::from_micros(30));
-/// Polling of a point-to-point receive on machines with a core per local rank. Its message
-/// usually starts only after the sender has finished something of its own (received the
-/// last message, say), well past [`SPIN`]'s window, and a sleep and a wake-up cost more on a
-/// virtual machine than the poll: a 1 MB ping-pong on 2 ranks, about 1020 → 815 µs. Only
-/// collectives keep the short window, because while they wait this rank's writer threads
-/// may need the core.
-pub(crate) const MESSAGE_SPIN: Poll = Poll::Spin(Duration::from_micros(300));
-/// Polling on machines with more local ranks than cores.
-pub(crate) const YIELD: Poll = Poll::Yield(Duration::from_micros(200));
-impl Poll {
-    /// How a point-to-point receive polls where collectives poll as `self` does.
-    pub(crate) fn for_messages(self) -> Poll {
-        match self {
-            Poll::Spin(_) => MESSAGE_SPIN,
-            other => other,
-        }
-    }
-}
-
-/// Reads longer than this (more than a ring chunk: a point-to-point message) keep yielding
-/// polls alive while data keeps arriving.
-const STREAMING_READ: usize = super::CHUNK_BYTES;
 /// How many written buffers a connection keeps for reuse, and the largest it keeps.
 const SPARES: usize = 8;
 const SPARE_BYTES: usize = 1 << 20;
@@ -102,9 +66,6 @@ impl Incoming {
         Ok(())
     }
 }
-
-/// How long a frame is, from its header.
-pub(crate) type FrameBytes<'a> = dyn Fn(&[u8; HEADER_BYTES]) -> usize + 'a;
 
 /// A connection to rank `rank`.
 #[derive(Debug)]
@@ -384,189 +345,6 @@ impl Peer {
                 format!("sending failed ({reason}): the peer is gone or unreachable"),
             )),
             Err(_) => Err(self.send_timed_out(op, timeout)),
-        }
-    }
-
-    /// Reads exactly `buf.len()` bytes, waiting at most `timeout` for each part to arrive.
-    pub(crate) fn read_exact(
-        &self,
-        op: &str,
-        buf: &mut [u8],
-        timeout: Duration,
-    ) -> Result<(), Error> {
-        self.read_polling(op, buf, timeout, self.poll, None)
-            .map(|_| ())
-    }
-
-    /// [`Peer::read_exact`] for a point-to-point message, polling as [`Poll::for_messages`]
-    /// says.
-    pub(crate) fn read_message(
-        &self,
-        op: &str,
-        buf: &mut [u8],
-        timeout: Duration,
-    ) -> Result<(), Error> {
-        self.read_polling(op, buf, timeout, self.poll.for_messages(), None)
-            .map(|_| ())
-    }
-
-    /// Reads one frame, header and payload in one go, into `buf`, which has room for the frame
-    /// this rank expects. Once the header is in, `frame_bytes` says how long the frame really
-    /// is (an abort notice is shorter, say) and reading stops there or at the end of `buf`,
-    /// whichever comes first. Returns how many bytes were read. A read that took the header
-    /// may have taken more, up to the end of `buf`, so a frame shorter than expected can come
-    /// back with bytes from beyond it: the start of an abort notice's reason (which nothing
-    /// follows), or of the next frame after a frame of the wrong size (which fails the call).
-    pub(crate) fn read_frame(
-        &self,
-        op: &str,
-        buf: &mut [u8],
-        timeout: Duration,
-        frame_bytes: &FrameBytes<'_>,
-    ) -> Result<usize, Error> {
-        self.read_polling(op, buf, timeout, self.poll, Some(frame_bytes))
-    }
-
-    /// Reads into `buf` until it is full, or, with `frame_bytes`, until the frame its header
-    /// announces is in; returns the bytes read.
-    fn read_polling(
-        &self,
-        op: &str,
-        buf: &mut [u8],
-        timeout: Duration,
-        poll: Poll,
-        frame_bytes: Option<&FrameBytes<'_>>,
-    ) -> Result<usize, Error> {
-        let mut incoming = lock(&self.reader);
-        // Where reading stops: the end of `buf`, or of the frame once its header is in.
-        let mut end = buf.len();
-        let mut header_seen = frame_bytes.is_none();
-        let mut arrived = |buf: &[u8], filled: usize, end: &mut usize| {
-            if let (false, Some(frame_bytes), Some(raw)) =
-                (header_seen, frame_bytes, buf.first_chunk::<HEADER_BYTES>())
-            {
-                if filled >= HEADER_BYTES {
-                    header_seen = true;
-                    *end = frame_bytes(raw).clamp(HEADER_BYTES, buf.len()).max(filled);
-                }
-            }
-        };
-        // Poll briefly before sleeping in the kernel: a reply that is a few microseconds away
-        // is then taken without a wake-up, which costs more than the wait on a busy machine.
-        // When spinning, each arrival restarts the poll, so a large message streaming in is
-        // read as it comes. Yielding polls count from the start of a collective's chunk: on a
-        // crowded machine the ranks then sleep between arrivals rather than churn while their
-        // peers need the cores. A longer read is one point-to-point message streaming from a
-        // single sender, which arrivals keep restarting, since a sleep and a wake-up between
-        // each pair of them cost that sender its pace (a 1 MB ping-pong on 4 ranks and
-        // 2 cores: about 805 → 640 µs).
-        let (window, yielding) = match poll {
-            Poll::Off => (Duration::ZERO, false),
-            Poll::Spin(window) => (window, false),
-            Poll::Yield(window) => (window, true),
-        };
-        let restarts = !yielding || buf.len() > STREAMING_READ;
-        let mut filled = 0;
-        let mut spin_until = Instant::now() + window;
-        while filled < end && !window.is_zero() {
-            match recv_now(&incoming.stream, &mut buf[filled..end]) {
-                Ok(0) => return Err(self.closed(op)),
-                Ok(n) => {
-                    filled += n;
-                    arrived(buf, filled, &mut end);
-                    if restarts {
-                        spin_until = Instant::now() + window;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if Instant::now() >= spin_until {
-                        break;
-                    }
-                    if yielding {
-                        std::thread::yield_now();
-                    } else {
-                        std::hint::spin_loop();
-                    }
-                }
-                // Anything else: let the blocking read below report it.
-                Err(_) => break,
-            }
-        }
-        if filled >= end {
-            return Ok(filled);
-        }
-        incoming
-            .set_timeout(timeout)
-            .map_err(|e| self.error(op, format!("cannot set a timeout: {e}")))?;
-        while filled < end {
-            match incoming.stream.read(&mut buf[filled..end]) {
-                Ok(0) => return Err(self.closed(op)),
-                Ok(n) => {
-                    filled += n;
-                    arrived(buf, filled, &mut end);
-                }
-                Err(e) => match e.kind() {
-                    ErrorKind::Interrupted => {}
-                    ErrorKind::UnexpectedEof
-                    | ErrorKind::ConnectionReset
-                    | ErrorKind::ConnectionAborted => return Err(self.closed(op)),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut => return Err(self.error(
-                        op,
-                        format!(
-                            "timed out after {:.1} s waiting for data (NUVEC_DISTRIBUTED_TIMEOUT); the peer is stalled or did not call {op}",
-                            timeout.as_secs_f64()
-                        ),
-                    )),
-                    _ => return Err(self.error(op, format!("reading failed: {e}"))),
-                },
-            }
-        }
-        Ok(filled)
-    }
-
-    fn closed(&self, op: &str) -> Error {
-        self.error(
-            op,
-            "the peer closed its connection (its process ended or the group was closed)".into(),
-        )
-    }
-
-    /// Whether the peer's end is still open, without sending or consuming data; returns the
-    /// first bytes waiting to be read when a whole frame header is there.
-    pub(crate) fn check(&self) -> Result<Option<[u8; HEADER_BYTES]>, Error> {
-        let mut incoming = lock(&self.reader);
-        let mut probe = [0u8; HEADER_BYTES];
-        // A short read timeout, not non-blocking mode: O_NONBLOCK would be shared with the
-        // writer thread's clone of the socket and could fail its writes mid-message.
-        incoming
-            .set_timeout(HEALTH_PROBE)
-            .map_err(|e| self.error("health", e.to_string()))?;
-        let result = incoming.stream.peek(&mut probe);
-        match result {
-            Ok(0) => Err(self.error(
-                "health",
-                "the peer closed its connection (its process ended)".into(),
-            )),
-            Ok(HEADER_BYTES) => Ok(Some(probe)),
-            Ok(_) => Ok(None),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(None),
-            Err(e) => Err(self.error("health", format!("the connection failed: {e}"))),
-        }
-        .and_then(|waiting| match &*lock(&self.outgoing.failure) {
-            Some(reason) => Err(self.error("health", format!("sending failed earlier: {reason}"))),
-            None => Ok(waiting),
-        })
-    }
-
-    /// The frame header waiting to be read, if a whole one has arrived (never waits; a peer
-    /// that closed after its last frame is not an error here).
-    pub(crate) fn waiting_header(&self) -> Option<[u8; HEADER_BYTES]> {
-        let incoming = lock(&self.reader);
-        let mut raw = [0u8; HEADER_BYTES];
-        match crate::platform::peek_now(&incoming.stream, &mut raw) {
-            Ok(HEADER_BYTES) => Some(raw),
-            _ => None,
         }
     }
 
