@@ -4,7 +4,7 @@
 
 use nuvec::distributed::{self, Group};
 use nuvec::prelude::*;
-use nuvec_test_support::ranks::{launch_ranks, run_ranks};
+use nuvec_test_support::ranks::{launch_ranks, run_ranks, Launch};
 
 mod common;
 use common::collectives::{self, check_collectives};
@@ -124,7 +124,7 @@ fn collectives_run_on_the_group_worker_while_evaluation_goes_on() {
 #[test]
 fn several_addresses_per_rank_spread_large_collectives_over_several_connections() {
     for (ranks, connections) in [(2, 3), (3, 2)] {
-        let launch = nuvec_test_support::ranks::Launch {
+        let launch = Launch {
             connections,
             ..Default::default()
         };
@@ -415,7 +415,7 @@ fn several_chunk_sums_are_exact(group: Group) {
 #[test]
 fn every_read_polling_mode_gives_the_same_results() {
     for mode in ["off", "yield", "spin", "auto"] {
-        let launch = nuvec_test_support::ranks::Launch {
+        let launch = Launch {
             env: vec![("NUVEC_RING_POLL".into(), mode.into())],
             ..Default::default()
         };
@@ -434,7 +434,7 @@ fn every_read_polling_mode_gives_the_same_results() {
 
 #[test]
 fn init_refuses_an_unknown_read_polling_mode() {
-    let launch = nuvec_test_support::ranks::Launch {
+    let launch = Launch {
         env: vec![("NUVEC_RING_POLL".into(), "busy".into())],
         ..Default::default()
     };
@@ -552,6 +552,152 @@ fn mismatched_small_reductions_on_4_ranks_fail_everywhere_naming_both_calls() {
                 .unwrap_err()
                 .to_string();
             assert!(later.contains("failed earlier"), "{later}");
+        },
+    );
+}
+
+/// Each rank calls `op` with `elements[rank]` floats, sizes that take different paths
+/// (through rank 0 up to 16 or 64 KB, recursive doubling up to 64 KB, the ring above), so
+/// ranks wait on connections their peers never write to: every rank fails well before the
+/// group timeout (20 s) with an error naming another rank's call.
+fn mismatched_sizes_fail_promptly(group: Group, op: &str, elements: &[usize]) {
+    let rank = group.rank();
+    let x = ops::ones(&[elements[rank] as i32], DType::F32);
+    let start = std::time::Instant::now();
+    let result = match op {
+        "all_sum" => distributed::all_sum(&x, Some(&group)),
+        "all_gather" => distributed::all_gather(&x, Some(&group)),
+        _ => distributed::sum_scatter(&x, Some(&group)),
+    };
+    let error = result.check().unwrap_err().to_string();
+    let took = start.elapsed();
+    let names_another_size = elements
+        .iter()
+        .filter(|&&e| e != elements[rank])
+        .any(|e| error.contains(&format!("{op} of {} bytes", e * 4)));
+    assert!(
+        took < Duration::from_secs(10),
+        "rank {rank}: the failure took {took:?}: {error}"
+    );
+    assert!(names_another_size, "rank {rank}: {error}");
+}
+
+fn mismatch_launch() -> Launch {
+    Launch {
+        group_timeout: Some(Duration::from_secs(20)),
+        ..Launch::default()
+    }
+}
+
+#[test]
+fn sums_of_sizes_on_different_paths_fail_promptly_on_2_ranks() {
+    launch_ranks(
+        "sums_of_sizes_on_different_paths_fail_promptly_on_2_ranks",
+        2,
+        TIMEOUT,
+        &mismatch_launch(),
+        |group| mismatched_sizes_fail_promptly(group.unwrap(), "all_sum", &[16, 1 << 18]),
+    );
+}
+
+#[test]
+fn sums_of_sizes_on_different_paths_fail_promptly_on_4_ranks() {
+    launch_ranks(
+        "sums_of_sizes_on_different_paths_fail_promptly_on_4_ranks",
+        4,
+        TIMEOUT,
+        &mismatch_launch(),
+        |group| {
+            mismatched_sizes_fail_promptly(
+                group.unwrap(),
+                "all_sum",
+                &[1 << 18, 16, 1 << 18, 1 << 18],
+            )
+        },
+    );
+}
+
+#[test]
+fn sums_where_rank_0_takes_another_path_fail_promptly_on_4_ranks() {
+    launch_ranks(
+        "sums_where_rank_0_takes_another_path_fail_promptly_on_4_ranks",
+        4,
+        TIMEOUT,
+        &mismatch_launch(),
+        |group| {
+            mismatched_sizes_fail_promptly(
+                group.unwrap(),
+                "all_sum",
+                &[16, 1 << 18, 1 << 18, 1 << 18],
+            )
+        },
+    );
+}
+
+#[test]
+fn sums_through_rank_0_and_by_doubling_fail_promptly_on_4_ranks() {
+    launch_ranks(
+        "sums_through_rank_0_and_by_doubling_fail_promptly_on_4_ranks",
+        4,
+        TIMEOUT,
+        &mismatch_launch(),
+        |group| mismatched_sizes_fail_promptly(group.unwrap(), "all_sum", &[16, 16, 8192, 16]),
+    );
+}
+
+#[test]
+fn gathers_of_sizes_on_different_paths_fail_promptly_on_3_ranks() {
+    launch_ranks(
+        "gathers_of_sizes_on_different_paths_fail_promptly_on_3_ranks",
+        3,
+        TIMEOUT,
+        &mismatch_launch(),
+        |group| {
+            mismatched_sizes_fail_promptly(group.unwrap(), "all_gather", &[16, 1 << 16, 1 << 16])
+        },
+    );
+}
+
+#[test]
+fn scatters_of_sizes_on_different_paths_fail_promptly_on_2_ranks() {
+    launch_ranks(
+        "scatters_of_sizes_on_different_paths_fail_promptly_on_2_ranks",
+        2,
+        TIMEOUT,
+        &mismatch_launch(),
+        |group| mismatched_sizes_fail_promptly(group.unwrap(), "sum_scatter", &[16, 1 << 18]),
+    );
+}
+
+#[test]
+fn a_message_not_yet_received_does_not_fail_a_collective_that_waits() {
+    // Rank 2's message to rank 0 waits on a connection rank 0's ring sum never reads, while
+    // rank 0 waits long for rank 3 (its left neighbour): the message is no sign of a
+    // mismatched call, and rank 0 receives it after the sum.
+    run_ranks(
+        "a_message_not_yet_received_does_not_fail_a_collective_that_waits",
+        4,
+        TIMEOUT,
+        |group| {
+            let rank = group.rank();
+            let message = ops::full(&[4], 7.0, DType::F32);
+            if rank == 2 {
+                distributed::send(&message, 0, Some(&group))
+                    .check()
+                    .unwrap();
+            }
+            if rank == 3 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let x = ops::full(&[1 << 16], (rank + 1) as f64, DType::F32);
+            let sum = distributed::all_sum(&x, Some(&group))
+                .to_vec::<f32>()
+                .unwrap();
+            assert!(sum.iter().all(|&v| v == 10.0), "rank {rank}");
+            if rank == 0 {
+                let got = distributed::recv_like(&message, 2, Some(&group));
+                assert_eq!(got.to_vec::<f32>().unwrap(), vec![7.0; 4]);
+            }
         },
     );
 }

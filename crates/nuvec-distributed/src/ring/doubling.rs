@@ -10,7 +10,7 @@
 
 use super::frame::{Header, Kind, HEADER_BYTES};
 use super::peer::Peer;
-use super::wire::{pending_abort, read_frame, read_header};
+use super::wire::{pending_abort, read_frame, read_frame_of, read_header};
 use super::{kernel_op, kind_of, RingCommunicator, State};
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Result};
@@ -96,8 +96,15 @@ impl RingCommunicator {
         &mut state.scratch[..bytes]
     }
 
-    /// The header of the collective starting now (which counts it).
-    pub(super) fn header(state: &mut State, kind: Kind, dtype: DType, bytes: usize) -> Header {
+    /// The header of the collective starting now (which counts it, and which the group's
+    /// watch then checks other ranks' frames against).
+    pub(super) fn header(
+        &self,
+        state: &mut State,
+        kind: Kind,
+        dtype: DType,
+        bytes: usize,
+    ) -> Header {
         let header = Header {
             kind,
             dtype,
@@ -105,6 +112,7 @@ impl RingCommunicator {
             bytes: bytes as u64,
         };
         state.collectives += 1;
+        self.watch.begin(header);
         header
     }
 
@@ -117,7 +125,7 @@ impl RingCommunicator {
         op: ReduceOp,
     ) -> Result<()> {
         let kind = kind_of(op);
-        let ours = Self::header(state, kind, dtype, data.len());
+        let ours = self.header(state, kind, dtype, data.len());
         let frame = Self::scratch(state, HEADER_BYTES + data.len());
         let mut distance = 1;
         while distance < self.size {
@@ -146,7 +154,7 @@ impl RingCommunicator {
         dtype: DType,
     ) -> Result<()> {
         let kind = Kind::AllGather;
-        let ours = Self::header(state, kind, dtype, block);
+        let ours = self.header(state, kind, dtype, block);
         let mut distance = 1;
         while distance < self.size {
             let partner = self.rank ^ distance;
@@ -165,7 +173,8 @@ impl RingCommunicator {
     }
 
     /// Reduce-scatter on two ranks in one exchange: each rank sends the block the other
-    /// keeps, and both combine (rank 0's block) op (rank 1's block).
+    /// keeps, and both combine (rank 0's block) op (rank 1's block). The frame's header
+    /// announces the whole input, as the ring's does, and carries half of it.
     pub(super) fn reduce_scatter_pair(
         &self,
         state: &mut State,
@@ -176,14 +185,20 @@ impl RingCommunicator {
     ) -> Result<()> {
         let kind = Kind::SumScatter;
         let block = output.len();
-        let share = Header {
-            bytes: block as u64,
-            ..Self::header(state, kind, dtype, input.len())
-        };
+        let ours = self.header(state, kind, dtype, input.len());
         let partner = 1 - self.rank;
         let frame = Self::scratch(state, HEADER_BYTES + block);
         let theirs = &input[partner * block..(partner + 1) * block];
-        self.swap_frames(&share, partner, theirs, frame)?;
+        self.send_part(&ours, partner, theirs)?;
+        let name = kind.name();
+        let header = read_frame_of(
+            self.reader(name, partner)?,
+            name,
+            frame,
+            self.timeout,
+            |h| h.bytes / 2,
+        )?;
+        self.same_call(partner, &header, &ours)?;
         let (mine, received) = (
             &input[self.rank * block..(self.rank + 1) * block],
             &frame[HEADER_BYTES..],

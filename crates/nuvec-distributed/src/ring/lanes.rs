@@ -110,6 +110,8 @@ impl RingCommunicator {
         let mut rest = data;
         for index in 0..lanes.len() {
             let range = segment(elements, lanes.len(), index);
+            // Each lane announces its slice; the watch must know them all before any starts.
+            self.watch.accept((range.len() * width) as u64);
             let (slice, tail) = rest.split_at_mut(range.len() * width);
             let from = input.map(|input| &input[range.start * width..range.end * width]);
             slices.push((from, slice));

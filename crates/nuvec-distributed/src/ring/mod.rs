@@ -20,6 +20,7 @@ mod peer_tests;
 mod scatter;
 pub(crate) mod schedule;
 mod star;
+mod watch;
 mod wire;
 
 use crate::hostfile::Address;
@@ -35,6 +36,7 @@ use peer::Peer;
 use schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use watch::Watch;
 use wire::{read_chunk, read_header, read_message_header};
 
 /// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
@@ -75,6 +77,8 @@ pub struct RingCommunicator {
     /// How many connections every pair of ring neighbours shares (the lanes' first factor).
     ring_connections: usize,
     state: Mutex<State>,
+    /// The collective in progress, for reads that wait long to check the other connections.
+    watch: Arc<Watch>,
 }
 
 /// This rank's neighbours for one collective (or one lane of it), and the collective's
@@ -137,13 +141,29 @@ impl RingCommunicator {
         } else {
             connect::form_mesh(nodes, rank, options)?
         };
+        let peers: Vec<Vec<Arc<Peer>>> = peers
+            .into_iter()
+            .map(|connections| connections.into_iter().map(Arc::new).collect())
+            .collect();
+        let watch = Arc::new(Watch::new(rank));
+        let mut readers = Vec::new();
+        for connections in &peers {
+            for peer in connections {
+                peer.join_watch(watch.clone());
+            }
+            // The second half of a rank's connections carry data from it.
+            readers.extend(
+                connections[connections.len() / 2..]
+                    .iter()
+                    .map(Arc::downgrade),
+            );
+        }
+        watch.set_readers(readers);
         Ok(RingCommunicator {
             rank,
             size,
-            peers: peers
-                .into_iter()
-                .map(|connections| connections.into_iter().map(Arc::new).collect())
-                .collect(),
+            peers,
+            watch,
             timeout: options.timeout,
             ring_connections,
             state: Mutex::new(State {
@@ -182,6 +202,7 @@ impl RingCommunicator {
             });
         }
         let result = body(&mut state).map_err(|error| self.root_cause(op, error));
+        self.watch.end();
         if let Err(error) = &result {
             // Hand what was queued (our header, say) to the kernel, so peers learn what this
             // rank called even if the process exits right after the error.
@@ -229,13 +250,7 @@ impl RingCommunicator {
     /// neighbour's header is checked by [`RingCommunicator::check_left`] before any of its data
     /// is used).
     fn begin(&self, state: &mut State, kind: Kind, dtype: DType, bytes: usize) -> Result<Link<'_>> {
-        let ours = Header {
-            kind,
-            dtype,
-            sequence: state.collectives,
-            bytes: bytes as u64,
-        };
-        state.collectives += 1;
+        let ours = self.header(state, kind, dtype, bytes);
         self.lane_link(lanes::Lane::default(), ours)
     }
 
@@ -285,8 +300,7 @@ impl RingCommunicator {
                 };
             }
             let lanes = lanes::plan(self.size, self.ring_connections, data.len());
-            let sequence = state.collectives;
-            state.collectives += 1;
+            let sequence = self.header(state, kind, dtype, data.len()).sequence;
             let buffers = (input, data);
             if let [lane] = lanes[..] {
                 let scratch = &mut state.scratch;

@@ -12,13 +12,14 @@ use std::io::{ErrorKind, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How long `health` waits for a sign of a closed connection; an open, quiet one times out.
 const HEALTH_PROBE: Duration = Duration::from_millis(1);
 mod reading;
+use super::watch::Watch;
 #[cfg(test)]
 pub(crate) use reading::MESSAGE_SPIN;
 pub(crate) use reading::{Poll, SPIN, YIELD};
@@ -74,6 +75,10 @@ pub(crate) struct Peer {
     /// How a read waits before sleeping.
     poll: Poll,
     reader: Mutex<Incoming>,
+    /// The reading end's descriptor, for watching it from another connection's read.
+    read_fd: i32,
+    /// The group's watch over its incoming connections, once the group is connected.
+    watch: OnceLock<Arc<Watch>>,
     control: TcpStream,
     outgoing: Arc<Outgoing>,
     writer: Mutex<Writer>,
@@ -162,6 +167,8 @@ impl Peer {
         Ok(Peer {
             rank,
             poll,
+            read_fd: crate::platform::raw_fd(&stream),
+            watch: OnceLock::new(),
             reader: Mutex::new(Incoming {
                 stream,
                 timeout: None,
@@ -172,7 +179,19 @@ impl Peer {
         })
     }
 
-    fn error(&self, op: &str, reason: String) -> Error {
+    /// Joins the group's watch: a read on this connection that waits long watches the
+    /// group's other connections ([`Watch`]).
+    pub(crate) fn join_watch(&self, watch: Arc<Watch>) {
+        let _ = self.watch.set(watch);
+    }
+
+    /// The reading end's descriptor.
+    pub(crate) fn read_fd(&self) -> i32 {
+        self.read_fd
+    }
+
+    /// An error of `op` on this connection, naming the peer.
+    pub(crate) fn error(&self, op: &str, reason: String) -> Error {
         Error::Distributed {
             op: op.to_string(),
             rank: Some(self.rank),

@@ -99,7 +99,7 @@ impl RingCommunicator {
         op: ReduceOp,
     ) -> Result<()> {
         let kind = kind_of(op);
-        let ours = Self::header(state, kind, dtype, data.len());
+        let ours = self.header(state, kind, dtype, data.len());
         let frame = Self::scratch(state, HEADER_BYTES + data.len());
         if self.rank == ROOT {
             self.gather_parts(&ours, frame, |_, part| {
@@ -125,11 +125,12 @@ impl RingCommunicator {
         dtype: DType,
     ) -> Result<()> {
         let kind = Kind::AllGather;
-        let ours = Self::header(state, kind, dtype, block);
+        let ours = self.header(state, kind, dtype, block);
         let whole = Header {
             bytes: output.len() as u64,
             ..ours
         };
+        self.watch.accept(whole.bytes);
         if self.rank == ROOT {
             let frame = Self::scratch(state, HEADER_BYTES + block);
             self.gather_parts(&ours, frame, |peer, part| {
@@ -157,12 +158,13 @@ impl RingCommunicator {
         op: ReduceOp,
     ) -> Result<()> {
         let kind = Kind::SumScatter;
-        let ours = Self::header(state, kind, dtype, input.len());
+        let ours = self.header(state, kind, dtype, input.len());
         let block = output.len();
         let share = Header {
             bytes: block as u64,
             ..ours
         };
+        self.watch.accept(share.bytes);
         if self.rank == ROOT {
             let scratch = Self::scratch(state, 2 * input.len() + HEADER_BYTES);
             let (sum, frame) = scratch.split_at_mut(input.len());

@@ -106,9 +106,21 @@ pub(crate) fn read_frame(
     frame: &mut [u8],
     timeout: Duration,
 ) -> Result<Header> {
+    read_frame_of(peer, op, frame, timeout, |header| header.bytes)
+}
+
+/// [`read_frame`] of a frame whose payload is `payload(header)` bytes rather than the
+/// header's count.
+pub(crate) fn read_frame_of(
+    peer: &Peer,
+    op: &str,
+    frame: &mut [u8],
+    timeout: Duration,
+    payload: impl Fn(&Header) -> u64,
+) -> Result<Header> {
     let frame_bytes = |raw: &[u8; HEADER_BYTES]| match Header::decode(raw) {
         Ok(header) if header.kind != Kind::Abort => {
-            HEADER_BYTES.saturating_add(usize::try_from(header.bytes).unwrap_or(usize::MAX))
+            HEADER_BYTES.saturating_add(usize::try_from(payload(&header)).unwrap_or(usize::MAX))
         }
         // An abort notice or a bad header: only the header is needed to report it.
         _ => HEADER_BYTES,

@@ -5,6 +5,7 @@
 use super::{lock, Peer, HEALTH_PROBE};
 use crate::platform::recv_now;
 use crate::ring::frame::HEADER_BYTES;
+use crate::ring::watch::WATCH_AFTER;
 use nuvec_core::Error;
 use std::io::{ErrorKind, Read};
 use std::time::{Duration, Instant};
@@ -162,14 +163,19 @@ impl Peer {
         if filled >= end {
             return Ok(filled);
         }
+        // Block for a short while at first; a read still waiting after that waits in the
+        // group's watch ([`Watch::wait`]), which fails it when another connection shows that
+        // a rank called something else. Each part may take `timeout` to arrive.
         incoming
-            .set_timeout(timeout)
+            .set_timeout(timeout.min(WATCH_AFTER))
             .map_err(|e| self.error(op, format!("cannot set a timeout: {e}")))?;
+        let mut last_arrival = Instant::now();
         while filled < end {
             match incoming.stream.read(&mut buf[filled..end]) {
                 Ok(0) => return Err(self.closed(op)),
                 Ok(n) => {
                     filled += n;
+                    last_arrival = Instant::now();
                     arrived(buf, filled, &mut end);
                 }
                 Err(e) => match e.kind() {
@@ -177,13 +183,26 @@ impl Peer {
                     ErrorKind::UnexpectedEof
                     | ErrorKind::ConnectionReset
                     | ErrorKind::ConnectionAborted => return Err(self.closed(op)),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut => return Err(self.error(
-                        op,
-                        format!(
-                            "timed out after {:.1} s waiting for data (NUVEC_DISTRIBUTED_TIMEOUT); the peer is stalled or did not call {op}",
-                            timeout.as_secs_f64()
-                        ),
-                    )),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+                        let left = timeout.saturating_sub(last_arrival.elapsed());
+                        let readable = left > Duration::ZERO
+                            && match self.watch.get() {
+                                Some(watch) => watch.wait(op, self, &incoming.stream, left)?,
+                                None => crate::platform::wait_readable(&[self.read_fd()], left)
+                                    .map_err(|e| {
+                                        self.error(op, format!("waiting for data failed: {e}"))
+                                    })?[0],
+                            };
+                        if !readable {
+                            return Err(self.error(
+                                op,
+                                format!(
+                                    "timed out after {:.1} s waiting for data (NUVEC_DISTRIBUTED_TIMEOUT); the peer is stalled or did not call {op}",
+                                    timeout.as_secs_f64()
+                                ),
+                            ));
+                        }
+                    }
                     _ => return Err(self.error(op, format!("reading failed: {e}"))),
                 },
             }
@@ -223,6 +242,17 @@ impl Peer {
             Some(reason) => Err(self.error("health", format!("sending failed earlier: {reason}"))),
             None => Ok(waiting),
         })
+    }
+
+    /// [`Peer::waiting_header`], or `None` at once when another thread is reading this
+    /// connection.
+    pub(crate) fn try_waiting_header(&self) -> Option<[u8; HEADER_BYTES]> {
+        let incoming = self.reader.try_lock().ok()?;
+        let mut raw = [0u8; HEADER_BYTES];
+        match crate::platform::peek_now(&incoming.stream, &mut raw) {
+            Ok(HEADER_BYTES) => Some(raw),
+            _ => None,
+        }
     }
 
     /// The frame header waiting to be read, if a whole one has arrived (never waits; a peer

@@ -1,0 +1,255 @@
+//! While a collective waits on one connection, the group's other incoming connections are
+//! watched, so that a frame there which shows its rank called something else, or an abort
+//! notice, fails the call at once instead of at the timeout.
+//!
+//! Ranks that call a collective with different sizes may take different paths (through rank
+//! 0, recursive doubling, the ring) and then wait on connections their peers never write to:
+//! rank 0 reads its parts in rank order while rank 1, on the ring, waits for rank 0's header.
+//! Each rank's first frame went somewhere, though, and the rank it went to sees it here: a
+//! frame of this call (same sequence number) whose header is not one this call sends.
+//!
+//! A read watches only after blocking for [`WATCH_AFTER`]: a call whose data is on its way
+//! costs nothing more, and a mismatch is reported within about that long.
+
+use super::frame::{Header, Kind, HEADER_BYTES};
+use super::lock;
+use super::peer::Peer;
+use crate::platform;
+use nuvec_core::Error;
+use std::net::TcpStream;
+use std::sync::{Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// How long a read blocks before it watches the other connections.
+pub(crate) const WATCH_AFTER: Duration = Duration::from_millis(20);
+
+/// The collective in progress on one group, and the connections it reads.
+#[derive(Debug, Default)]
+pub(crate) struct Watch {
+    /// This rank.
+    rank: usize,
+    /// The call in progress, if any (its byte counts' storage kept between calls).
+    call: Mutex<Call>,
+    /// Every connection this rank reads, set once the group is connected.
+    readers: OnceLock<Vec<Weak<Peer>>>,
+}
+
+/// A collective in progress: its header and the byte counts its frames may carry (a large
+/// all-reduce's lanes each announce their own slice).
+#[derive(Debug, Clone, Default)]
+struct Call {
+    ours: Option<Header>,
+    bytes: Vec<u64>,
+}
+
+/// Whether a frame whose header is `theirs` may belong to the call `ours` or to something
+/// else whose reads will check it: a chunk; a point-to-point message, waiting for a `recv`
+/// (messages count their own sequence numbers); a frame of another call; or a header this
+/// call sends.
+fn belongs(ours: &Header, bytes: &[u64], theirs: &Header) -> bool {
+    matches!(theirs.kind, Kind::Chunk | Kind::Send)
+        || theirs.sequence != ours.sequence
+        || (theirs.kind == ours.kind && theirs.dtype == ours.dtype && bytes.contains(&theirs.bytes))
+}
+
+impl Watch {
+    /// A watch for rank `rank`, with no connections yet.
+    pub(crate) fn new(rank: usize) -> Watch {
+        Watch {
+            rank,
+            ..Watch::default()
+        }
+    }
+
+    /// Sets the connections this rank reads (once; later calls are ignored).
+    pub(crate) fn set_readers(&self, readers: Vec<Weak<Peer>>) {
+        let _ = self.readers.set(readers);
+    }
+
+    /// Starts watching for the call `ours`.
+    pub(crate) fn begin(&self, ours: Header) {
+        let mut call = lock(&self.call);
+        call.ours = Some(ours);
+        call.bytes.clear();
+        call.bytes.push(ours.bytes);
+    }
+
+    /// Lets the call in progress carry frames announcing `bytes` too (a lane's slice, or the
+    /// reply of rank 0 on the path through it).
+    pub(crate) fn accept(&self, bytes: u64) {
+        let mut call = lock(&self.call);
+        if call.ours.is_some() {
+            call.bytes.push(bytes);
+        }
+    }
+
+    /// Ends the call in progress.
+    pub(crate) fn end(&self) {
+        lock(&self.call).ours = None;
+    }
+
+    /// Waits at most `timeout` for `stream` (the connection `reading` reads) to become
+    /// readable, watching this rank's other incoming connections meanwhile; true when it is
+    /// readable, false when the time ran out. Fails when another connection shows a frame of
+    /// another call, or an abort notice.
+    pub(crate) fn wait(
+        &self,
+        op: &str,
+        reading: &Peer,
+        stream: &TcpStream,
+        timeout: Duration,
+    ) -> Result<bool, Error> {
+        let deadline = Instant::now() + timeout;
+        let call = lock(&self.call).clone();
+        let mut watched: Vec<_> = match (call.ours, self.readers.get()) {
+            (Some(_), Some(readers)) => readers
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter(|peer| !std::ptr::eq(&**peer, reading))
+                .collect(),
+            _ => Vec::new(),
+        };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            let mut fds = vec![platform::raw_fd(stream)];
+            fds.extend(watched.iter().map(|peer| peer.read_fd()));
+            let ready = platform::wait_readable(&fds, left)
+                .map_err(|e| reading.error(op, format!("waiting for data failed: {e}")))?;
+            if ready[0] {
+                return Ok(true);
+            }
+            let Some(ours) = &call.ours else { continue };
+            // Each connection is judged once: a frame that belongs to this call stays for its
+            // reads, and one still arriving (or on a connection another lane's thread is
+            // reading) is left to the reads too.
+            let mut unchanged = Vec::with_capacity(watched.len());
+            for (peer, &arrived) in watched.into_iter().zip(&ready[1..]) {
+                if !arrived {
+                    unchanged.push(peer);
+                } else if let Some(raw) = peer.try_waiting_header() {
+                    if let Some(error) = judge(self.rank, (ours, &call.bytes), peer.rank, &raw) {
+                        return Err(error);
+                    }
+                }
+            }
+            watched = unchanged;
+        }
+    }
+}
+
+/// The error for a frame `raw` from rank `peer` that does not belong to the call `ours`
+/// (whose frames announce one of `bytes`): the abort notice it is, or the call it shows.
+fn judge(
+    rank: usize,
+    (ours, bytes): (&Header, &[u64]),
+    peer: usize,
+    raw: &[u8; HEADER_BYTES],
+) -> Option<Error> {
+    match Header::decode(raw) {
+        Ok(theirs) if theirs.kind == Kind::Abort => Some(Error::Distributed {
+            op: ours.kind.name().into(),
+            rank: Some(peer),
+            reason: format!("rank {peer} reported that the group failed"),
+        }),
+        Ok(theirs) if belongs(ours, bytes, &theirs) => None,
+        Ok(theirs) => Some(Error::Distributed {
+            op: ours.kind.name().into(),
+            rank: Some(peer),
+            reason: format!(
+                "rank {peer} called {}, this rank (rank {rank}) called {}",
+                theirs.describe(),
+                ours.describe()
+            ),
+        }),
+        Err(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nuvec_core::DType;
+
+    const OURS: Header = Header {
+        kind: Kind::AllSum,
+        dtype: DType::F32,
+        sequence: 5,
+        bytes: 4096,
+    };
+
+    fn judged(theirs: Header, bytes: &[u64]) -> Option<String> {
+        judge(0, (&OURS, bytes), 3, &theirs.encode()).map(|e| e.to_string())
+    }
+
+    #[test]
+    fn frames_this_call_sends_or_that_belong_elsewhere_pass() {
+        assert_eq!(judged(OURS, &[4096]), None);
+        // A lane's own slice, once the call accepts it.
+        let lane = Header {
+            bytes: 2048,
+            ..OURS
+        };
+        assert_eq!(judged(lane, &[4096, 2048]), None);
+        // A chunk, a message waiting for its recv, the next call: their reads check them.
+        for other in [
+            Header {
+                kind: Kind::Chunk,
+                bytes: 512,
+                ..OURS
+            },
+            Header {
+                kind: Kind::Send,
+                bytes: 16,
+                ..OURS
+            },
+            Header {
+                kind: Kind::AllMax,
+                sequence: 6,
+                ..OURS
+            },
+        ] {
+            assert_eq!(judged(other, &[4096]), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn a_frame_of_this_call_with_another_size_kind_or_dtype_names_both_calls() {
+        for theirs in [
+            Header { bytes: 64, ..OURS },
+            Header {
+                kind: Kind::AllMax,
+                ..OURS
+            },
+            Header {
+                dtype: DType::BF16,
+                ..OURS
+            },
+        ] {
+            let error = judged(theirs, &[4096]).expect("a mismatch");
+            assert!(
+                error.contains("rank 3 called")
+                    && error.contains(&theirs.describe())
+                    && error.contains("this rank (rank 0) called all_sum of 4096 bytes"),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_abort_notice_fails_the_call_naming_its_sender() {
+        let notice = Header {
+            kind: Kind::Abort,
+            dtype: DType::U8,
+            sequence: 1,
+            bytes: 10,
+        };
+        let error = judged(notice, &[4096]).expect("a failure");
+        assert!(
+            error.contains("rank 3 reported that the group failed"),
+            "{error}"
+        );
+    }
+}
