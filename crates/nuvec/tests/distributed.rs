@@ -91,6 +91,92 @@ fn send_and_recv_work_between_neighbours_and_non_neighbours() {
     );
 }
 
+/// Elements of a large message, and element `i`'s value: varied enough that a half (or a
+/// piece) out of place shows, and exact in `f32`.
+const LARGE_MESSAGE: usize = (64 << 20) / 4 + 3;
+
+fn large_value(i: usize, shift: f32) -> f32 {
+    ((i * 7919) % 1_000_003) as f32 + shift
+}
+
+fn large_message(shift: f32) -> Array {
+    let values: Vec<f32> = (0..LARGE_MESSAGE).map(|i| large_value(i, shift)).collect();
+    Array::from_slice(&values, &[LARGE_MESSAGE as i32])
+}
+
+fn is_large_message(got: &Array, shift: f32) -> bool {
+    let values = got.to_vec::<f32>().unwrap();
+    values.len() == LARGE_MESSAGE
+        && values
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == large_value(i, shift))
+}
+
+#[test]
+fn messages_of_64_mib_and_more_arrive_whole_both_ways() {
+    // Such messages travel in two halves on two connections at once.
+    run_ranks(
+        "messages_of_64_mib_and_more_arrive_whole_both_ways",
+        2,
+        TIMEOUT,
+        |group| {
+            if group.rank() == 0 {
+                distributed::send(&large_message(1.0), 1, Some(&group))
+                    .check()
+                    .unwrap();
+                let back = distributed::recv_like(&large_message(0.0), 1, Some(&group));
+                assert!(is_large_message(&back, 2.0));
+            } else {
+                let got = distributed::recv_like(&large_message(0.0), 0, Some(&group));
+                assert!(is_large_message(&got, 1.0));
+                distributed::send(&(&got + 1.0f32), 0, Some(&group))
+                    .check()
+                    .unwrap();
+            }
+            // The group goes on: a small sum after the large messages.
+            let sum = distributed::all_sum(&array![1.0f32], Some(&group));
+            assert_eq!(sum.to_vec::<f32>().unwrap(), vec![2.0]);
+        },
+    );
+}
+
+#[test]
+fn a_large_message_of_another_shape_is_refused_and_the_next_one_arrives() {
+    run_ranks(
+        "a_large_message_of_another_shape_is_refused_and_the_next_one_arrives",
+        2,
+        TIMEOUT,
+        |group| {
+            let small = array![5.0f32, 6.0];
+            if group.rank() == 0 {
+                distributed::send(&large_message(0.0), 1, Some(&group))
+                    .check()
+                    .unwrap();
+                distributed::send(&small, 1, Some(&group)).check().unwrap();
+                distributed::send(&large_message(3.0), 1, Some(&group))
+                    .check()
+                    .unwrap();
+            } else {
+                let wrong = ops::zeros(&[LARGE_MESSAGE as i32 - 1], DType::F32);
+                let error = distributed::recv_like(&wrong, 0, Some(&group))
+                    .check()
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    error.contains(&format!("[{LARGE_MESSAGE}]")) && error.contains("expected"),
+                    "{error}"
+                );
+                let next = distributed::recv_like(&small, 0, Some(&group));
+                assert_eq!(next.to_vec::<f32>().unwrap(), vec![5.0, 6.0]);
+                // Both halves of the refused message were drained: the next large one is whole.
+                let large = distributed::recv_like(&large_message(0.0), 0, Some(&group));
+                assert!(is_large_message(&large, 3.0));
+            }
+        },
+    );
+}
+
 #[test]
 fn mismatched_calls_give_errors_naming_both_sides() {
     run_ranks(

@@ -1,5 +1,7 @@
 //! A rank's connections to the others, by direction: one opened by each end of a pair, each
-//! carrying data one way ([`super::connect::form_mesh`] gives their order).
+//! carrying data one way ([`super::connect::form_mesh`] gives their order), but for the second
+//! halves of large point-to-point messages (`messages.rs`), which take the other direction of
+//! the receiver's connection.
 
 use super::peer::Peer;
 use super::RingCommunicator;
@@ -60,8 +62,9 @@ impl RingCommunicator {
         self.peers.iter().flatten()
     }
 
-    /// Every connection this rank writes on. (Nothing is written on the others: their
-    /// peers never read them, and a peer that closes a socket with unread bytes resets it.)
+    /// Every connection this rank writes frames on. (Only the second halves of large messages
+    /// go the other way on the others, and only into a `recv` that reads them: a peer that
+    /// closes a socket with unread bytes resets it.)
     pub(super) fn writers(&self) -> impl Iterator<Item = &Arc<Peer>> {
         self.peers
             .iter()

@@ -13,6 +13,7 @@ mod handshake;
 mod hostile_peer_tests;
 mod lanes;
 mod links;
+mod messages;
 mod outbox;
 mod peer;
 #[cfg(test)]
@@ -469,7 +470,6 @@ impl Communicator for RingCommunicator {
 
     fn send(&self, data: &[u8], dtype: DType, shape: &[i32], dst: usize) -> Result<()> {
         self.run("send", true, |state| {
-            let peer = self.writer("send", dst)?;
             let header = Header {
                 kind: Kind::Send,
                 dtype,
@@ -482,7 +482,7 @@ impl Communicator for RingCommunicator {
             for dim in shape {
                 meta.extend_from_slice(&dim.to_le_bytes());
             }
-            peer.write_through("send", &[&meta, data], self.timeout)
+            self.write_message(dst, &meta, data)
         })
     }
 
@@ -520,15 +520,10 @@ impl Communicator for RingCommunicator {
             read(state, &mut dims)?;
             let their_shape: Vec<i32> = dims.chunks_exact(4).map(|d| i32::from_le_bytes([d[0], d[1], d[2], d[3]])).collect();
             if header.dtype != dtype || their_shape != shape || header.bytes as usize != data.len() {
-                // Drain the message so the connection stays usable for the next one, in bounded
-                // pieces: the size comes from the peer.
-                let mut left = header.bytes;
-                let mut scratch = vec![0u8; CHUNK_BYTES];
-                while left > 0 {
-                    let piece = left.min(CHUNK_BYTES as u64) as usize;
-                    read(state, &mut scratch[..piece])?;
-                    left -= piece as u64;
-                }
+                // Drain the message so the connections stay usable for the next one.
+                self.drain_payload(src, peer, header.bytes).inspect_err(|e| {
+                    state.failure.get_or_insert_with(|| e.clone());
+                })?;
                 return Err(self.mismatch(
                     Kind::Send,
                     src,
@@ -538,7 +533,9 @@ impl Communicator for RingCommunicator {
                     ),
                 ));
             }
-            read(state, data)
+            self.read_payload(src, peer, data).inspect_err(|e| {
+                state.failure.get_or_insert_with(|| e.clone());
+            })
         })
     }
 

@@ -1,0 +1,127 @@
+//! The payloads of point-to-point messages. One of at least [`SPLIT_BYTES`] travels in two
+//! halves at once, each written and read by its own thread: the first half on the connection
+//! the sender writes to the receiver on, after the message's header; the second on the other
+//! direction of the connection the receiver writes back on, which nothing else uses. Both
+//! ends decide from the size in the header.
+//!
+//! On one machine, loopback's sending side does most of the kernel's work (it copies the
+//! bytes in and runs the receiving side's protocol too), so one stream keeps one core busier
+//! than the other; two streams, each with a thread at both ends, share that work over the
+//! cores (`scripts/bench/message_floor.rs`: 256 MB in 137 ms on one stream, 71 ms on two;
+//! a 256 MB ping-pong on 2 ranks went from 112–127 to 72–74 ms).
+
+use super::links::Way;
+use super::peer::Peer;
+use super::{RingCommunicator, CHUNK_BYTES};
+use nuvec_core::{Error, Result};
+
+/// Payloads at least this large travel in two halves at once. Below it the halves do not
+/// pay for their threads' contention with the spinning reads (2 ranks over loopback, three
+/// alternating runs each: 16 MB 4.9–5.3 against 3.8–4.1 ms, 32 MB even, 64 MB 18.5–20.8
+/// against 23.7–24.2 ms, 256 MB 72–74 against 112–127 ms).
+pub(super) const SPLIT_BYTES: usize = 64 << 20;
+
+/// How many of a payload's `bytes` go first, on the message's own connection: all of a small
+/// one, half of a large one.
+fn first_half(bytes: usize) -> usize {
+    if bytes < SPLIT_BYTES {
+        bytes
+    } else {
+        bytes / 2
+    }
+}
+
+impl RingCommunicator {
+    /// Sends `meta` (the message's header and shape) and its payload `data` to `dst`.
+    pub(super) fn write_message(&self, dst: usize, meta: &[u8], data: &[u8]) -> Result<()> {
+        let peer = self.writer("send", dst)?;
+        let (first, second) = data.split_at(first_half(data.len()));
+        if second.is_empty() {
+            return peer.write_through("send", &[meta, first], self.timeout);
+        }
+        let other = self.connection("send", dst, 0, Way::From)?;
+        both(
+            "send",
+            || peer.write_through("send", &[meta, first], self.timeout),
+            || other.write_through("send", &[second], self.timeout),
+        )
+    }
+
+    /// Reads the payload of a message from `src` whose header and shape came on `peer`,
+    /// into `data` (as long as the header says).
+    pub(super) fn read_payload(&self, src: usize, peer: &Peer, data: &mut [u8]) -> Result<()> {
+        let (first, second) = data.split_at_mut(first_half(data.len()));
+        if second.is_empty() {
+            return peer.read_message("recv", first, self.timeout);
+        }
+        let other = self.connection("recv", src, 0, Way::To)?;
+        both(
+            "recv",
+            || peer.read_message("recv", first, self.timeout),
+            || other.read_message("recv", second, self.timeout),
+        )
+    }
+
+    /// Reads and drops the payload of `bytes` (as the header says) of a message from `src`
+    /// that this rank did not expect, in bounded pieces (the size comes from the peer), so
+    /// the connections stay usable for the next one.
+    pub(super) fn drain_payload(&self, src: usize, peer: &Peer, bytes: u64) -> Result<()> {
+        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        let first = first_half(bytes);
+        let mut scratch = vec![0u8; CHUNK_BYTES.min(bytes)];
+        let mut drain = |from: &Peer, mut left: usize| {
+            while left > 0 {
+                let piece = left.min(scratch.len());
+                from.read_message("recv", &mut scratch[..piece], self.timeout)?;
+                left -= piece;
+            }
+            Ok::<(), Error>(())
+        };
+        drain(peer, first)?;
+        if bytes > first {
+            drain(self.connection("recv", src, 0, Way::To)?, bytes - first)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `main` on this thread and `helper` on another at once, for `op`; the first error,
+/// `main`'s before `helper`'s.
+fn both(
+    op: &str,
+    main: impl FnOnce() -> Result<()>,
+    helper: impl FnOnce() -> Result<()> + Send,
+) -> Result<()> {
+    std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name("nuvec-ring-half".into())
+            .spawn_scoped(scope, helper)
+            .map_err(|e| Error::Distributed {
+                op: op.into(),
+                rank: None,
+                reason: format!("cannot start a thread for half of a large message: {e}"),
+            })?;
+        let main = main();
+        let helper = handle.join().unwrap_or_else(|_| {
+            Err(Error::Distributed {
+                op: op.into(),
+                rank: None,
+                reason: "the thread moving half of a large message panicked".into(),
+            })
+        });
+        main.and(helper)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_large_payloads_are_split_and_the_halves_cover_them() {
+        assert_eq!(first_half(0), 0);
+        assert_eq!(first_half(SPLIT_BYTES - 1), SPLIT_BYTES - 1);
+        assert_eq!(first_half(SPLIT_BYTES), SPLIT_BYTES / 2);
+        assert_eq!(first_half(SPLIT_BYTES + 3), (SPLIT_BYTES + 3) / 2);
+    }
+}
