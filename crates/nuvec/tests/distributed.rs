@@ -91,7 +91,8 @@ fn send_and_recv_work_between_neighbours_and_non_neighbours() {
     );
 }
 
-/// Elements of a large message, and element `i`'s value: varied enough that a half (or a
+/// Elements of a large message (over the 32 MiB from which messages travel in two halves),
+/// and element `i`'s value: varied enough that a half (or a
 /// piece) out of place shows, and exact in `f32`.
 const LARGE_MESSAGE: usize = (64 << 20) / 4 + 3;
 

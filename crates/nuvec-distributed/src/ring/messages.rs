@@ -8,7 +8,9 @@
 //! bytes in and runs the receiving side's protocol too), so one stream keeps one core busier
 //! than the other; two streams, each with a thread at both ends, share that work over the
 //! cores (`scripts/bench/message_floor.rs`: 256 MB in 137 ms on one stream, 71 ms on two;
-//! a 256 MB ping-pong on 2 ranks went from 112–127 to 72–74 ms).
+//! a 256 MB ping-pong on 2 ranks went from 112–127 to 72–75 ms, 64 MB from 23.7–24.2 to
+//! 18.0–19.4 ms). The halves are read without polling: two threads spinning on reads would
+//! take the cores from the two that send (64 MB: 19.4–20.9 ms when they spun).
 
 use super::links::Way;
 use super::peer::Peer;
@@ -16,10 +18,9 @@ use super::{RingCommunicator, CHUNK_BYTES};
 use nuvec_core::{Error, Result};
 
 /// Payloads at least this large travel in two halves at once. Below it the halves do not
-/// pay for their threads' contention with the spinning reads (2 ranks over loopback, three
-/// alternating runs each: 16 MB 4.9–5.3 against 3.8–4.1 ms, 32 MB even, 64 MB 18.5–20.8
-/// against 23.7–24.2 ms, 256 MB 72–74 against 112–127 ms).
-pub(super) const SPLIT_BYTES: usize = 64 << 20;
+/// pay for their threads (2 ranks over loopback, alternating runs: 16 MB 4.34–4.38 against
+/// 3.8–4.1 ms on one stream; 32 MB 8.9–9.4 against 10.2–11.3 ms).
+pub(super) const SPLIT_BYTES: usize = 32 << 20;
 
 /// How many of a payload's `bytes` go first, on the message's own connection: all of a small
 /// one, half of a large one.
@@ -57,8 +58,8 @@ impl RingCommunicator {
         let other = self.connection("recv", src, 0, Way::To)?;
         both(
             "recv",
-            || peer.read_message("recv", first, self.timeout),
-            || other.read_message("recv", second, self.timeout),
+            || peer.read_sleeping("recv", first, self.timeout),
+            || other.read_sleeping("recv", second, self.timeout),
         )
     }
 

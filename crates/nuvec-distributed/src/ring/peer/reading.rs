@@ -77,6 +77,17 @@ impl Peer {
             .map(|_| ())
     }
 
+    /// [`Peer::read_exact`] without polling: the read sleeps in the kernel until data comes.
+    pub(crate) fn read_sleeping(
+        &self,
+        op: &str,
+        buf: &mut [u8],
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        self.read_polling(op, buf, timeout, Poll::Off, None)
+            .map(|_| ())
+    }
+
     /// Reads one frame, header and payload in one go, into `buf`, which has room for the frame
     /// this rank expects. Once the header is in, `frame_bytes` says how long the frame really
     /// is (an abort notice is shorter, say) and reading stops there or at the end of `buf`,
