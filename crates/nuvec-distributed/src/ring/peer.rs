@@ -7,6 +7,7 @@
 //! ([`Peer::write_through`]). Reads poll briefly as [`Poll`] says, then block with a timeout.
 //! Failures become errors naming the peer's rank.
 
+use super::watch::Watch;
 use nuvec_core::Error;
 use std::io::{ErrorKind, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
@@ -19,7 +20,6 @@ use std::time::Duration;
 /// How long `health` waits for a sign of a closed connection; an open, quiet one times out.
 const HEALTH_PROBE: Duration = Duration::from_millis(1);
 mod reading;
-use super::watch::Watch;
 #[cfg(test)]
 pub(crate) use reading::MESSAGE_SPIN;
 pub(crate) use reading::{Poll, SPIN, YIELD};
