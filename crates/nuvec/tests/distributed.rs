@@ -669,90 +669,69 @@ fn mismatched_sizes_fail_promptly(group: Group, op: &str, elements: &[usize]) {
     assert!(names_another_size, "rank {rank}: {error}");
 }
 
-fn mismatch_launch() -> Launch {
-    Launch {
+/// Runs [`mismatched_sizes_fail_promptly`] as the test `test`, one rank per entry of
+/// `elements`, under a group timeout of 20 s.
+fn run_mismatched_sizes(test: &str, op: &'static str, elements: &'static [usize]) {
+    let launch = Launch {
         group_timeout: Some(Duration::from_secs(20)),
         ..Launch::default()
-    }
+    };
+    launch_ranks(test, elements.len(), TIMEOUT, &launch, |group| {
+        mismatched_sizes_fail_promptly(group.unwrap(), op, elements)
+    });
 }
 
 #[test]
 fn sums_of_sizes_on_different_paths_fail_promptly_on_2_ranks() {
-    launch_ranks(
+    run_mismatched_sizes(
         "sums_of_sizes_on_different_paths_fail_promptly_on_2_ranks",
-        2,
-        TIMEOUT,
-        &mismatch_launch(),
-        |group| mismatched_sizes_fail_promptly(group.unwrap(), "all_sum", &[16, 1 << 18]),
+        "all_sum",
+        &[16, 1 << 18],
     );
 }
 
 #[test]
 fn sums_of_sizes_on_different_paths_fail_promptly_on_4_ranks() {
-    launch_ranks(
+    run_mismatched_sizes(
         "sums_of_sizes_on_different_paths_fail_promptly_on_4_ranks",
-        4,
-        TIMEOUT,
-        &mismatch_launch(),
-        |group| {
-            mismatched_sizes_fail_promptly(
-                group.unwrap(),
-                "all_sum",
-                &[1 << 18, 16, 1 << 18, 1 << 18],
-            )
-        },
+        "all_sum",
+        &[1 << 18, 16, 1 << 18, 1 << 18],
     );
 }
 
 #[test]
 fn sums_where_rank_0_takes_another_path_fail_promptly_on_4_ranks() {
-    launch_ranks(
+    run_mismatched_sizes(
         "sums_where_rank_0_takes_another_path_fail_promptly_on_4_ranks",
-        4,
-        TIMEOUT,
-        &mismatch_launch(),
-        |group| {
-            mismatched_sizes_fail_promptly(
-                group.unwrap(),
-                "all_sum",
-                &[16, 1 << 18, 1 << 18, 1 << 18],
-            )
-        },
+        "all_sum",
+        &[16, 1 << 18, 1 << 18, 1 << 18],
     );
 }
 
 #[test]
 fn sums_through_rank_0_and_by_doubling_fail_promptly_on_4_ranks() {
-    launch_ranks(
+    run_mismatched_sizes(
         "sums_through_rank_0_and_by_doubling_fail_promptly_on_4_ranks",
-        4,
-        TIMEOUT,
-        &mismatch_launch(),
-        |group| mismatched_sizes_fail_promptly(group.unwrap(), "all_sum", &[16, 16, 8192, 16]),
+        "all_sum",
+        &[16, 16, 8192, 16],
     );
 }
 
 #[test]
 fn gathers_of_sizes_on_different_paths_fail_promptly_on_3_ranks() {
-    launch_ranks(
+    run_mismatched_sizes(
         "gathers_of_sizes_on_different_paths_fail_promptly_on_3_ranks",
-        3,
-        TIMEOUT,
-        &mismatch_launch(),
-        |group| {
-            mismatched_sizes_fail_promptly(group.unwrap(), "all_gather", &[16, 1 << 16, 1 << 16])
-        },
+        "all_gather",
+        &[16, 1 << 16, 1 << 16],
     );
 }
 
 #[test]
 fn scatters_of_sizes_on_different_paths_fail_promptly_on_2_ranks() {
-    launch_ranks(
+    run_mismatched_sizes(
         "scatters_of_sizes_on_different_paths_fail_promptly_on_2_ranks",
-        2,
-        TIMEOUT,
-        &mismatch_launch(),
-        |group| mismatched_sizes_fail_promptly(group.unwrap(), "sum_scatter", &[16, 1 << 18]),
+        "sum_scatter",
+        &[16, 1 << 18],
     );
 }
 
