@@ -110,6 +110,20 @@ impl Header {
         })
     }
 
+    /// The error of rank `rank`'s call `self` when rank `peer` called `theirs` instead,
+    /// naming both calls.
+    pub(crate) fn mismatch(&self, rank: usize, peer: usize, theirs: &Header) -> nuvec_core::Error {
+        nuvec_core::Error::Distributed {
+            op: self.kind.name().into(),
+            rank: Some(peer),
+            reason: format!(
+                "rank {peer} called {}, this rank (rank {rank}) called {}",
+                theirs.describe(),
+                self.describe()
+            ),
+        }
+    }
+
     /// One-line description for mismatch errors: `all_sum of 4096 bytes of float32 (#3)`.
     pub(crate) fn describe(&self) -> String {
         format!(

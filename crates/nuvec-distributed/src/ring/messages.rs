@@ -42,7 +42,7 @@ impl RingCommunicator {
         }
         let other = self.connection("send", dst, 0, Way::From)?;
         both(
-            "send",
+            ("send", dst),
             || peer.write_through("send", &[meta, first], self.timeout),
             || other.write_through("send", &[second], self.timeout),
         )
@@ -57,7 +57,7 @@ impl RingCommunicator {
         }
         let other = self.connection("recv", src, 0, Way::To)?;
         both(
-            "recv",
+            ("recv", src),
             || peer.read_sleeping("recv", first, self.timeout),
             || other.read_sleeping("recv", second, self.timeout),
         )
@@ -86,10 +86,10 @@ impl RingCommunicator {
     }
 }
 
-/// Runs `main` on this thread and `helper` on another at once, for `op`; the first error,
-/// `main`'s before `helper`'s.
+/// Runs `main` on this thread and `helper` on another at once, for `op` with rank `peer`; the
+/// first error, `main`'s before `helper`'s.
 fn both(
-    op: &str,
+    (op, peer): (&str, usize),
     main: impl FnOnce() -> Result<()>,
     helper: impl FnOnce() -> Result<()> + Send,
 ) -> Result<()> {
@@ -99,14 +99,14 @@ fn both(
             .spawn_scoped(scope, helper)
             .map_err(|e| Error::Distributed {
                 op: op.into(),
-                rank: None,
+                rank: Some(peer),
                 reason: format!("cannot start a thread for half of a large message: {e}"),
             })?;
         let main = main();
         let helper = handle.join().unwrap_or_else(|_| {
             Err(Error::Distributed {
                 op: op.into(),
-                rank: None,
+                rank: Some(peer),
                 reason: "the thread moving half of a large message panicked".into(),
             })
         });

@@ -267,16 +267,7 @@ impl RingCommunicator {
         if theirs == ours {
             return Ok(());
         }
-        Err(self.mismatch(
-            ours.kind,
-            peer,
-            format!(
-                "rank {peer} called {}, this rank (rank {}) called {}",
-                theirs.describe(),
-                self.rank,
-                ours.describe()
-            ),
-        ))
+        Err(ours.mismatch(self.rank, peer, theirs))
     }
 
     /// The all-reduce into `data`, of `input` when given (else of `data` itself).

@@ -155,15 +155,7 @@ fn judge(
             reason: format!("rank {peer} reported that the group failed"),
         }),
         Ok(theirs) if belongs(ours, bytes, &theirs) => None,
-        Ok(theirs) => Some(Error::Distributed {
-            op: ours.kind.name().into(),
-            rank: Some(peer),
-            reason: format!(
-                "rank {peer} called {}, this rank (rank {rank}) called {}",
-                theirs.describe(),
-                ours.describe()
-            ),
-        }),
+        Ok(theirs) => Some(ours.mismatch(rank, peer, &theirs)),
         Err(_) => None,
     }
 }
