@@ -91,27 +91,73 @@ fn send_and_recv_work_between_neighbours_and_non_neighbours() {
     );
 }
 
-/// Elements of a large message (over the 32 MiB from which messages travel in two halves),
-/// and element `i`'s value: varied enough that a half (or a
-/// piece) out of place shows, and exact in `f32`.
+/// Elements of a large message (over the 32 MiB from which messages travel in two halves).
 const LARGE_MESSAGE: usize = (64 << 20) / 4 + 3;
 
-fn large_value(i: usize, shift: f32) -> f32 {
+/// Element `i`'s value in a test message: varied enough that a half (or a piece) out of
+/// place shows, and exact in `f32`.
+fn message_value(i: usize, shift: f32) -> f32 {
     ((i * 7919) % 1_000_003) as f32 + shift
 }
 
-fn large_message(shift: f32) -> Array {
-    let values: Vec<f32> = (0..LARGE_MESSAGE).map(|i| large_value(i, shift)).collect();
-    Array::from_slice(&values, &[LARGE_MESSAGE as i32])
+fn message(elements: usize, shift: f32) -> Array {
+    let values: Vec<f32> = (0..elements).map(|i| message_value(i, shift)).collect();
+    Array::from_slice(&values, &[elements as i32])
 }
 
-fn is_large_message(got: &Array, shift: f32) -> bool {
+fn is_message(got: &Array, elements: usize, shift: f32) -> bool {
     let values = got.to_vec::<f32>().unwrap();
-    values.len() == LARGE_MESSAGE
+    values.len() == elements
         && values
             .iter()
             .enumerate()
-            .all(|(i, &v)| v == large_value(i, shift))
+            .all(|(i, &v)| v == message_value(i, shift))
+}
+
+fn large_message(shift: f32) -> Array {
+    message(LARGE_MESSAGE, shift)
+}
+
+fn is_large_message(got: &Array, shift: f32) -> bool {
+    is_message(got, LARGE_MESSAGE, shift)
+}
+
+#[test]
+fn messages_written_in_two_pieces_arrive_whole_and_in_order() {
+    // Payloads from 48 to 96 KiB are written in two halves, one after the other; the sizes
+    // straddle both ends of that range, and an odd element count splits unevenly.
+    const ELEMENTS: [usize; 6] = [
+        12 * 1024 - 1,
+        12 * 1024,
+        16 * 1024 + 1,
+        24 * 1024,
+        24 * 1024 + 1,
+        8,
+    ];
+    run_ranks(
+        "messages_written_in_two_pieces_arrive_whole_and_in_order",
+        2,
+        TIMEOUT,
+        |group| {
+            let (me, other) = (group.rank(), 1 - group.rank());
+            for (k, &elements) in ELEMENTS.iter().enumerate() {
+                let shift = (2 * k + me) as f32;
+                let sent = distributed::send(&message(elements, shift), other, Some(&group));
+                let got = distributed::recv_like(&message(elements, 0.0), other, Some(&group));
+                if me == 0 {
+                    sent.check().unwrap();
+                    got.eval().unwrap();
+                } else {
+                    got.eval().unwrap();
+                    sent.check().unwrap();
+                }
+                assert!(
+                    is_message(&got, elements, (2 * k + other) as f32),
+                    "message {k} of {elements} elements from rank {other}"
+                );
+            }
+        },
+    );
 }
 
 #[test]

@@ -38,7 +38,7 @@ use schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use watch::Watch;
-use wire::{read_chunk, read_header, read_message_header};
+use wire::{read_chunk, read_header, read_message_start};
 
 /// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
 /// reducing one chunk overlaps receiving the next.
@@ -486,7 +486,7 @@ impl Communicator for RingCommunicator {
                     state.failure.get_or_insert_with(|| e.clone());
                 })
             };
-            let header = read_message_header(peer, "recv", self.timeout).inspect_err(|e| {
+            let (header, ndim) = read_message_start(peer, "recv", self.timeout).inspect_err(|e| {
                 state.failure.get_or_insert_with(|| e.clone());
             })?;
             if header.kind != Kind::Send || header.sequence != state.received[src] {
@@ -499,9 +499,7 @@ impl Communicator for RingCommunicator {
                 return Err(error);
             }
             state.received[src] += 1;
-            let mut count = [0u8; 4];
-            read(state, &mut count)?;
-            let ndim = u32::from_le_bytes(count) as usize;
+            let ndim = ndim as usize;
             if ndim > MAX_NDIM {
                 let error = self.mismatch(Kind::Send, src, format!("message from rank {src} claims {ndim} dimensions (at most {MAX_NDIM})"));
                 state.failure.get_or_insert_with(|| error.clone());

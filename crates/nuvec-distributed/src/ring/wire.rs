@@ -39,11 +39,33 @@ pub(crate) fn read_header(peer: &Peer, op: &str, timeout: Duration) -> Result<He
     finish_header(peer, op, timeout, &raw)
 }
 
-/// [`read_header`] of a point-to-point message (polling as [`Peer::read_message`] does).
-pub(crate) fn read_message_header(peer: &Peer, op: &str, timeout: Duration) -> Result<Header> {
-    let mut raw = [0u8; HEADER_BYTES];
-    peer.read_message(op, &mut raw, timeout)?;
-    finish_header(peer, op, timeout, &raw)
+/// Reads the start of a point-to-point message from `peer`: its header and, behind a
+/// [`Kind::Send`] header, the count of the dimensions that follow, in one system call when
+/// they have arrived. The count is 0 behind a header of another kind (which the caller
+/// refuses; the read may then have taken up to 4 bytes beyond it). An abort notice becomes the
+/// error it reports.
+pub(crate) fn read_message_start(
+    peer: &Peer,
+    op: &str,
+    timeout: Duration,
+) -> Result<(Header, u32)> {
+    const COUNT: usize = 4;
+    let mut frame = [0u8; HEADER_BYTES + COUNT];
+    let frame_bytes = |raw: &[u8; HEADER_BYTES]| match Header::decode(raw) {
+        Ok(header) if header.kind == Kind::Send => HEADER_BYTES + COUNT,
+        // An abort notice or another frame: only the header is needed to report it.
+        _ => HEADER_BYTES,
+    };
+    let filled = peer.read_message_frame(op, &mut frame, timeout, &frame_bytes)?;
+    let (raw, after) = frame
+        .split_first_chunk::<HEADER_BYTES>()
+        .expect("the frame has room for a header");
+    let header = finish_frame(peer, op, timeout, raw, &after[..filled - HEADER_BYTES])?;
+    let count = match after.first_chunk::<COUNT>() {
+        Some(count) if header.kind == Kind::Send => u32::from_le_bytes(*count),
+        _ => 0,
+    };
+    Ok((header, count))
 }
 
 /// Decodes a header read from `peer`; an abort notice becomes the error it reports.
@@ -303,5 +325,50 @@ mod tests {
                 "{error:?}"
             );
         }
+    }
+    #[test]
+    fn a_message_start_is_its_header_and_dimension_count_and_leaves_the_rest() {
+        let (peer, mut far) = pair();
+        let header = Header {
+            kind: Kind::Send,
+            dtype: DType::F32,
+            sequence: 0,
+            bytes: 8,
+        };
+        let message = [
+            &header.encode()[..],
+            &1u32.to_le_bytes(),
+            &2i32.to_le_bytes(),
+        ]
+        .concat();
+        far.write_all(&message).unwrap();
+        let (got, count) = read_message_start(&peer, "recv", WAIT).unwrap();
+        assert_eq!((got.kind, got.bytes, count), (Kind::Send, 8, 1));
+        let mut dims = [0u8; 4];
+        peer.read_exact("recv", &mut dims, WAIT).unwrap();
+        assert_eq!(i32::from_le_bytes(dims), 2);
+    }
+
+    #[test]
+    fn an_abort_notice_with_a_reason_shorter_than_a_dimension_count_is_reported_at_once() {
+        let (peer, mut far) = pair();
+        let header = Header {
+            kind: Kind::Abort,
+            dtype: DType::U8,
+            sequence: 1,
+            bytes: 2,
+        };
+        // Nothing follows the two bytes of reason: a read waiting for a count would hang.
+        far.write_all(&[&header.encode()[..], b"no"].concat())
+            .unwrap();
+        let started = std::time::Instant::now();
+        let error = read_message_start(&peer, "recv", WAIT).unwrap_err();
+        assert!(started.elapsed() < WAIT, "waited out the timeout: {error}");
+        let text = error.to_string();
+        assert!(text.contains("group failed: no"), "{text}");
+        assert!(
+            matches!(error, Error::Distributed { rank: Some(1), .. }),
+            "{error:?}"
+        );
     }
 }

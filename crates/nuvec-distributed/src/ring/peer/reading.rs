@@ -105,6 +105,24 @@ impl Peer {
         self.read_polling(op, buf, timeout, self.poll, Some(frame_bytes))
     }
 
+    /// [`Peer::read_frame`] for the start of a point-to-point message, polling as
+    /// [`Poll::for_messages`] says.
+    pub(crate) fn read_message_frame(
+        &self,
+        op: &str,
+        buf: &mut [u8],
+        timeout: Duration,
+        frame_bytes: &FrameBytes<'_>,
+    ) -> Result<usize, Error> {
+        self.read_polling(
+            op,
+            buf,
+            timeout,
+            self.poll.for_messages(),
+            Some(frame_bytes),
+        )
+    }
+
     /// Reads into `buf` until it is full, or, with `frame_bytes`, until the frame its header
     /// announces is in; returns the bytes read.
     fn read_polling(
