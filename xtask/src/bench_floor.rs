@@ -2,11 +2,12 @@
 //! the collectives, and each row's loopback floor: the least time loopback TCP needs to carry
 //! the bytes the ring moves, plus the reductions' CPU time.
 //!
-//! Loopback is measured three ways: one stream; as many streams at once as ranks, received
-//! into a cache-sized buffer; and the same streams received into memory as large as a rank's
-//! output. The last matters once the ranks' outputs together outgrow the last-level cache:
-//! the bytes that land in an output must then reach memory, and loopback carries them
-//! markedly slower than cache-hot ones on these machines.
+//! Loopback is measured three ways: one stream; as many streams at once as ranks, sent from
+//! and received into a cache-sized buffer; and the same streams sent from and received into
+//! memory as large as a rank's output. The last matters once the ranks' outputs together
+//! outgrow the last-level cache: the bytes that land in an output must then reach memory, and
+//! the bytes sent come from buffers as large (the input, the output being built), so loopback
+//! carries them slower than cache-hot ones.
 //!
 //! On one machine loopback keeps every core busy (the kernel copies each byte on the way in
 //! and on the way out), so the reductions cannot hide behind the transfers: their CPU time,
@@ -59,9 +60,9 @@ pub(crate) fn reduce_ceiling() -> f64 {
 }
 
 /// Loopback TCP throughput (GB/s in total) with `streams` streams at once, each writing from
-/// a cache-sized buffer and reading into `region` bytes in turn (allocated and touched before
-/// the clock starts): `CHUNK` for the cache-hot rate, an output's size for the rate into
-/// memory.
+/// `region` bytes and reading into as many, each in turn (allocated and touched before the
+/// clock starts): `CHUNK` for the cache-hot rate, an output's size for the rate from memory
+/// into memory (a collective whose outputs outgrow the cache sends from such buffers too).
 /// The better of two measurements is taken: a floor should not be raised by a moment when
 /// another tenant of the machine took a core.
 pub(crate) fn tcp_rate(streams: usize, region: usize) -> Result<f64, String> {
@@ -91,14 +92,15 @@ fn tcp_rate_once(streams: usize, region: usize) -> Result<f64, String> {
             }
         });
         let stream = std::net::TcpStream::connect(address).map_err(|e| e.to_string())?;
-        pairs.push((reader, stream, vec![7u8; CHUNK]));
+        pairs.push((reader, stream, vec![7u8; region]));
     }
     let start = Instant::now();
     let mut threads = Vec::new();
     for (reader, mut stream, data) in pairs {
         threads.push(std::thread::spawn(move || -> std::io::Result<()> {
-            for _ in 0..per_stream {
-                stream.write_all(&data)?;
+            for k in 0..per_stream {
+                let at = k * CHUNK % (region - region % CHUNK);
+                stream.write_all(&data[at..at + CHUNK])?;
             }
             drop(stream);
             let received = reader
@@ -179,7 +181,7 @@ pub(crate) struct Ceilings {
     pub(crate) one: f64,
     /// (streams, GB/s) with as many streams at once as ranks, cache-hot.
     pub(crate) together: Vec<(u64, f64)>,
-    /// (streams, output bytes, GB/s) received into memory of an output's size, for outputs
+    /// (streams, output bytes, GB/s) sent from and received into memory of an output's size, for outputs
     /// that together outgrow `cache`.
     pub(crate) into_memory: Vec<(u64, u64, f64)>,
     /// The last-level cache (bytes).
@@ -284,7 +286,7 @@ impl Ceilings {
         );
         if !memory.is_empty() {
             text += &format!(
-                "; into memory (outputs beyond the {} MB cache): {}",
+                "; from memory into memory (outputs beyond the {} MB cache): {}",
                 self.cache >> 20,
                 memory.join(", ")
             );

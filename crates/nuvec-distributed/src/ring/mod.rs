@@ -41,8 +41,28 @@ use watch::Watch;
 use wire::{read_chunk, read_header, read_message_start};
 
 /// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
-/// reducing one chunk overlaps receiving the next.
+/// reducing one chunk overlaps receiving the next. The largest chunk; see [`chunk_bytes`].
 const CHUNK_BYTES: usize = 512 * 1024;
+/// Passes over at least this many bytes use [`LARGE_PASS_CHUNK_BYTES`].
+const SMALLER_CHUNKS_FROM: usize = 32 << 20;
+/// Bytes per chunk of a pass over [`SMALLER_CHUNKS_FROM`] bytes or more.
+const LARGE_PASS_CHUNK_BYTES: usize = 256 * 1024;
+
+/// Bytes per chunk of a ring pass over `bytes` (an all-reduce's buffer or lane, an
+/// all-gather's output, a reduce-scatter's input); both ends of every connection compute it
+/// from the same size. Large passes use smaller chunks: fewer bytes in flight on each
+/// connection keep the chunks being received and reduced in the cores' caches. Alternating
+/// runs of 2 ranks: `all_sum` 256 MB 166–169 → 142–143 ms, `all_gather` 256 MB 90–93 →
+/// 80–84 ms; 4 ranks: `all_sum` 256 MB 524–550 → 488–497 ms. Below 32 MB the smaller chunks
+/// cost more than they save (2-rank `all_gather` 16 MB 3.75–3.82 → 3.95–4.05 ms, 2-rank
+/// `all_sum` 1 MB 261–277 → 378–447 µs).
+fn chunk_bytes(bytes: usize) -> usize {
+    if bytes >= SMALLER_CHUNKS_FROM {
+        LARGE_PASS_CHUNK_BYTES
+    } else {
+        CHUNK_BYTES
+    }
+}
 /// The most dimensions a received message may claim (a larger count is a corrupt frame, not a
 /// reason to allocate).
 const MAX_NDIM: usize = 64;
@@ -327,7 +347,7 @@ impl RingCommunicator {
         let Link { left, sequence, .. } = *link;
         let (n, width) = (self.size, dtype.size());
         let len = data.len() / width;
-        let chunk_elements = (CHUNK_BYTES / width).max(1);
+        let chunk_elements = (chunk_bytes(data.len()) / width).max(1);
         let steps = reduce_scatter_steps(n, link.position);
         scratch.resize(scratch.len().max(chunk_elements * width), 0);
         for piece in chunks(segment(len, n, steps[0].send), chunk_elements) {
@@ -367,7 +387,7 @@ impl RingCommunicator {
         let Link { left, sequence, .. } = *link;
         let n = self.size;
         let len = data.len() / width;
-        let chunk_elements = (CHUNK_BYTES / width).max(1);
+        let chunk_elements = (chunk_bytes(data.len()) / width).max(1);
         let steps = all_gather_steps(n, link.position);
         for (index, step) in steps.iter().enumerate() {
             for piece in chunks(segment(len, n, step.recv), chunk_elements) {
@@ -427,7 +447,7 @@ impl Communicator for RingCommunicator {
             let width = dtype.size();
             let elements = block / width;
             let mut outbox = Outbox::default();
-            for piece in chunks(0..elements, (CHUNK_BYTES / width).max(1)) {
+            for piece in chunks(0..elements, (chunk_bytes(output.len()) / width).max(1)) {
                 let start = self.rank * block + piece.start * width;
                 outbox.push(start..start + piece.len() * width);
             }

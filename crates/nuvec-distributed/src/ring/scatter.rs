@@ -12,7 +12,7 @@ use super::frame::Kind;
 use super::outbox::Outbox;
 use super::schedule::{chunks, reduce_scatter_steps, segment};
 use super::wire::read_chunk;
-use super::{kernel_op, Link, RingCommunicator, CHUNK_BYTES};
+use super::{chunk_bytes, kernel_op, Link, RingCommunicator};
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Error, Result};
 use nuvec_cpu::bytes::combine_bytes;
@@ -45,7 +45,7 @@ impl RingCommunicator {
             return Ok(());
         }
         let elements = output.len() / width;
-        let chunk_elements = (CHUNK_BYTES / width).max(1);
+        let chunk_elements = (chunk_bytes(input.len()) / width).max(1);
         let steps = reduce_scatter_steps(n, link.position);
         scratch.resize(scratch.len().max(chunk_elements * width), 0);
         let mut outbox = Outbox::reading(Some(input));
