@@ -10,31 +10,78 @@ use std::time::{Duration, Instant};
 /// Set in the environment of child processes.
 const CHILD_VARIABLE: &str = "NUVEC_TEST_CHILD";
 
-/// Free loopback ports, found by binding port 0 (released before the children start).
+/// Ports the multi-rank tests hand out: below the range Linux (32768–60999) and macOS
+/// (49152–65535) give to outgoing connections and to binds of port 0, so nothing but these
+/// tests takes them.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_768;
+
+/// `count` free loopback ports, released before the children start. They come in turn from
+/// a sequence that every test process of this user shares (a file in the temporary
+/// directory, locked while it advances): tests running at once never get the same ports,
+/// where ports the kernel picks for a bind of port 0 could be handed to another test (or to
+/// an outgoing connection) between the check and the children's bind.
 pub fn free_ports(count: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..count)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("binding a loopback port"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("local address").port())
-        .collect()
+    free_port_block(count)
 }
 
 /// A start port with `n` free loopback ports after it (launchers number the ring's ports
 /// consecutively).
 pub fn free_port_range(n: usize) -> u16 {
-    loop {
-        let start = free_ports(1)[0];
-        let free = (0..n as u16).all(|i| {
-            start
-                .checked_add(i)
-                .is_some_and(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
-        });
-        if free {
-            return start;
+    free_port_block(n.max(1))[0]
+}
+
+/// The next `count` consecutive free ports of [`TEST_PORTS`] in the shared sequence.
+fn free_port_block(count: usize) -> Vec<u16> {
+    use std::io::{Seek, Write};
+    use std::os::fd::AsRawFd;
+    let path = std::env::temp_dir().join("nuvec-test-ports");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("opening the test port sequence {}: {e}", path.display()));
+    // SAFETY: flock on a descriptor this function owns; the lock ends when `file` closes.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "locking {}", path.display());
+    let mut text = String::new();
+    let _ = file.read_to_string(&mut text);
+    let span = TEST_PORTS.end - TEST_PORTS.start;
+    let mut next = text
+        .trim()
+        .parse::<u16>()
+        .ok()
+        .filter(|port| TEST_PORTS.contains(port))
+        .unwrap_or_else(|| TEST_PORTS.start + (std::process::id() % u32::from(span)) as u16);
+    let count = u16::try_from(count).expect("a port count");
+    for _ in 0..span {
+        if next + count > TEST_PORTS.end {
+            next = TEST_PORTS.start;
         }
+        let block = next..next + count;
+        // Held until every port of the block is known to be free.
+        let free: Option<Vec<TcpListener>> = block
+            .clone()
+            .map(|port| TcpListener::bind(("127.0.0.1", port)).ok())
+            .collect();
+        if free.is_none() {
+            next += 1;
+            continue;
+        }
+        let after = if block.end >= TEST_PORTS.end {
+            TEST_PORTS.start
+        } else {
+            block.end
+        };
+        let saved = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| write!(file, "{after}"));
+        saved.unwrap_or_else(|e| panic!("saving the test port sequence {}: {e}", path.display()));
+        return block.collect();
     }
+    panic!("no {count} consecutive free loopback ports in {TEST_PORTS:?}");
 }
 
 /// The debug build of the `nuvec` crate's example `name`, built first when missing.
@@ -307,4 +354,29 @@ pub fn launch_ranks(
         "a rank of {test_name} failed:\n{}",
         report.join("\n")
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_taken_at_once_are_distinct_consecutive_and_free() {
+        let blocks: Vec<Vec<u16>> = std::thread::scope(|scope| {
+            let takers: Vec<_> = (0..8).map(|_| scope.spawn(|| free_ports(4))).collect();
+            takers.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut all: Vec<u16> = blocks.iter().flatten().copied().collect();
+        for block in &blocks {
+            assert!(block.windows(2).all(|w| w[1] == w[0] + 1), "{block:?}");
+            assert!(block.iter().all(|p| TEST_PORTS.contains(p)), "{block:?}");
+        }
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 32, "a port was handed out twice: {blocks:?}");
+        let start = free_port_range(3);
+        for port in start..start + 3 {
+            TcpListener::bind(("127.0.0.1", port)).expect("a handed-out port is free");
+        }
+    }
 }

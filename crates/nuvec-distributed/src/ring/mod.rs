@@ -63,6 +63,7 @@ fn chunk_bytes(bytes: usize) -> usize {
         CHUNK_BYTES
     }
 }
+
 /// The most dimensions a received message may claim (a larger count is a corrupt frame, not a
 /// reason to allocate).
 const MAX_NDIM: usize = 64;

@@ -326,6 +326,7 @@ mod tests {
             );
         }
     }
+
     #[test]
     fn a_message_start_is_its_header_and_dimension_count_and_leaves_the_rest() {
         let (peer, mut far) = pair();
