@@ -15,23 +15,18 @@ const CHILD_VARIABLE: &str = "NUVEC_TEST_CHILD";
 /// tests takes them.
 const TEST_PORTS: std::ops::Range<u16> = 20_000..32_768;
 
-/// `count` free loopback ports, released before the children start. They come in turn from
-/// a sequence that every test process of this user shares (a file in the temporary
-/// directory, locked while it advances): tests running at once never get the same ports,
-/// where ports the kernel picks for a bind of port 0 could be handed to another test (or to
-/// an outgoing connection) between the check and the children's bind.
-pub fn free_ports(count: usize) -> Vec<u16> {
-    free_port_block(count)
-}
-
 /// A start port with `n` free loopback ports after it (launchers number the ring's ports
 /// consecutively).
 pub fn free_port_range(n: usize) -> u16 {
-    free_port_block(n.max(1))[0]
+    free_ports(n.max(1))[0]
 }
 
-/// The next `count` consecutive free ports of [`TEST_PORTS`] in the shared sequence.
-fn free_port_block(count: usize) -> Vec<u16> {
+/// `count` consecutive free loopback ports, released before the children start. They come
+/// in turn from a sequence that every test process of this user shares (a file in the
+/// temporary directory, locked while it advances): tests running at once never get the same
+/// ports, where ports the kernel picks for a bind of port 0 could be handed to another test
+/// (or to an outgoing connection) between the check and the children's bind.
+pub fn free_ports(count: usize) -> Vec<u16> {
     use std::io::{Seek, Write};
     use std::os::fd::AsRawFd;
     let path = std::env::temp_dir().join("nuvec-test-ports");

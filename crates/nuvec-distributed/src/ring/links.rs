@@ -70,4 +70,11 @@ impl RingCommunicator {
             .iter()
             .flat_map(|connections| &connections[..connections.len() / 2])
     }
+
+    /// Every connection that carries frames from another rank to this one.
+    pub(super) fn readers(&self) -> impl Iterator<Item = &Arc<Peer>> {
+        self.peers
+            .iter()
+            .flat_map(|connections| &connections[connections.len() / 2..])
+    }
 }

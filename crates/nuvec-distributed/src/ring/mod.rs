@@ -87,6 +87,17 @@ struct State {
     lane_scratch: Vec<Vec<u8>>,
 }
 
+impl State {
+    /// `result`, its error kept as the group's failure: a read that failed, or a message
+    /// that was refused without being drained, leaves a stream at an unknown place, and the
+    /// group refuses further work.
+    fn breaks<T>(&mut self, result: Result<T>) -> Result<T> {
+        result.inspect_err(|error| {
+            self.failure.get_or_insert_with(|| error.clone());
+        })
+    }
+}
+
 /// A connected ring group.
 #[derive(Debug)]
 pub struct RingCommunicator {
@@ -163,29 +174,14 @@ impl RingCommunicator {
         } else {
             connect::form_mesh(nodes, rank, options)?
         };
-        let peers: Vec<Vec<Arc<Peer>>> = peers
-            .into_iter()
-            .map(|connections| connections.into_iter().map(Arc::new).collect())
-            .collect();
-        let watch = Arc::new(Watch::new(rank));
-        let mut readers = Vec::new();
-        for connections in &peers {
-            for peer in connections {
-                peer.join_watch(watch.clone());
-            }
-            // The second half of a rank's connections carry data from it.
-            readers.extend(
-                connections[connections.len() / 2..]
-                    .iter()
-                    .map(Arc::downgrade),
-            );
-        }
-        watch.set_readers(readers);
-        Ok(RingCommunicator {
+        let ring = RingCommunicator {
             rank,
             size,
-            peers,
-            watch,
+            peers: peers
+                .into_iter()
+                .map(|connections| connections.into_iter().map(Arc::new).collect())
+                .collect(),
+            watch: Arc::new(Watch::new(rank)),
             timeout: options.timeout,
             ring_connections,
             state: Mutex::new(State {
@@ -197,7 +193,13 @@ impl RingCommunicator {
                 scratch: Vec::new(),
                 lane_scratch: Vec::new(),
             }),
-        })
+        };
+        for peer in ring.connections() {
+            peer.join_watch(ring.watch.clone());
+        }
+        ring.watch
+            .set_readers(ring.readers().map(Arc::downgrade).collect());
+        Ok(ring)
     }
 
     /// Runs `body` as the group's next operation unless the group failed or closed; a
@@ -501,39 +503,26 @@ impl Communicator for RingCommunicator {
     fn recv(&self, data: &mut [u8], dtype: DType, shape: &[i32], src: usize) -> Result<()> {
         self.run("recv", false, |state| {
             let peer = self.reader("recv", src)?;
-            // A failed read leaves the stream at an unknown position: the group is unusable.
-            let read = |state: &mut State, buf: &mut [u8]| {
-                peer.read_message("recv", buf, self.timeout).inspect_err(|e| {
-                    state.failure.get_or_insert_with(|| e.clone());
-                })
-            };
-            let (header, ndim) = read_message_start(peer, "recv", self.timeout).inspect_err(|e| {
-                state.failure.get_or_insert_with(|| e.clone());
-            })?;
+            let (header, ndim) = state.breaks(read_message_start(peer, "recv", self.timeout))?;
             if header.kind != Kind::Send || header.sequence != state.received[src] {
-                let error = self.mismatch(
+                let expected = state.received[src];
+                return state.breaks(Err(self.mismatch(
                     Kind::Send,
                     src,
-                    format!("expected message #{} from rank {src}, got {}", state.received[src], header.describe()),
-                );
-                state.failure.get_or_insert_with(|| error.clone());
-                return Err(error);
+                    format!("expected message #{expected} from rank {src}, got {}", header.describe()),
+                )));
             }
             state.received[src] += 1;
             let ndim = ndim as usize;
             if ndim > MAX_NDIM {
-                let error = self.mismatch(Kind::Send, src, format!("message from rank {src} claims {ndim} dimensions (at most {MAX_NDIM})"));
-                state.failure.get_or_insert_with(|| error.clone());
-                return Err(error);
+                return state.breaks(Err(self.mismatch(Kind::Send, src, format!("message from rank {src} claims {ndim} dimensions (at most {MAX_NDIM})"))));
             }
             let mut dims = vec![0u8; 4 * ndim];
-            read(state, &mut dims)?;
+            state.breaks(peer.read_message("recv", &mut dims, self.timeout))?;
             let their_shape: Vec<i32> = dims.chunks_exact(4).map(|d| i32::from_le_bytes([d[0], d[1], d[2], d[3]])).collect();
             if header.dtype != dtype || their_shape != shape || header.bytes as usize != data.len() {
                 // Drain the message so the connections stay usable for the next one.
-                self.drain_payload(src, peer, header.bytes).inspect_err(|e| {
-                    state.failure.get_or_insert_with(|| e.clone());
-                })?;
+                state.breaks(self.drain_payload(src, peer, header.bytes))?;
                 return Err(self.mismatch(
                     Kind::Send,
                     src,
@@ -543,9 +532,7 @@ impl Communicator for RingCommunicator {
                     ),
                 ));
             }
-            self.read_payload(src, peer, data).inspect_err(|e| {
-                state.failure.get_or_insert_with(|| e.clone());
-            })
+            state.breaks(self.read_payload(src, peer, data))
         })
     }
 

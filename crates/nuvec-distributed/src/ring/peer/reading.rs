@@ -276,22 +276,21 @@ impl Peer {
     /// [`Peer::waiting_header`], or `None` at once when another thread is reading this
     /// connection.
     pub(crate) fn try_waiting_header(&self) -> Option<[u8; HEADER_BYTES]> {
-        let incoming = self.reader.try_lock().ok()?;
-        let mut raw = [0u8; HEADER_BYTES];
-        match crate::platform::peek_now(&incoming.stream, &mut raw) {
-            Ok(HEADER_BYTES) => Some(raw),
-            _ => None,
-        }
+        peek_header(&self.reader.try_lock().ok()?.stream)
     }
 
     /// The frame header waiting to be read, if a whole one has arrived (never waits; a peer
     /// that closed after its last frame is not an error here).
     pub(crate) fn waiting_header(&self) -> Option<[u8; HEADER_BYTES]> {
-        let incoming = lock(&self.reader);
-        let mut raw = [0u8; HEADER_BYTES];
-        match crate::platform::peek_now(&incoming.stream, &mut raw) {
-            Ok(HEADER_BYTES) => Some(raw),
-            _ => None,
-        }
+        peek_header(&lock(&self.reader).stream)
+    }
+}
+
+/// The frame header waiting on `stream`, if a whole one has arrived (never waits).
+fn peek_header(stream: &std::net::TcpStream) -> Option<[u8; HEADER_BYTES]> {
+    let mut raw = [0u8; HEADER_BYTES];
+    match crate::platform::peek_now(stream, &mut raw) {
+        Ok(HEADER_BYTES) => Some(raw),
+        _ => None,
     }
 }
