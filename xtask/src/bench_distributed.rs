@@ -1,26 +1,30 @@
 //! `cargo xtask bench-distributed`: nuvec's ring against MLX 0.32.4's ring, side by side, in
-//! one run on this machine (or the hosts of `--hostfile`), with Open MPI over TCP (its own
-//! collectives, through nuvec's MPI backend) and nuvec over JACCL's mesh on the emulated
-//! fabric as further columns.
+//! one run on this machine (or the hosts of `--hostfile`, `bench_hosts.rs`), with Open MPI
+//! over TCP (its own collectives, through nuvec's MPI backend), nuvec over JACCL's mesh on
+//! the emulated fabric, and the bare ring (`bench_bare_ring.rs`) as further columns.
 //!
 //! For each rank count and collective it runs nuvec's rank program
-//! (`examples/bench_distributed.rs`, started by `nuvec launch`) and MLX's
-//! (`scripts/bench/mlx_collectives.py`, started directly with the ring's environment, since
-//! mlx.launch spins a core), alternating which goes first. Both use the nccl-tests conventions
-//! (big-buffer bytes, bus-bandwidth factors, a barrier before each iteration, the slowest
-//! rank's time, the median). It also measures this machine's ceilings (`bench_floor.rs`):
-//! single-core memcpy and reduction bandwidth and loopback TCP, from which each row gets a
-//! floor, the least time its bytes take through loopback plus its reductions' CPU time.
-//! Output: a table (stdout and target/bench-distributed.md), target/bench-distributed.json
-//! and an SVG plot of bus bandwidth against size (target/bench-distributed.svg).
-//! `--repeat N` runs every side N times and reports medians of the rounds' medians
-//! (`bench_rounds.rs`); each run records how much CPU time the hypervisor stole meanwhile.
+//! (`examples/bench_distributed.rs`, started by `nuvec launch`) and MLX's (`bench_mlx.rs`),
+//! alternating which goes first. Both use the nccl-tests conventions (big-buffer bytes,
+//! bus-bandwidth factors, a barrier before each iteration, the slowest rank's time, the
+//! median). It also measures this machine's ceilings (`bench_floor.rs`): single-core memcpy
+//! and reduction bandwidth and loopback TCP, from which each row gets a floor, the least time
+//! its bytes take through loopback plus its reductions' CPU time; the bare ring is the same
+//! algorithm as the ring's with no protocol, a floor measured for the large `all_sum` rows.
+//! Output: a table (stdout and target/bench-distributed.md, `bench_table.rs`),
+//! target/bench-distributed.json and an SVG plot of bus bandwidth against size
+//! (target/bench-distributed.svg). `--repeat N` runs every side N times and reports medians
+//! of the rounds' medians (`bench_rounds.rs`); each run records how much CPU time the
+//! hypervisor stole meanwhile.
 
+use crate::bench_bare_ring;
 use crate::bench_floor::{lands_in_outputs, memcpy_ceiling, Ceilings};
+use crate::bench_hosts::Hosts;
+use crate::bench_mlx::{mlx_python, run_mlx};
 use crate::bench_rounds::{cpu_ticks, describe_steal, mark_steal, merge, steal_percent};
+use crate::bench_table::{human, key, table, us};
 use crate::{free_port_range, run, workspace_root};
 use serde_json::{json, Value};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -30,7 +34,7 @@ macro_rules! progress {
     }};
 }
 
-struct Options {
+pub(crate) struct Options {
     ranks: Vec<usize>,
     ops: Vec<String>,
     sizes: String,
@@ -44,6 +48,12 @@ struct Options {
     mlx: bool,
     mpi: bool,
     jaccl: bool,
+    /// Whether the bare ring (`bench_bare_ring.rs`) runs for the large `all_sum` rows.
+    bare_ring: bool,
+    /// The hostfile whose ranks run instead of `ranks` on loopback (`bench_hosts.rs`).
+    hostfile: Option<PathBuf>,
+    /// Whether `--ranks` was given (it and `--hostfile` exclude each other).
+    ranks_given: bool,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
@@ -60,6 +70,9 @@ fn options(args: &[String]) -> Result<Options, String> {
         mlx: true,
         mpi: true,
         jaccl: true,
+        bare_ring: true,
+        hostfile: None,
+        ranks_given: false,
     };
     let mut rest = args.iter();
     while let Some(flag) = rest.next() {
@@ -75,9 +88,15 @@ fn options(args: &[String]) -> Result<Options, String> {
             options.jaccl = false;
             continue;
         }
+        if flag == "--no-bare-ring" {
+            options.bare_ring = false;
+            continue;
+        }
         let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
+            "--hostfile" => options.hostfile = Some(PathBuf::from(value)),
             "--ranks" => {
+                options.ranks_given = true;
                 options.ranks = value
                     .split(',')
                     .map(|r| r.parse().map_err(|_| format!("--ranks: {r:?} is not a count")))
@@ -97,16 +116,22 @@ fn options(args: &[String]) -> Result<Options, String> {
             },
             other => {
                 return Err(format!(
-                    "unknown option {other} (--ranks 2,4 --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --min-iters N --repeat N --no-mlx --no-mpi --no-jaccl)"
+                    "unknown option {other} (--ranks 2,4 --hostfile FILE --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --min-iters N --repeat N --no-mlx --no-mpi --no-jaccl --no-bare-ring)"
                 ))
             }
         }
+    }
+    if options.hostfile.is_some() && options.ranks_given {
+        return Err(
+            "--ranks and --hostfile exclude each other: the hostfile says how many ranks run"
+                .into(),
+        );
     }
     Ok(options)
 }
 
 /// The options both rank programs (nuvec's and MLX's) take.
-fn rank_args<'a>(op: &'a str, dtype: &'a str, options: &'a Options) -> [&'a str; 10] {
+pub(crate) fn rank_args<'a>(op: &'a str, dtype: &'a str, options: &'a Options) -> [&'a str; 10] {
     [
         "--ops",
         op,
@@ -122,7 +147,7 @@ fn rank_args<'a>(op: &'a str, dtype: &'a str, options: &'a Options) -> [&'a str;
 }
 
 /// The JSON lines a run's rank 0 printed.
-fn records(stdout: &[u8]) -> Vec<Value> {
+pub(crate) fn records(stdout: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
@@ -139,14 +164,19 @@ const OPEN_MPI_TCP: &str = "--mca btl self,tcp --mca mpi_yield_when_idle 1";
 /// through nuvec's MPI backend) or `jaccl` (JACCL's mesh on the emulated fabric).
 fn run_ours(
     root: &Path,
-    n: usize,
+    (n, hosts): (usize, Option<&Hosts>),
     (op, dtype): (&str, &str),
     options: &Options,
     backend: &str,
 ) -> Result<Vec<Value>, String> {
     let port = free_port_range(n)?.to_string();
     let mut command = Command::new(root.join("target/release/nuvec"));
-    command.args(["launch", "-n", &n.to_string(), "--backend", backend]);
+    command.arg("launch");
+    match hosts {
+        Some(hosts) => command.arg("--hostfile").arg(&hosts.file),
+        None => command.args(["-n", &n.to_string()]),
+    };
+    command.args(["--backend", backend]);
     if backend == "mpi" {
         command.args(["--mpi-arg", OPEN_MPI_TCP]);
     } else {
@@ -169,25 +199,39 @@ fn run_ours(
     Ok(records(&output.stdout))
 }
 
+/// Where the ranks run (a hostfile's hosts, else loopback) and what the sides other than
+/// nuvec's run: MLX's Python, the bare ring's binary.
+#[derive(Clone, Copy)]
+struct Tools<'a> {
+    hosts: Option<&'a Hosts>,
+    python: Option<&'a Path>,
+    bare_ring: Option<&'a Path>,
+}
+
 /// One side's run of `op` on `n` ranks. nuvec's failure ends the benchmark; a peer's is
 /// reported and leaves its column empty.
 fn run_side(
     side: &str,
     root: &Path,
-    python: Option<&Path>,
+    tools: Tools<'_>,
     n: usize,
     (op, dtype): (&str, &str),
     options: &Options,
 ) -> Result<Vec<Value>, String> {
-    let peer = match (side, python) {
-        ("nuvec", _) => return run_ours(root, n, (op, dtype), options, "ring"),
-        ("open-mpi-tcp", _) => run_ours(root, n, (op, dtype), options, "mpi")
+    let peer = match (side, tools.python) {
+        ("bare-ring", _) => match tools.bare_ring {
+            Some(binary) if op == "all_sum" && dtype == "float32" => {
+                bench_bare_ring::run(binary, n as u64, &options.sizes)
+            }
+            _ => Ok(Vec::new()),
+        },
+        ("nuvec", _) => return run_ours(root, (n, tools.hosts), (op, dtype), options, "ring"),
+        ("open-mpi-tcp", _) => run_ours(root, (n, None), (op, dtype), options, "mpi")
             .map_err(|e| format!("Open MPI over TCP failed: {e}")),
-        ("nuvec-jaccl", _) => run_ours(root, n, (op, dtype), options, "jaccl")
+        ("nuvec-jaccl", _) => run_ours(root, (n, None), (op, dtype), options, "jaccl")
             .map_err(|e| format!("nuvec over JACCL (emulated) failed: {e}")),
-        ("mlx", Some(python)) => {
-            run_mlx(root, python, n, op, dtype, options).map_err(|e| format!("MLX failed: {e}"))
-        }
+        ("mlx", Some(python)) => run_mlx(root, python, (n, tools.hosts), (op, dtype), options)
+            .map_err(|e| format!("MLX failed: {e}")),
         _ => Ok(Vec::new()),
     };
     Ok(peer.unwrap_or_else(|reason| {
@@ -204,178 +248,32 @@ fn has_mpirun() -> bool {
         .any(|dir| dir.join("mpirun").is_file())
 }
 
-fn run_mlx(
-    root: &Path,
-    python: &Path,
-    n: usize,
-    op: &str,
-    dtype: &str,
-    options: &Options,
-) -> Result<Vec<Value>, String> {
-    let start = free_port_range(n)?;
-    let hostfile =
-        std::env::temp_dir().join(format!("nuvec-bench-mlx-{}.json", std::process::id()));
-    let entries: Vec<String> = (0..n)
-        .map(|r| format!("[\"127.0.0.1:{}\"]", start + r as u16))
-        .collect();
-    std::fs::write(&hostfile, format!("[{}]", entries.join(", "))).map_err(|e| e.to_string())?;
-    let mut children = Vec::new();
-    for rank in 0..n {
-        children.push(
-            Command::new(python)
-                .arg(root.join("scripts/bench/mlx_collectives.py"))
-                .args(rank_args(op, dtype, options))
-                .env("MLX_RANK", rank.to_string())
-                .env("MLX_HOSTFILE", &hostfile)
-                .stdin(Stdio::null())
-                .stdout(if rank == 0 {
-                    Stdio::piped()
-                } else {
-                    Stdio::null()
-                })
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("starting MLX rank {rank}: {e}"))?,
-        );
-    }
-    let mut stdout = Vec::new();
-    if let Some(mut out) = children[0].stdout.take() {
-        let _ = out.read_to_end(&mut stdout);
-    }
-    let mut failure = None;
-    for (rank, child) in children.iter_mut().enumerate() {
-        let status = child.wait().map_err(|e| e.to_string())?;
-        if !status.success() && failure.is_none() {
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
-            failure = Some(format!("MLX rank {rank} failed ({status}): {err}"));
-        }
-    }
-    let _ = std::fs::remove_file(&hostfile);
-    match failure {
-        Some(reason) => Err(reason),
-        None => Ok(records(&stdout)),
-    }
-}
-
-/// MLX's Python: `.venv-mlx` (created with `pip install "mlx[cpu]==0.32.4"` when missing).
-fn mlx_python(root: &Path) -> Result<PathBuf, String> {
-    let python = root.join(".venv-mlx/bin/python");
-    if !python.exists() {
-        progress!("installing MLX 0.32.4 into .venv-mlx (python3 -m venv; pip install \"mlx[cpu]==0.32.4\")");
-        run("python3", &["-m", "venv", ".venv-mlx"])?;
-        run(
-            ".venv-mlx/bin/pip",
-            &["install", "--quiet", "mlx[cpu]==0.32.4"],
-        )?;
-    }
-    let check = Command::new(&python)
-        .args(["-c", "import mlx.core as mx; print(mx.__version__)"])
-        .output()
-        .map_err(|e| e.to_string())?;
-    let version = String::from_utf8_lossy(&check.stdout).trim().to_string();
-    if !check.status.success() {
-        return Err(format!(
-            "{} cannot import mlx: {}",
-            python.display(),
-            String::from_utf8_lossy(&check.stderr)
-        ));
-    }
-    if version != "0.32.4" {
-        progress!("note: .venv-mlx has MLX {version}, not 0.32.4");
-    }
-    Ok(python)
-}
-
-fn human(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 20 => format!("{} MB", b >> 20),
-        b if b >= 1 << 10 => format!("{} KB", b >> 10),
-        b => format!("{b} B"),
-    }
-}
-
-fn us(value: f64) -> String {
-    if value >= 1000.0 {
-        format!("{:.2} ms", value / 1000.0)
+/// Reads the hostfile `file` and narrows `options` to what runs on its hosts: its ranks, and
+/// the loopback-only columns (Open MPI, JACCL; the bare ring and the floors unless every rank
+/// is on this machine) left out.
+fn hosts_of(root: &Path, file: &Path, options: &mut Options) -> Result<Hosts, String> {
+    let hosts = crate::bench_hosts::read(root, file)?;
+    let here = if hosts.local {
+        ", all on this machine"
     } else {
-        format!("{value:.0} µs")
+        ""
+    };
+    progress!("{} ranks from {}{here}", hosts.ranks, file.display());
+    options.ranks = vec![hosts.ranks];
+    if options.mpi || options.jaccl {
+        progress!("the Open MPI and JACCL columns run on loopback only: left out with --hostfile");
     }
-}
-
-fn key(record: &Value) -> (String, u64, u64, String) {
-    (
-        record["op"].as_str().unwrap_or_default().to_string(),
-        record["ranks"].as_u64().unwrap_or_default(),
-        record["bytes"].as_u64().unwrap_or_default(),
-        record["dtype"].as_str().unwrap_or_default().to_string(),
-    )
-}
-
-/// The median and bus bandwidth of the record matching `k` in `records`, as table cells, and
-/// the median itself.
-fn cells(records: &[Value], k: &(String, u64, u64, String)) -> (String, String, f64) {
-    match records.iter().find(|t| key(t) == *k) {
-        Some(t) if t.get("error").is_none() => {
-            let m = t["median_us"].as_f64().unwrap_or(f64::NAN);
-            let bw = t["busbw_gbps"].as_f64().unwrap_or(f64::NAN);
-            (us(m), format!("{bw:.3}"), m)
-        }
-        Some(_) => ("unsupported".into(), "–".into(), f64::NAN),
-        None => ("–".into(), "–".into(), f64::NAN),
+    options.mpi = false;
+    options.jaccl = false;
+    if !hosts.local {
+        progress!("the bare ring and the floors are for loopback: left out for other hosts");
+        options.bare_ring = false;
     }
-}
-
-fn ratio(mine: f64, other: f64) -> String {
-    if other.is_nan() {
-        "–".into()
-    } else {
-        format!("{:.3}", mine / other)
-    }
-}
-
-fn table(
-    ours: &[Value],
-    theirs: &[Value],
-    (mpi, jaccl): (&[Value], &[Value]),
-    ceilings: &Ceilings,
-) -> String {
-    let mut out = String::from(
-        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | floor (loopback + reductions) | nuvec / floor | Open MPI TCP median | nuvec / Open MPI TCP | JACCL (emulated) median | JACCL busbw GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    for record in ours {
-        let k = key(record);
-        let mine = record["median_us"].as_f64().unwrap_or(f64::NAN);
-        let (their_median, their_bw, theirs_us) = cells(theirs, &k);
-        let (mpi_median, _, mpi_us) = cells(mpi, &k);
-        let (jaccl_median, jaccl_bw, _) = cells(jaccl, &k);
-        let checked = if record["ok"].as_bool() == Some(true) {
-            ""
-        } else {
-            " (WRONG RESULT)"
-        };
-        let floor = ceilings.floor_us(&k.0, k.1, k.2);
-        out += &format!(
-            "| {} | {} | {} | {} | {}{checked} | {their_median} | {} | {:.3} | {their_bw} | {} | {} | {mpi_median} | {} | {jaccl_median} | {jaccl_bw} |\n",
-            k.0,
-            k.1,
-            k.3,
-            human(k.2),
-            us(mine),
-            ratio(mine, theirs_us),
-            record["busbw_gbps"].as_f64().unwrap_or(f64::NAN),
-            us(floor),
-            ratio(mine, floor),
-            ratio(mine, mpi_us),
-        );
-    }
-    out
+    Ok(hosts)
 }
 
 pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
-    let options = options(args)?;
+    let mut options = options(args)?;
     let root = workspace_root();
     run(
         "cargo",
@@ -392,6 +290,10 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             "bench_distributed",
         ],
     )?;
+    let hosts = match options.hostfile.clone() {
+        Some(file) => Some(hosts_of(&root, &file, &mut options)?),
+        None => None,
+    };
     let python = if options.mlx {
         match mlx_python(&root) {
             Ok(python) => Some(python),
@@ -407,6 +309,23 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     if options.mpi && !mpi {
         progress!("mpirun is not on PATH (install openmpi-bin); no Open MPI column");
     }
+    let bare_ring = if options.bare_ring && options.ops.iter().any(|op| op == "all_sum") {
+        progress!("building the bare ring (scripts/bench/ring_floor.rs)");
+        match bench_bare_ring::build(&root) {
+            Ok(binary) => Some(binary),
+            Err(reason) => {
+                progress!("no bare-ring column: {reason}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let tools = Tools {
+        hosts: hosts.as_ref(),
+        python: python.as_deref(),
+        bare_ring: bare_ring.as_deref(),
+    };
     progress!("measuring this machine's ceilings");
     let memcpy = memcpy_ceiling();
     let mut ceilings = Ceilings::measure(&options.ranks)?;
@@ -415,15 +334,16 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         "single-core memcpy {memcpy:.2} GB/s; {}",
         ceilings.describe()
     );
-    let (mut ours, mut theirs, mut over_mpi, mut over_jaccl) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ours, mut theirs, mut over_mpi, mut over_jaccl, mut bare) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // The sides that run, each going first in turn.
-    let sides: Vec<&str> = ["nuvec", "mlx", "open-mpi-tcp", "nuvec-jaccl"]
+    let sides: Vec<&str> = ["nuvec", "mlx", "open-mpi-tcp", "nuvec-jaccl", "bare-ring"]
         .into_iter()
         .filter(|side| match *side {
             "mlx" => python.is_some(),
             "open-mpi-tcp" => mpi,
             "nuvec-jaccl" => options.jaccl,
+            "bare-ring" => bare_ring.is_some(),
             _ => true,
         })
         .collect();
@@ -441,10 +361,12 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                     order.rotate_left(turn % sides.len());
                     turn += 1;
                     for side in order {
+                        if side == "bare-ring" && (op != "all_sum" || dtype != "float32") {
+                            continue;
+                        }
                         progress!("{n} ranks, {op}, {dtype}: {side} ({}{of})", options.sizes);
                         let before = cpu_ticks();
-                        let mut results =
-                            run_side(side, &root, python.as_deref(), n, (op, dtype), &options)?;
+                        let mut results = run_side(side, &root, tools, n, (op, dtype), &options)?;
                         let steal = steal_percent(before, cpu_ticks());
                         mark_steal(&mut results, steal);
                         if let Some(steal) = steal.filter(|_| !results.is_empty()) {
@@ -467,6 +389,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                             "nuvec" => ours.extend(results),
                             "mlx" => theirs.extend(results),
                             "nuvec-jaccl" => over_jaccl.extend(results),
+                            "bare-ring" => bare.extend(results),
                             _ => over_mpi.extend(results),
                         }
                     }
@@ -479,11 +402,12 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         describe_steal(&ours),
         describe_steal(&theirs)
     );
-    let (ours, theirs, over_mpi, over_jaccl) = (
+    let (ours, theirs, over_mpi, over_jaccl, bare) = (
         merge(&ours),
         merge(&theirs),
         merge(&over_mpi),
         merge(&over_jaccl),
+        merge(&bare),
     );
     let rows: Vec<(u64, u64)> = ours
         .iter()
@@ -498,13 +422,19 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         progress!("measuring loopback into memory for outputs beyond the cache");
         ceilings.measure_into_memory(&rows)?;
     }
-    let table = table(&ours, &theirs, (&over_mpi, &over_jaccl), &ceilings);
+    // The floors are loopback's: not for hosts beyond this machine.
+    let floors = hosts.as_ref().is_none_or(|h| h.local).then_some(&ceilings);
+    let table = table(&ours, &theirs, (&over_mpi, &over_jaccl, &bare), floors);
     let rounds = match options.repeat {
         1 => "one run per side and collective".to_string(),
         n => format!("medians of {n} rounds' medians per side and collective"),
     };
+    let whose = match floors {
+        Some(_) => "ceilings",
+        None => "this machine's ceilings (no floors: the ranks ran on other hosts)",
+    };
     let footer = format!(
-        "ceilings: single-core memcpy {memcpy:.2} GB/s; {}\n{rounds}; {footer_steal}",
+        "{whose}: single-core memcpy {memcpy:.2} GB/s; {}\n{rounds}; {footer_steal}",
         ceilings.describe()
     );
     println!("{table}");
@@ -527,6 +457,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         "mlx": theirs,
         "open_mpi_tcp": over_mpi,
         "nuvec_jaccl_emulated": over_jaccl,
+        "bare_ring": bare,
     });
     std::fs::write(
         target.join("bench-distributed.json"),
@@ -552,45 +483,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_hostfile_takes_the_place_of_the_rank_counts() {
+        let args = |list: &[&str]| list.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        let parsed = options(&args(&["--hostfile", "hosts.json"])).expect("options");
+        assert_eq!(parsed.hostfile, Some(PathBuf::from("hosts.json")));
+        let error = options(&args(&["--hostfile", "h.json", "--ranks", "2"]))
+            .err()
+            .expect("refused");
+        assert!(error.contains("exclude each other"), "{error}");
+    }
+
+    #[test]
     fn records_are_read_from_json_lines_among_other_output() {
         let output = b"[nuvec launch] a note\n{\"impl\": \"nuvec\", \"bytes\": 4096}\nplain text\n";
         let found = records(output);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0]["bytes"], 4096);
-    }
-
-    #[test]
-    fn the_table_pairs_each_result_with_mlx_and_shows_the_ratio() {
-        let ours = vec![
-            json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 40.0, "busbw_gbps": 0.1, "ok": true}),
-        ];
-        let theirs = vec![
-            json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 4000.0, "busbw_gbps": 0.001}),
-        ];
-        let over_mpi = vec![
-            json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 20.0, "busbw_gbps": 0.2}),
-        ];
-        let over_jaccl = vec![
-            json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 60.0, "busbw_gbps": 0.07}),
-        ];
-        // 2 GB/s on two streams at once: an all-sum of 4 KiB on 2 ranks moves 8 KiB, 4.1 µs.
-        let ceilings = Ceilings {
-            one: 1.0,
-            together: vec![(2, 2.0)],
-            into_memory: Vec::new(),
-            cache: 32 << 20,
-            reduce: f64::INFINITY,
-            cores: 2,
-        };
-        let table = table(&ours, &theirs, (&over_mpi, &over_jaccl), &ceilings);
-        assert!(
-            table.contains("| all_sum | 2 | float32 | 4 KB | 40 µs | 4.00 ms | 0.010 |"),
-            "{table}"
-        );
-        assert!(table.contains("| 0.001 | 4 µs | 9.766 |"), "{table}");
-        assert!(
-            table.ends_with("| 20 µs | 2.000 | 60 µs | 0.070 |\n"),
-            "{table}"
-        );
     }
 }

@@ -10,11 +10,15 @@
 //!   and `quantized_matmul` against `matmul`.
 //! - `tidy`: repository hygiene (also run as a test: `cargo test -p xtask`).
 
+mod bench_bare_ring;
 mod bench_core;
 mod bench_distributed;
 mod bench_floor;
+mod bench_hosts;
+mod bench_mlx;
 mod bench_plot;
 mod bench_rounds;
+mod bench_table;
 mod demo;
 mod tidy;
 
