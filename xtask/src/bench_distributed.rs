@@ -471,7 +471,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     std::fs::write(
         target.join("bench-distributed.svg"),
-        crate::bench_plot::svg(&ours, &theirs, tcp, &options.ranks, &options.ops),
+        crate::bench_plot::svg((&ours, &theirs, &bare), tcp, &options.ranks, &options.ops),
     )
     .map_err(|e| e.to_string())?;
     progress!("wrote target/bench-distributed.{{md,json,svg}}");

@@ -1,5 +1,6 @@
 //! The SVG of `bench-distributed`: bus bandwidth against message size, one panel per
-//! (rank count, collective), nuvec and MLX as lines, one loopback TCP stream as the ceiling.
+//! (rank count, collective), nuvec, MLX and the bare ring as lines, one loopback TCP stream as
+//! the ceiling. `cargo xtask bench-plot RUN.json OUT.svg` draws it again from a run's JSON.
 
 use serde_json::Value;
 use std::fmt::Write;
@@ -21,8 +22,7 @@ fn points(records: &[Value], ranks: usize, op: &str) -> Vec<(f64, f64)> {
 
 /// The plot as an SVG document.
 pub(crate) fn svg(
-    ours: &[Value],
-    theirs: &[Value],
+    (ours, theirs, bare): (&[Value], &[Value], &[Value]),
     ceiling: f64,
     ranks: &[usize],
     ops: &[String],
@@ -39,7 +39,7 @@ pub(crate) fn svg(
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         out,
-        r#"<text x="{MARGIN}" y="18" font-size="14">bus bandwidth (GB/s) against size: nuvec (blue), MLX ring (orange), one loopback TCP stream (grey)</text>"#
+        r#"<text x="{MARGIN}" y="18" font-size="14">bus bandwidth (GB/s) against size: nuvec (blue), MLX ring (orange), bare ring (green, large all_sums), one loopback TCP stream (grey)</text>"#
     );
     let all: Vec<f64> = ours
         .iter()
@@ -60,9 +60,11 @@ pub(crate) fn svg(
             let y0 = MARGIN + row as f64 * (PANEL_H + MARGIN * 1.5);
             let mine = points(ours, n, op);
             let other = points(theirs, n, op);
+            let floor = points(bare, n, op);
             let top = mine
                 .iter()
                 .chain(&other)
+                .chain(&floor)
                 .map(|p| p.1)
                 .fold(ceiling, f64::max)
                 * 1.1;
@@ -106,7 +108,7 @@ pub(crate) fn svg(
                 y(ceiling),
                 y(ceiling)
             );
-            for (series, colour) in [(&mine, "#1f77b4"), (&other, "#ff7f0e")] {
+            for (series, colour) in [(&mine, "#1f77b4"), (&other, "#ff7f0e"), (&floor, "#2ca02c")] {
                 if series.is_empty() {
                     continue;
                 }
@@ -134,19 +136,48 @@ pub(crate) fn svg(
     out
 }
 
+/// `cargo xtask bench-plot RUN.json OUT.svg`: the plot of a run recorded in
+/// `target/bench-distributed.json` (or a copy of it), drawn again.
+pub(crate) fn replot(args: &[String]) -> Result<(), String> {
+    let [json, out] = args else {
+        return Err("usage: cargo xtask bench-plot RUN.json OUT.svg".into());
+    };
+    let text = std::fs::read_to_string(json).map_err(|e| format!("{json}: {e}"))?;
+    let run: Value = serde_json::from_str(&text).map_err(|e| format!("{json}: {e}"))?;
+    let side = |name: &str| run[name].as_array().cloned().unwrap_or_default();
+    let (ours, theirs, bare) = (side("nuvec"), side("mlx"), side("bare_ring"));
+    let mut ranks: Vec<usize> = ours
+        .iter()
+        .filter_map(|r| r["ranks"].as_u64())
+        .map(|n| n as usize)
+        .collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    let mut ops: Vec<String> = Vec::new();
+    for op in ours.iter().filter_map(|r| r["op"].as_str()) {
+        if !ops.iter().any(|seen| seen == op) {
+            ops.push(op.to_string());
+        }
+    }
+    let ceiling = run["ceilings"]["tcp_stream_gbps"].as_f64().unwrap_or(0.0);
+    let drawn = svg((&ours, &theirs, &bare), ceiling, &ranks, &ops);
+    std::fs::write(out, drawn).map_err(|e| format!("{out}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
     #[test]
-    fn the_plot_has_a_panel_per_rank_count_and_op_with_both_lines() {
+    fn the_plot_has_a_panel_per_rank_count_and_op_with_a_line_per_side() {
         let record = |who: &str, bytes: u64, gbps: f64| json!({"impl": who, "op": "all_sum", "ranks": 2, "bytes": bytes, "dtype": "float32", "busbw_gbps": gbps});
         let ours = vec![record("nuvec", 4096, 0.1), record("nuvec", 1 << 20, 1.0)];
         let theirs = vec![record("mlx", 4096, 0.001), record("mlx", 1 << 20, 0.3)];
-        let svg = svg(&ours, &theirs, 2.0, &[2], &["all_sum".to_string()]);
+        let bare = vec![record("bare-ring", 1 << 20, 1.2)];
+        let svg = svg((&ours, &theirs, &bare), 2.0, &[2], &["all_sum".to_string()]);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert_eq!(svg.matches("<polyline").count(), 3);
         assert!(svg.contains("all_sum, 2 ranks"));
     }
 }

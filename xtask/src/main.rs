@@ -5,7 +5,9 @@
 //! - `golden`: regenerates the MLX fixtures with `scripts/golden/make_*fixtures.py`.
 //! - `bench-core`: nuvec's core kernels against numpy, side by side.
 //! - `bench-distributed`: nuvec's ring against MLX's ring, side by side (collectives, 2 and 4
-//!   ranks, 4 KB to 256 MB), with this machine's ceilings; table, JSON and SVG.
+//!   ranks, 4 KB to 256 MB), with this machine's ceilings and a bare ring; table, JSON and
+//!   SVG.
+//! - `bench-plot RUN.json OUT.svg`: the SVG of a recorded `bench-distributed` run, again.
 //! - `bench-nn`: a 4-layer MLP's training step on one process and data-parallel on 2 ranks,
 //!   and `quantized_matmul` against `matmul`.
 //! - `tidy`: repository hygiene (also run as a test: `cargo test -p xtask`).
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
         Some("golden") => golden(),
         Some("bench-core") => bench_core::run(&args[1..]),
         Some("bench-distributed") => bench_distributed::run_bench(&args[1..]),
+        Some("bench-plot") => bench_plot::replot(&args[1..]),
         // Compiled against uncompiled gelu, and the cost per op of small graphs.
         Some("bench-transforms") => run(
             "cargo",
@@ -41,7 +44,7 @@ fn main() -> ExitCode {
         Some("bench-nn") => bench_nn(),
         Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),
         _ => Err(
-            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-transforms | bench-nn | tidy>"
+            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-plot | bench-transforms | bench-nn | tidy>"
                 .to_string(),
         ),
     };
