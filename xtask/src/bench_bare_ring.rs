@@ -1,8 +1,8 @@
 //! The bare ring of `bench-distributed`: `scripts/bench/ring_floor.rs`, the ring backend's
-//! all-reduce algorithm over loopback with nothing else (no headers, checks, graph, timeouts
-//! or polling), built with `rustc` and run for each large `float32` `all_sum` row, as one more
-//! side of the comparison. Its time is a floor for that algorithm on this machine, measured in
-//! the same run: what the ring would take if its protocol cost nothing.
+//! all-reduce algorithm over loopback written the plainest way (blocking threads, no headers,
+//! checks, graph, timeouts or polling), built with `rustc` and run for each large `float32`
+//! `all_sum` row, as one more side of the comparison: what the algorithm takes without the
+//! ring's protocol and design, measured in the same run.
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

@@ -10,7 +10,8 @@
 //! median). It also measures this machine's ceilings (`bench_floor.rs`): single-core memcpy
 //! and reduction bandwidth and loopback TCP, from which each row gets a floor, the least time
 //! its bytes take through loopback plus its reductions' CPU time; the bare ring is the same
-//! algorithm as the ring's with no protocol, a floor measured for the large `all_sum` rows.
+//! algorithm as the ring's with blocking threads and no protocol, a reference measured for
+//! the large `all_sum` rows.
 //! Output: a table (stdout and target/bench-distributed.md, `bench_table.rs`),
 //! target/bench-distributed.json and an SVG plot of bus bandwidth against size
 //! (target/bench-distributed.svg). `--repeat N` runs every side N times and reports medians

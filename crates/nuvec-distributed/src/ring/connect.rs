@@ -538,7 +538,7 @@ mod tests {
             for index in 0..shared {
                 let message = [from as u8, to as u8, index as u8, 7];
                 formed[from][to][index]
-                    .write_through("test", &[&message], Duration::from_secs(5))
+                    .write_through("test", &[&message], usize::MAX, Duration::from_secs(5))
                     .unwrap();
                 let mut got = [0u8; 4];
                 formed[to][from][shared + index]

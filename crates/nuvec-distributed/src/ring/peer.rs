@@ -27,6 +27,16 @@ pub(crate) use reading::{Poll, SPIN, YIELD};
 /// How many written buffers a connection keeps for reuse, and the largest it keeps.
 const SPARES: usize = 8;
 const SPARE_BYTES: usize = 1 << 20;
+/// The most bytes one send hands the kernel: a collective's chunk, or a large message, goes
+/// in pieces of this size. A send of a whole 256 KiB chunk leaves the socket's lock held for
+/// the whole copy and ends in a short segment; pieces below a segment of loopback's keep each
+/// send to one segment and let the acknowledgements through between them. Measured on
+/// loopback (2 cores, alternating runs of the rank program): 4-rank `all_sum` 256 MB
+/// 411–412 → 267–277 ms, 16 MB 22.6–23.1 → 18.5–19.5 ms; 2-rank `all_sum` 256 MB 137–138 →
+/// 104–105 ms, `all_gather` 256 MB 77–79 → 64 ms; pieces of 32, 40 and 56 KiB did about as
+/// well, of 64 KiB and more far worse (64 KiB − 1: 483–509 ms, 96 KiB: 349–368 ms on the
+/// 4-rank 256 MB `all_sum`).
+pub(crate) const SEND_PIECE: usize = 48 << 10;
 /// How long closing waits for queued bytes to be handed to the kernel.
 const DRAIN_ON_CLOSE: Duration = Duration::from_secs(1);
 
@@ -110,7 +120,10 @@ fn write_loop(outgoing: Arc<Outgoing>, jobs: Receiver<Job>) {
         match job {
             Job::Write(bytes) => {
                 if lock(&outgoing.failure).is_none() {
-                    if let Err(e) = stream.write_all(&bytes) {
+                    if let Err(e) = bytes
+                        .chunks(SEND_PIECE)
+                        .try_for_each(|piece| stream.write_all(piece))
+                    {
                         *lock(&outgoing.failure) = Some(e.to_string());
                     }
                 }
@@ -134,17 +147,21 @@ fn write_loop(outgoing: Arc<Outgoing>, jobs: Receiver<Job>) {
     }
 }
 
-/// Fills `slices` with the parts of `parts` after the first `sent` bytes, without allocating;
-/// returns how many it filled. Frames have at most a few parts; any beyond the slots go in a
-/// later round of the caller's loop.
-fn unsent<'a>(parts: &[&'a [u8]], sent: usize, slices: &mut [IoSlice<'a>]) -> usize {
+/// Fills `slices` with at most `most` bytes of `parts` after the first `sent`, without
+/// allocating; returns how many slices it filled. Frames have at most a few parts; any
+/// beyond the slots or the bytes go in a later round of the caller's loop.
+fn unsent<'a>(parts: &[&'a [u8]], sent: usize, most: usize, slices: &mut [IoSlice<'a>]) -> usize {
     let mut count = 0;
     let mut skip = sent;
+    let mut room = most;
     for part in parts {
         if skip >= part.len() {
             skip -= part.len();
-        } else if count < slices.len() {
-            slices[count] = IoSlice::new(&part[skip..]);
+        } else if count < slices.len() && room > 0 {
+            let rest = &part[skip..];
+            let taken = rest.len().min(room);
+            slices[count] = IoSlice::new(&rest[..taken]);
+            room -= taken;
             skip = 0;
             count += 1;
         }
@@ -267,7 +284,7 @@ impl Peer {
         if self.outgoing.pending.load(Ordering::Acquire) == 0 {
             while sent < total {
                 let mut slices = [IoSlice::new(&[]); 4];
-                let count = unsent(parts, sent, &mut slices);
+                let count = unsent(parts, sent, SEND_PIECE, &mut slices);
                 match crate::platform::send_now(&stream, &slices[..count]) {
                     Ok(0) => break,
                     Ok(n) => sent += n,
@@ -290,14 +307,15 @@ impl Peer {
         result
     }
 
-    /// Sends `parts` (one frame) from this thread after everything sent before, waiting for
-    /// room as the peer reads: no copy and no hand-off, for a point-to-point send, which
-    /// returns only once its bytes are with the kernel anyway. Each wait for room lasts at
-    /// most `timeout`.
+    /// Sends `parts` (one frame) from this thread after everything sent before, at most
+    /// `piece` bytes per send, waiting for room as the peer reads: no copy and no hand-off,
+    /// for a point-to-point send, which returns only once its bytes are with the kernel
+    /// anyway. Each wait for room lasts at most `timeout`.
     pub(crate) fn write_through(
         &self,
         op: &str,
         parts: &[&[u8]],
+        piece: usize,
         timeout: Duration,
     ) -> Result<(), Error> {
         // Frames queued earlier leave first.
@@ -307,7 +325,7 @@ impl Peer {
         let mut sent = 0;
         while sent < total {
             let mut slices = [IoSlice::new(&[]); 4];
-            let count = unsent(parts, sent, &mut slices);
+            let count = unsent(parts, sent, piece, &mut slices);
             let failure = match crate::platform::send_now(&stream, &slices[..count]) {
                 Ok(n) if n > 0 => {
                     sent += n;
@@ -400,5 +418,28 @@ impl Peer {
 impl Drop for Peer {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lengths(parts: &[&[u8]], sent: usize, most: usize) -> Vec<usize> {
+        let mut slices = [IoSlice::new(&[]); 4];
+        let count = unsent(parts, sent, most, &mut slices);
+        slices[..count].iter().map(|s| s.len()).collect()
+    }
+
+    #[test]
+    fn unsent_bytes_skip_what_was_sent_and_stop_at_a_piece() {
+        let (header, payload) = ([1u8; 8], [2u8; 100]);
+        let parts: [&[u8]; 2] = [&header, &payload];
+        assert_eq!(lengths(&parts, 0, usize::MAX), [8, 100]);
+        assert_eq!(lengths(&parts, 3, usize::MAX), [5, 100]);
+        assert_eq!(lengths(&parts, 0, 50), [8, 42]);
+        assert_eq!(lengths(&parts, 50, 50), [50]);
+        assert_eq!(lengths(&parts, 100, 50), [8]);
+        assert_eq!(lengths(&parts, 108, 50), Vec::<usize>::new());
     }
 }

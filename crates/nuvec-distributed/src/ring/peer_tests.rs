@@ -2,7 +2,7 @@
 //! from the caller's thread arrive whole and in order, and a send to a peer that stops
 //! reading ends with an error within its timeout instead of hanging.
 
-use super::peer::{Peer, Poll, SPIN};
+use super::peer::{Peer, Poll, SEND_PIECE, SPIN};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -36,6 +36,7 @@ fn written_through_frames_follow_queued_ones_in_order() {
     peer.write_through(
         "send",
         &[&through[..5], &through[5..]],
+        SEND_PIECE,
         Duration::from_secs(20),
     )
     .unwrap();
@@ -60,7 +61,7 @@ fn writing_through_to_a_peer_that_stops_reading_times_out_naming_it() {
     let data = vec![7u8; 256 << 20];
     let start = Instant::now();
     let error = peer
-        .write_through("send", &[&data], Duration::from_millis(300))
+        .write_through("send", &[&data], usize::MAX, Duration::from_millis(300))
         .unwrap_err()
         .to_string();
     assert!(
