@@ -3,7 +3,7 @@
 //! through a coordinator for setting up.
 //!
 //! - [`Config`] reads MLX's launch environment and device file and chooses the topology as MLX
-//!   does; [`init_with`] forms a group from a configuration and [`Options`].
+//!   does; `init_with` forms a group from a configuration and [`Options`](crate::Options).
 //! - The verbs layer sits behind a small trait with two fabrics: the system's ibverbs library
 //!   loaded at run time, and an emulated fabric of Unix datagram sockets for machines without
 //!   RDMA hardware (`NUVEC_JACCL_FABRIC=emulated`), which keeps the rules of unreliable

@@ -44,18 +44,20 @@ use wire::{read_chunk, read_header, read_message_start};
 /// reducing one chunk overlaps receiving the next. The largest chunk; see [`chunk_bytes`].
 const CHUNK_BYTES: usize = 512 * 1024;
 /// Passes over at least this many bytes use [`LARGE_PASS_CHUNK_BYTES`].
-const SMALLER_CHUNKS_FROM: usize = 32 << 20;
+const SMALLER_CHUNKS_FROM: usize = 4 << 20;
 /// Bytes per chunk of a pass over [`SMALLER_CHUNKS_FROM`] bytes or more.
-const LARGE_PASS_CHUNK_BYTES: usize = 256 * 1024;
+const LARGE_PASS_CHUNK_BYTES: usize = 128 * 1024;
 
 /// Bytes per chunk of a ring pass over `bytes` (an all-reduce's buffer or lane, an
 /// all-gather's output, a reduce-scatter's input); both ends of every connection compute it
 /// from the same size. Large passes use smaller chunks: fewer bytes in flight on each
-/// connection keep the chunks being received and reduced in the cores' caches. Alternating
-/// runs of 2 ranks: `all_sum` 256 MB 166–169 → 142–143 ms, `all_gather` 256 MB 90–93 →
-/// 80–84 ms; 4 ranks: `all_sum` 256 MB 524–550 → 488–497 ms. Below 32 MB the smaller chunks
-/// cost more than they save (2-rank `all_gather` 16 MB 3.75–3.82 → 3.95–4.05 ms, 2-rank
-/// `all_sum` 1 MB 261–277 → 378–447 µs).
+/// connection keep the chunks being received and reduced in the cores' caches. With sends in
+/// pieces of [`peer::SEND_PIECE`], alternating runs of 4 ranks: `all_sum` 256 MB 267–288 →
+/// 260–276 ms with 128 KiB chunks instead of 256 KiB (512 KiB: 324–325 ms), `all_gather`
+/// 256 MB 187–191 → 161–163 ms; 16 MB passes with 128 KiB chunks instead of 512 KiB: 4-rank
+/// `all_sum` 18.7–19.2 → 16.2–16.7 ms, 2-rank `all_gather` 3.13–3.15 → 2.40–2.42 ms, 2-rank
+/// `all_sum` 4 MB 1.27–1.35 → 0.97–0.98 ms (4-rank `all_gather` 4 MB 1.80 → 1.99 ms). From
+/// 1 MB on, 2 MB passes lost (2-rank `all_gather` 646–664 → 800–837 µs).
 fn chunk_bytes(bytes: usize) -> usize {
     if bytes >= SMALLER_CHUNKS_FROM {
         LARGE_PASS_CHUNK_BYTES
