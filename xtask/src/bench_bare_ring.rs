@@ -4,9 +4,10 @@
 //! `all_sum` row, as one more side of the comparison: what the algorithm takes without the
 //! ring's protocol and design, measured in the same run.
 
+use crate::stdout_of;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// The smallest `all_sum` the bare ring runs for: below this, its sixteen threads' wake-ups
 /// and barriers, not bandwidth, decide its time.
@@ -79,22 +80,16 @@ pub(crate) fn run(binary: &Path, ranks: u64, sizes: &str) -> Result<Vec<Value>, 
             continue;
         }
         let lanes = lanes(ranks, bytes);
-        let output = Command::new(binary)
-            .args(
-                [bytes, iterations(bytes), ranks, lanes, chunk(bytes / lanes)]
-                    .map(|n| n.to_string()),
-            )
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("running {}: {e}", binary.display()))?;
-        if !output.status.success() {
-            return Err(format!(
-                "the bare ring failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            ));
-        }
-        let stdout = String::from_utf8_lossy(&output.stdout);
+        let mut command = Command::new(binary);
+        command.args(
+            [bytes, iterations(bytes), ranks, lanes, chunk(bytes / lanes)].map(|n| n.to_string()),
+        );
+        let stdout = stdout_of(
+            &mut command,
+            &binary.display().to_string(),
+            "the bare ring failed",
+        )?;
+        let stdout = String::from_utf8_lossy(&stdout);
         let median = stdout
             .lines()
             .filter_map(|line| serde_json::from_str::<Value>(line).ok())

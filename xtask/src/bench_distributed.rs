@@ -24,10 +24,10 @@ use crate::bench_hosts::Hosts;
 use crate::bench_mlx::{mlx_python, run_mlx};
 use crate::bench_rounds::{cpu_ticks, describe_steal, mark_steal, merge, steal_percent};
 use crate::bench_table::{human, key, table, us};
-use crate::{free_port_range, run, workspace_root};
+use crate::{free_port_range, run, stdout_of, workspace_root};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 macro_rules! progress {
     ($($arg:tt)*) => {{
@@ -183,21 +183,12 @@ fn run_ours(
     } else {
         command.args(["-p", &port, "--no-prefix"]);
     }
-    let output = command
+    command
         .arg("--")
         .arg(root.join("target/release/examples/bench_distributed"))
-        .args(rank_args(op, dtype, options))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("running nuvec launch: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "nuvec's ranks failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    Ok(records(&output.stdout))
+        .args(rank_args(op, dtype, options));
+    let stdout = stdout_of(&mut command, "nuvec launch", "nuvec's ranks failed")?;
+    Ok(records(&stdout))
 }
 
 /// Where the ranks run (a hostfile's hosts, else loopback) and what the sides other than

@@ -5,6 +5,7 @@
 //! machine, else through MLX's own `mlx.launch`. Every host needs the repository, built, at
 //! the same path (and `.venv-mlx` for the MLX side), as mlx.launch expects.
 
+use crate::stdout_of;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -21,22 +22,16 @@ pub(crate) struct Hosts {
 /// What `nuvec launch --print-hostfile` printed for a launch of `file` whose ring starts at
 /// `port`.
 fn plan(root: &Path, file: &Path, port: u16) -> Result<String, String> {
-    let output = Command::new(root.join("target/release/nuvec"))
+    let mut command = Command::new(root.join("target/release/nuvec"));
+    command
         .args(["launch", "--backend", "ring", "--print-hostfile", "-p"])
         .arg(port.to_string())
         .arg("--hostfile")
         .arg(file)
-        .args(["--", "true"])
-        .output()
-        .map_err(|e| format!("running nuvec launch --print-hostfile: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "nuvec launch cannot use the hostfile {}: {}",
-            file.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        .args(["--", "true"]);
+    let failed = format!("nuvec launch cannot use the hostfile {}", file.display());
+    let stdout = stdout_of(&mut command, "nuvec launch --print-hostfile", &failed)?;
+    Ok(String::from_utf8_lossy(&stdout).into_owned())
 }
 
 /// Reads `file` through `nuvec launch`.

@@ -5,7 +5,7 @@
 
 use crate::bench_distributed::{rank_args, records, Options};
 use crate::bench_hosts::{mlx_launch, ring_addresses, Hosts};
-use crate::{free_port_range, run};
+use crate::{free_port_range, run, stdout_of};
 use serde_json::Value;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -38,19 +38,13 @@ pub(crate) fn run_mlx(
         }
         Some(hosts) if hosts.local => ring_addresses(root, hosts, start)?,
         Some(hosts) => {
-            let output = mlx_launch(python, hosts, start, &root.join(SCRIPT))
-                .args(rank_args(op, dtype, options))
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|e| format!("running mlx.launch: {e}"))?;
-            if !output.status.success() {
-                return Err(format!(
-                    "mlx.launch failed ({}): {}",
-                    output.status,
-                    String::from_utf8_lossy(&output.stderr)
-                ));
-            }
-            return Ok(records(&output.stdout));
+            let mut command = mlx_launch(python, hosts, start, &root.join(SCRIPT));
+            command.args(rank_args(op, dtype, options));
+            return Ok(records(&stdout_of(
+                &mut command,
+                "mlx.launch",
+                "mlx.launch failed",
+            )?));
         }
     };
     let hostfile =

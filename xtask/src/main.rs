@@ -119,6 +119,27 @@ pub(crate) fn free_port_range(n: usize) -> Result<u16, String> {
     Err(format!("no range of {n} free ports found"))
 }
 
+/// Runs `command` with no input and returns its stdout; a command that cannot start is
+/// `"running {what}: …"`, one that fails is `"{failed} ({status}): {stderr}"`.
+pub(crate) fn stdout_of(
+    command: &mut Command,
+    what: &str,
+    failed: &str,
+) -> Result<Vec<u8>, String> {
+    let output = command
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("running {what}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{failed} ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim_end()
+        ));
+    }
+    Ok(output.stdout)
+}
+
 /// Runs a command in the workspace root, failing with its status.
 pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
     eprintln!("$ {program} {}", args.join(" "));
