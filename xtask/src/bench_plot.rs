@@ -60,11 +60,11 @@ pub(crate) fn svg(
             let y0 = MARGIN + row as f64 * (PANEL_H + MARGIN * 1.5);
             let mine = points(ours, n, op);
             let other = points(theirs, n, op);
-            let floor = points(bare, n, op);
+            let reference = points(bare, n, op);
             let top = mine
                 .iter()
                 .chain(&other)
-                .chain(&floor)
+                .chain(&reference)
                 .map(|p| p.1)
                 .fold(ceiling, f64::max)
                 * 1.1;
@@ -108,7 +108,11 @@ pub(crate) fn svg(
                 y(ceiling),
                 y(ceiling)
             );
-            for (series, colour) in [(&mine, "#1f77b4"), (&other, "#ff7f0e"), (&floor, "#2ca02c")] {
+            for (series, colour) in [
+                (&mine, "#1f77b4"),
+                (&other, "#ff7f0e"),
+                (&reference, "#2ca02c"),
+            ] {
                 if series.is_empty() {
                     continue;
                 }
