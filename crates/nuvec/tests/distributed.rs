@@ -189,6 +189,32 @@ fn messages_of_64_mib_and_more_arrive_whole_both_ways() {
 }
 
 #[test]
+fn messages_of_16_mib_arrive_whole_in_both_ways_of_sending_them() {
+    // From 16 MiB a sender times its first payloads sent in pieces and whole, alternating,
+    // then keeps the faster way (ring/pieces.rs): eleven payloads decide, so thirteen cover
+    // both ways and the one kept.
+    const ELEMENTS: usize = (16 << 20) / 4 + 1;
+    run_ranks(
+        "messages_of_16_mib_arrive_whole_in_both_ways_of_sending_them",
+        2,
+        TIMEOUT,
+        |group| {
+            for k in 0..13 {
+                let shift = k as f32;
+                if group.rank() == 0 {
+                    distributed::send(&message(ELEMENTS, shift), 1, Some(&group))
+                        .check()
+                        .unwrap();
+                } else {
+                    let got = distributed::recv_like(&message(ELEMENTS, 0.0), 0, Some(&group));
+                    assert!(is_message(&got, ELEMENTS, shift), "message {k}");
+                }
+            }
+        },
+    );
+}
+
+#[test]
 fn a_large_message_of_another_shape_is_refused_and_the_next_one_arrives() {
     run_ranks(
         "a_large_message_of_another_shape_is_refused_and_the_next_one_arrives",

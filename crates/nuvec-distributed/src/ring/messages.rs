@@ -14,9 +14,11 @@
 //! take the cores from the two that send (64 MB: 19.4–20.9 ms when they spun).
 
 use super::links::Way;
-use super::peer::{Peer, SEND_PIECE};
+use super::peer::Peer;
+use super::pieces::Sends;
 use super::{RingCommunicator, CHUNK_BYTES};
 use nuvec_core::{Error, Result};
+use std::time::Instant;
 
 /// Payloads at least this large travel in two halves at once. Below it the halves do not
 /// pay for their threads (2 ranks over loopback, alternating runs: 16 MB 4.34–4.38 against
@@ -32,22 +34,16 @@ pub(super) const SPLIT_BYTES: usize = 32 << 20;
 /// 22.2–25.8 → 22.8–26.2 µs when they were split too.
 pub(super) const PIPELINED_WRITES: std::ops::RangeInclusive<usize> = (48 << 10)..=(96 << 10);
 
-/// Payloads at least this large are sent in pieces of [`SEND_PIECE`], as collectives' chunks
-/// are: a long stream then keeps each send to one of loopback's segments. Smaller ones gain
-/// nothing, and the extra sends cost (2 ranks over loopback, alternating runs, one way, with
-/// pieces against without: 16 MB 2.32 against 3.08 ms, 64 MB 10.7–12.2 against 14.3–15.6 ms,
-/// 256 MB 45.8–47.2 against 60.6–62.4 ms; 8 MB 1.16 against 1.15–1.21 ms; 2 MB 267–284
-/// against 218–220 µs, 4 MB 569–570 against 497–515 µs).
+/// Payloads at least this large may be sent in pieces of [`SEND_PIECE`], as collectives'
+/// chunks are, where that is faster on this machine (`pieces.rs` decides, per receiving rank).
+/// Smaller ones go whole: pieces gained nothing there, and the extra sends cost (2 ranks over
+/// loopback on the Intel Xeon VM, alternating runs, one way, with pieces against without:
+/// 16 MB 2.32 against 3.08 ms, 64 MB 10.7–12.2 against 14.3–15.6 ms, 256 MB 45.8–47.2
+/// against 60.6–62.4 ms; 8 MB 1.16 against 1.15–1.21 ms; 2 MB 267–284 against 218–220 µs,
+/// 4 MB 569–570 against 497–515 µs).
+///
+/// [`SEND_PIECE`]: super::peer::SEND_PIECE
 pub(super) const PIECES_FROM: usize = 16 << 20;
-
-/// How many bytes each send of a payload of `bytes` may take.
-fn piece(bytes: usize) -> usize {
-    if bytes >= PIECES_FROM {
-        SEND_PIECE
-    } else {
-        usize::MAX
-    }
-}
 
 /// How many of a payload's `bytes` go first, on the message's own connection: all of a small
 /// one, half of a large one.
@@ -63,22 +59,34 @@ impl RingCommunicator {
     /// Sends `meta` (the message's header and shape) and its payload `data` to `dst`.
     pub(super) fn write_message(&self, dst: usize, meta: &[u8], data: &[u8]) -> Result<()> {
         let peer = self.writer("send", dst)?;
+        let large = data.len() >= PIECES_FROM;
+        let sends = if large {
+            self.pieces[dst].next()
+        } else {
+            Sends::Whole
+        };
+        let piece = sends.piece();
+        let clock = Instant::now();
         let (first, second) = data.split_at(first_half(data.len()));
-        let piece = piece(data.len());
         if second.is_empty() {
             if PIPELINED_WRITES.contains(&first.len()) {
                 let (early, late) = first.split_at(first.len() / 2);
                 peer.write_through("send", &[meta, early], piece, self.timeout)?;
                 return peer.write_through("send", &[late], piece, self.timeout);
             }
-            return peer.write_through("send", &[meta, first], piece, self.timeout);
+            peer.write_through("send", &[meta, first], piece, self.timeout)?;
+        } else {
+            let other = self.connection("send", dst, 0, Way::From)?;
+            both(
+                ("send", dst),
+                || peer.write_through("send", &[meta, first], piece, self.timeout),
+                || other.write_through("send", &[second], piece, self.timeout),
+            )?;
         }
-        let other = self.connection("send", dst, 0, Way::From)?;
-        both(
-            ("send", dst),
-            || peer.write_through("send", &[meta, first], piece, self.timeout),
-            || other.write_through("send", &[second], piece, self.timeout),
-        )
+        if large {
+            self.pieces[dst].record(sends, data.len(), clock.elapsed());
+        }
+        Ok(())
     }
 
     /// Reads the payload of a message from `src` whose header and shape came on `peer`,
@@ -150,12 +158,6 @@ fn both(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_large_payloads_are_sent_in_pieces() {
-        assert_eq!(piece(PIECES_FROM - 1), usize::MAX);
-        assert_eq!(piece(PIECES_FROM), SEND_PIECE);
-    }
 
     #[test]
     fn only_large_payloads_are_split_and_the_halves_cover_them() {

@@ -18,6 +18,7 @@ mod outbox;
 mod peer;
 #[cfg(test)]
 mod peer_tests;
+mod pieces;
 mod scatter;
 pub(crate) mod schedule;
 mod star;
@@ -114,6 +115,8 @@ pub struct RingCommunicator {
     state: Mutex<State>,
     /// The collective in progress, for reads that wait long to check the other connections.
     watch: Arc<Watch>,
+    /// How large point-to-point payloads go to each rank: in pieces or whole.
+    pieces: Vec<pieces::PieceChoice>,
 }
 
 /// This rank's neighbours for one collective (or one lane of it), and the collective's
@@ -184,6 +187,7 @@ impl RingCommunicator {
                 .map(|connections| connections.into_iter().map(Arc::new).collect())
                 .collect(),
             watch: Arc::new(Watch::new(rank)),
+            pieces: (0..size).map(|_| pieces::PieceChoice::default()).collect(),
             timeout: options.timeout,
             ring_connections,
             state: Mutex::new(State {
