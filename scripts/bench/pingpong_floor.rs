@@ -63,13 +63,14 @@ const PIECE: usize = 1 << 20;
 /// Each send is timed written whole and in writes of [`SEND_PIECE`], and the cheaper taken.
 fn kernel_work(bytes: usize, iterations: usize) -> (f64, f64) {
     let piece = bytes.min(PIECE);
-    let (whole, receive) = kernel_work_whole(piece, iterations, piece);
-    let (in_pieces, _) = kernel_work_whole(piece, iterations, SEND_PIECE);
+    let (whole, receive) = kernel_work_writing(piece, iterations, piece);
+    let (in_pieces, _) = kernel_work_writing(piece, iterations, SEND_PIECE);
     let pieces = bytes as f64 / piece as f64;
     (whole.min(in_pieces) * pieces, receive * pieces)
 }
 
-fn kernel_work_whole(bytes: usize, iterations: usize, write: usize) -> (f64, f64) {
+/// [`kernel_work`] for `bytes` sent in writes of at most `write` bytes, unscaled.
+fn kernel_work_writing(bytes: usize, iterations: usize, write: usize) -> (f64, f64) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("a port");
     let (mut near, mut far) = pair(&listener);
     let room = i32::try_from(4 * bytes).unwrap_or(i32::MAX).max(1 << 20);
