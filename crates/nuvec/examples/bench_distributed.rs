@@ -16,6 +16,9 @@ use nuvec::distributed::{self, Group};
 use nuvec::prelude::*;
 use std::time::Instant;
 
+/// The ops this benchmark times.
+const OPS: [&str; 4] = ["all_sum", "all_gather", "sum_scatter", "pingpong"];
+
 struct Settings {
     ops: Vec<String>,
     sizes: Vec<usize>,
@@ -25,26 +28,38 @@ struct Settings {
     max_iters: usize,
 }
 
-fn parse_size(text: &str) -> usize {
+const USAGE: &str = "usage: bench_distributed [--ops all_sum,all_gather,sum_scatter,pingpong] \
+[--sizes 4K,64K,1M,16M,64M,256M] [--dtype float32|bfloat16] [--budget SECONDS] \
+[--min-iters N] [--max-iters N] (started on every rank by `nuvec launch`)";
+
+fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim().to_uppercase();
     let (digits, scale) = match text.chars().last() {
         Some('K') => (&text[..text.len() - 1], 1 << 10),
         Some('M') => (&text[..text.len() - 1], 1 << 20),
         Some('G') => (&text[..text.len() - 1], 1 << 30),
-        _ => (text.as_str(), 1),
+        _ => (text.as_str(), 1usize),
     };
-    digits.parse::<usize>().expect("a size like 4K, 1M or 4096") * scale
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|count| count.checked_mul(scale))
+        .ok_or_else(|| format!("--sizes: expected sizes like 4K, 1M or 4096, got {text:?}"))
 }
 
-fn settings() -> Settings {
+fn parse<T: std::str::FromStr>(option: &str, value: &str, what: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("{option}: expected {what}, got {value:?}"))
+}
+
+fn settings() -> Result<Settings, String> {
     let mut settings = Settings {
-        ops: ["all_sum", "all_gather", "sum_scatter", "pingpong"]
-            .map(String::from)
-            .to_vec(),
+        ops: OPS.map(String::from).to_vec(),
         sizes: "4K,64K,1M,16M,64M,256M"
             .split(',')
             .map(parse_size)
-            .collect(),
+            .collect::<Result<_, _>>()?,
         dtype: DType::F32,
         budget: 1.0,
         min_iters: 5,
@@ -52,24 +67,40 @@ fn settings() -> Settings {
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
-        let value = pair.get(1).expect("every option takes a value");
-        match pair[0].as_str() {
-            "--ops" => settings.ops = value.split(',').map(String::from).collect(),
-            "--sizes" => settings.sizes = value.split(',').map(parse_size).collect(),
+        let option = pair[0].as_str();
+        let value = pair
+            .get(1)
+            .ok_or_else(|| format!("{option} takes a value\n{USAGE}"))?;
+        match option {
+            "--ops" => {
+                settings.ops = value.split(',').map(String::from).collect();
+                if let Some(op) = settings.ops.iter().find(|op| !OPS.contains(&op.as_str())) {
+                    return Err(format!(
+                        "--ops: unknown op {op:?}; expected some of {OPS:?}"
+                    ));
+                }
+            }
+            "--sizes" => {
+                settings.sizes = value.split(',').map(parse_size).collect::<Result<_, _>>()?
+            }
             "--dtype" => {
                 settings.dtype = match value.as_str() {
                     "float32" => DType::F32,
                     "bfloat16" => DType::BF16,
-                    other => panic!("unsupported dtype {other}"),
+                    other => {
+                        return Err(format!(
+                            "--dtype: expected float32 or bfloat16, got {other:?}"
+                        ))
+                    }
                 }
             }
-            "--budget" => settings.budget = value.parse().expect("seconds"),
-            "--min-iters" => settings.min_iters = value.parse().expect("a count"),
-            "--max-iters" => settings.max_iters = value.parse().expect("a count"),
-            other => panic!("unknown option {other}"),
+            "--budget" => settings.budget = parse(option, value, "seconds")?,
+            "--min-iters" => settings.min_iters = parse(option, value, "a count")?,
+            "--max-iters" => settings.max_iters = parse(option, value, "a count")?,
+            other => return Err(format!("unknown option {other}\n{USAGE}")),
         }
     }
-    settings
+    Ok(settings)
 }
 
 fn barrier(group: &Group) -> Result<()> {
@@ -207,7 +238,17 @@ fn time_op(op: &str, bytes: usize, settings: &Settings, group: &Group) -> Result
 }
 
 fn main() -> Result<()> {
-    let settings = settings();
+    if std::env::args().any(|arg| arg == "--help" || arg == "-h") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let settings = match settings() {
+        Ok(settings) => settings,
+        Err(message) => {
+            eprintln!("bench_distributed: {message}");
+            std::process::exit(2);
+        }
+    };
     let group = distributed::init(true)?;
     for op in &settings.ops {
         if op == "pingpong" && group.size() < 2 {

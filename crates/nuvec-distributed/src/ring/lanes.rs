@@ -90,7 +90,7 @@ impl RingCommunicator {
         let link = self.lane_link(lane, ours)?;
         let mut outbox = Outbox::reading(input);
         self.reduce_scatter_phase(kind, &link, data, (dtype, op), (scratch, &mut outbox))?;
-        self.all_gather_phase(kind, &link, data, dtype.size(), &mut outbox)?;
+        self.all_gather_phase(kind, &link, data, dtype.size(), &mut outbox, None)?;
         link.right.flush(kind.name(), self.timeout)
     }
 

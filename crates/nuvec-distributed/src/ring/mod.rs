@@ -33,7 +33,7 @@ use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::{DType, Error, Result};
 use nuvec_cpu::bytes::{combine_bytes, reduce_bytes};
 use nuvec_cpu::reduce::ReduceOp as KernelOp;
-use outbox::Outbox;
+use outbox::{Outbox, OwnBlock};
 use peer::Peer;
 use schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
 use std::sync::{Arc, Mutex};
@@ -384,7 +384,9 @@ impl RingCommunicator {
         Ok(())
     }
 
-    /// The all-gather phase: this rank owns segment `rank` (already being sent right).
+    /// The all-gather phase: this rank owns segment `rank` (already being sent right). `own`,
+    /// when given, is that segment still in the caller's input: it is copied into place a
+    /// chunk per chunk received, so the copy overlaps the transfer.
     fn all_gather_phase(
         &self,
         kind: Kind,
@@ -392,6 +394,7 @@ impl RingCommunicator {
         data: &mut [u8],
         width: usize,
         outbox: &mut Outbox<'_>,
+        mut own: Option<&mut OwnBlock<'_>>,
     ) -> Result<()> {
         let Link { left, sequence, .. } = *link;
         let n = self.size;
@@ -404,12 +407,19 @@ impl RingCommunicator {
                 read_chunk(left, kind, sequence, &mut data[bytes.clone()], self.timeout)?;
                 outbox.received();
                 if index + 1 < steps.len() {
-                    outbox.push(bytes);
+                    outbox.push(bytes.clone());
                 }
                 outbox.pump(link, kind, data)?;
+                if let Some(own) = own.as_deref_mut() {
+                    own.copy_next(data, bytes.len());
+                }
             }
         }
-        outbox.drain(link, kind, data)
+        outbox.drain(link, kind, data)?;
+        if let Some(own) = own {
+            own.copy_next(data, usize::MAX);
+        }
+        Ok(())
     }
 }
 
@@ -444,25 +454,28 @@ impl Communicator for RingCommunicator {
         let kind = Kind::AllGather;
         self.run(kind.name(), true, |state| {
             let block = input.len();
-            output[self.rank * block..(self.rank + 1) * block].copy_from_slice(input);
+            let own = self.rank * block..(self.rank + 1) * block;
             if self.uses_star(output.len()) {
+                output[own].copy_from_slice(input);
                 return self.all_gather_star(state, output, block, dtype);
             }
             if self.uses_doubling(output.len()) {
+                output[own].copy_from_slice(input);
                 return self.all_gather_doubling(state, output, block, dtype);
             }
             let link = self.begin(state, kind, dtype, input.len())?;
-            // Blocks are the segments of the gathered array; each rank starts owning its own.
+            // Blocks are the segments of the gathered array. This rank's own goes right
+            // straight from the input and is copied into place while the others arrive.
             let width = dtype.size();
             let elements = block / width;
-            let mut outbox = Outbox::default();
+            let mut outbox = Outbox::reading(Some(input));
             for piece in chunks(0..elements, (chunk_bytes(output.len()) / width).max(1)) {
-                let start = self.rank * block + piece.start * width;
-                outbox.push(start..start + piece.len() * width);
+                outbox.push_input(piece.start * width..piece.end * width);
             }
             outbox.pump(&link, kind, output)?;
             self.check_left(&link)?;
-            self.all_gather_phase(kind, &link, output, width, &mut outbox)?;
+            let mut own = OwnBlock::new(input, own.start);
+            self.all_gather_phase(kind, &link, output, width, &mut outbox, Some(&mut own))?;
             link.right.flush(kind.name(), self.timeout)
         })
     }
