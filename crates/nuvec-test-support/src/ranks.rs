@@ -10,10 +10,44 @@ use std::time::{Duration, Instant};
 /// Set in the environment of child processes.
 const CHILD_VARIABLE: &str = "NUVEC_TEST_CHILD";
 
-/// Ports the multi-rank tests hand out: below the range Linux (32768–60999) and macOS
-/// (49152–65535) give to outgoing connections and to binds of port 0, so nothing but these
-/// tests takes them.
-const TEST_PORTS: std::ops::Range<u16> = 20_000..32_768;
+/// Ports the multi-rank tests hand out when the machine's range for outgoing connections is
+/// unknown: below the default ranges of Linux (32768–60999) and macOS (49152–65535).
+const DEFAULT_TEST_PORTS: std::ops::Range<u16> = 20_000..32_768;
+/// The fewest ports a range outside the machine's ephemeral range must have to be used.
+const ENOUGH_PORTS: u16 = 4_000;
+
+/// Ports the multi-rank tests hand out: outside the range the kernel gives to outgoing
+/// connections and to binds of port 0 (on Linux, read from `ip_local_port_range`; a machine
+/// may widen it), so nothing but these tests takes them. The wider of the spans below and
+/// above that range, from port 20000 up; the default when neither is wide enough.
+fn test_ports() -> std::ops::Range<u16> {
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut bounds = text.split_whitespace().map(|n| n.parse::<u16>().ok());
+            Some((bounds.next()??, bounds.next()??))
+        });
+    ports_outside(ephemeral)
+}
+
+/// The test ports for an ephemeral range of `low..=high`, if known.
+fn ports_outside(ephemeral: Option<(u16, u16)>) -> std::ops::Range<u16> {
+    let Some((low, high)) = ephemeral else {
+        return DEFAULT_TEST_PORTS;
+    };
+    let below = DEFAULT_TEST_PORTS.start..low.max(DEFAULT_TEST_PORTS.start);
+    let above = high.saturating_add(1).max(DEFAULT_TEST_PORTS.start)..u16::MAX;
+    let wider = if below.len() >= above.len() {
+        below
+    } else {
+        above
+    };
+    if wider.len() >= usize::from(ENOUGH_PORTS) {
+        wider
+    } else {
+        DEFAULT_TEST_PORTS
+    }
+}
 
 /// A start port with `n` free loopback ports after it (launchers number the ring's ports
 /// consecutively).
@@ -42,17 +76,18 @@ pub fn free_ports(count: usize) -> Vec<u16> {
     assert_eq!(locked, 0, "locking {}", path.display());
     let mut text = String::new();
     let _ = file.read_to_string(&mut text);
-    let span = TEST_PORTS.end - TEST_PORTS.start;
+    let test_ports = test_ports();
+    let span = test_ports.end - test_ports.start;
     let mut next = text
         .trim()
         .parse::<u16>()
         .ok()
-        .filter(|port| TEST_PORTS.contains(port))
-        .unwrap_or_else(|| TEST_PORTS.start + (std::process::id() % u32::from(span)) as u16);
+        .filter(|port| test_ports.contains(port))
+        .unwrap_or_else(|| test_ports.start + (std::process::id() % u32::from(span)) as u16);
     let count = u16::try_from(count).expect("a port count");
     for _ in 0..span {
-        if next + count > TEST_PORTS.end {
-            next = TEST_PORTS.start;
+        if next.saturating_add(count) > test_ports.end {
+            next = test_ports.start;
         }
         let block = next..next + count;
         // Held until every port of the block is known to be free.
@@ -64,8 +99,8 @@ pub fn free_ports(count: usize) -> Vec<u16> {
             next += 1;
             continue;
         }
-        let after = if block.end >= TEST_PORTS.end {
-            TEST_PORTS.start
+        let after = if block.end >= test_ports.end {
+            test_ports.start
         } else {
             block.end
         };
@@ -76,7 +111,7 @@ pub fn free_ports(count: usize) -> Vec<u16> {
         saved.unwrap_or_else(|e| panic!("saving the test port sequence {}: {e}", path.display()));
         return block.collect();
     }
-    panic!("no {count} consecutive free loopback ports in {TEST_PORTS:?}");
+    panic!("no {count} consecutive free loopback ports in {test_ports:?}");
 }
 
 /// The debug build of the `nuvec` crate's example `name`, built first when missing.
@@ -364,7 +399,7 @@ mod tests {
         let mut all: Vec<u16> = blocks.iter().flatten().copied().collect();
         for block in &blocks {
             assert!(block.windows(2).all(|w| w[1] == w[0] + 1), "{block:?}");
-            assert!(block.iter().all(|p| TEST_PORTS.contains(p)), "{block:?}");
+            assert!(block.iter().all(|p| test_ports().contains(p)), "{block:?}");
         }
         all.sort_unstable();
         all.dedup();
@@ -373,5 +408,20 @@ mod tests {
         for port in start..start + 3 {
             TcpListener::bind(("127.0.0.1", port)).expect("a handed-out port is free");
         }
+    }
+
+    #[test]
+    fn test_ports_stay_out_of_the_kernels_range_for_outgoing_connections() {
+        // Linux's default: the span below it is the wider.
+        assert_eq!(ports_outside(Some((32_768, 60_999))), 20_000..32_768);
+        // A machine that moved it down: the span above.
+        assert_eq!(ports_outside(Some((15_000, 40_000))), 40_001..65_535);
+        // One that starts it high: more room below, from port 20000.
+        assert_eq!(ports_outside(Some((50_000, 65_000))), 20_000..50_000);
+        // No span wide enough, or an unknown range: the default, and the risk it carries.
+        assert_eq!(ports_outside(Some((1_024, 65_535))), DEFAULT_TEST_PORTS);
+        assert_eq!(ports_outside(None), DEFAULT_TEST_PORTS);
+        let ports = test_ports();
+        assert!(ports.len() >= usize::from(ENOUGH_PORTS), "{ports:?}");
     }
 }
