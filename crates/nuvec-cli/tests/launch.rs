@@ -2,7 +2,7 @@
 //! process groups on failure and on Ctrl-C, output prefixes, stdin broadcast, idle CPU, the
 //! port check, keys, and nuvec programs under both launchers.
 
-use nuvec_test_support::ranks::{example, free_port_range};
+use nuvec_test_support::ranks::{example, free_port_range, launch_on_free_ports};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -13,14 +13,15 @@ fn nuvec() -> Command {
 }
 
 fn launch(n: usize, extra: &[&str], script: &str) -> Output {
-    let port = free_port_range(n).to_string();
-    nuvec()
-        .args(["launch", "-n", &n.to_string(), "-p", &port])
-        .args(extra)
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .output()
-        .expect("running nuvec launch")
+    launch_on_free_ports(n, |port| {
+        nuvec()
+            .args(["launch", "-n", &n.to_string(), "-p", &port.to_string()])
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .output()
+            .expect("running nuvec launch")
+    })
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -2,31 +2,22 @@
 
 use std::process::Command;
 
-/// Runs example `name` on 4 ranks through the launcher; returns its output. The launcher
-/// checks the ranks' ports before starting any rank, so when another process took one of
-/// them since the port sequence handed them out, the launch is tried again on fresh ports
-/// (at most three times).
+/// Runs example `name` on 4 ranks through the launcher (on fresh ports should one be taken
+/// meanwhile); returns its output.
 fn launch(name: &str) -> String {
     let nuvec = nuvec_test_support::ranks::binary_of("nuvec-cli", "nuvec");
     let example = nuvec_test_support::ranks::example_of("nuvec-nn", name);
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        let port = nuvec_test_support::ranks::free_port_range(4);
-        let output = Command::new(&nuvec)
+    let output = nuvec_test_support::ranks::launch_on_free_ports(4, |port| {
+        Command::new(&nuvec)
             .args(["launch", "-n", "4", "-p", &port.to_string(), "--"])
             .arg(&example)
             .output()
-            .expect("running nuvec launch");
-        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        if !output.status.success() && stderr.contains("is not free") && attempts < 3 {
-            eprintln!("{name}: port {port} taken meanwhile, trying other ports: {stderr}");
-            continue;
-        }
-        assert!(output.status.success(), "{name}: {stdout}\n{stderr}");
-        return stdout;
-    }
+            .expect("running nuvec launch")
+    });
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{name}: {stdout}\n{stderr}");
+    stdout
 }
 
 #[test]

@@ -114,6 +114,32 @@ pub fn free_ports(count: usize) -> Vec<u16> {
     panic!("no {count} consecutive free loopback ports in {test_ports:?}");
 }
 
+/// How many times [`launch_on_free_ports`] tries.
+const LAUNCH_ATTEMPTS: usize = 3;
+
+/// Runs a launch of `n` ranks through `run`, which gets the starting port of `n` free ones.
+/// The launcher checks its ports before starting any rank, so when another process took one
+/// since they were handed out (its output says a port "is not free"), nothing ran and the
+/// launch is tried again on fresh ports, at most three times in all. Any other output, failed
+/// or not, is returned as it is.
+pub fn launch_on_free_ports(
+    n: usize,
+    mut run: impl FnMut(u16) -> std::process::Output,
+) -> std::process::Output {
+    let mut attempt = 1;
+    loop {
+        let port = free_port_range(n);
+        let output = run(port);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if output.status.success() || !stderr.contains("is not free") || attempt == LAUNCH_ATTEMPTS
+        {
+            return output;
+        }
+        eprintln!("a port from {port} was taken meanwhile, trying others: {stderr}");
+        attempt += 1;
+    }
+}
+
 /// The debug build of the `nuvec` crate's example `name`, built first when missing.
 pub fn example(name: &str) -> std::path::PathBuf {
     example_of("nuvec", name)
@@ -408,6 +434,45 @@ mod tests {
         for port in start..start + 3 {
             TcpListener::bind(("127.0.0.1", port)).expect("a handed-out port is free");
         }
+    }
+
+    /// An output with exit `code` and `stderr`.
+    fn output(code: i32, stderr: &str) -> std::process::Output {
+        use std::os::unix::process::ExitStatusExt;
+        std::process::Output {
+            status: std::process::ExitStatus::from_raw(code << 8),
+            stdout: Vec::new(),
+            stderr: stderr.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_launch_refused_for_a_taken_port_is_tried_again_on_other_ports_three_times_at_most() {
+        let taken = "rank 1's address 127.0.0.1:20001 is not free (in use)";
+        let mut ports = Vec::new();
+        let done = launch_on_free_ports(2, |port| {
+            ports.push(port);
+            if ports.len() < 3 {
+                output(1, taken)
+            } else {
+                output(0, "")
+            }
+        });
+        assert!(done.status.success());
+        assert_eq!(ports.len(), 3);
+        assert!(ports.windows(2).all(|w| w[0] != w[1]), "{ports:?}");
+        let mut calls = 0;
+        let refused = launch_on_free_ports(2, |_| {
+            calls += 1;
+            output(1, taken)
+        });
+        assert_eq!((refused.status.code(), calls), (Some(1), 3));
+        let mut calls = 0;
+        let failed = launch_on_free_ports(2, |_| {
+            calls += 1;
+            output(3, "rank 0 failed")
+        });
+        assert_eq!((failed.status.code(), calls), (Some(3), 1));
     }
 
     #[test]
