@@ -20,7 +20,7 @@ It needs `perf` (linux-tools) and the release builds:
 The shares are of sampled CPU time, so they estimate where the work goes; they are not
 timings. Sampling slows the point itself (2 ranks, 16 MB ping-pong: 5.85 ms under perf
 against 3.98 ms in the benchmark), and the busy fraction counts each rank's start-up and
-warm-up too.
+warm-up, and `perf record`'s own work, too.
 """
 
 import json

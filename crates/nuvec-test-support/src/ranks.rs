@@ -20,14 +20,20 @@ const ENOUGH_PORTS: u16 = 4_000;
 /// connections and to binds of port 0 (on Linux, read from `ip_local_port_range`; a machine
 /// may widen it), so nothing but these tests takes them. The wider of the spans below and
 /// above that range, from port 20000 up; the default when neither is wide enough.
+/// Read once per process.
 fn test_ports() -> std::ops::Range<u16> {
-    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|text| {
-            let mut bounds = text.split_whitespace().map(|n| n.parse::<u16>().ok());
-            Some((bounds.next()??, bounds.next()??))
-        });
-    ports_outside(ephemeral)
+    static PORTS: std::sync::OnceLock<std::ops::Range<u16>> = std::sync::OnceLock::new();
+    PORTS
+        .get_or_init(|| {
+            let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+                .ok()
+                .and_then(|text| {
+                    let mut bounds = text.split_whitespace().map(|n| n.parse::<u16>().ok());
+                    Some((bounds.next()??, bounds.next()??))
+                });
+            ports_outside(ephemeral)
+        })
+        .clone()
 }
 
 /// The test ports for an ephemeral range of `low..=high`, if known.

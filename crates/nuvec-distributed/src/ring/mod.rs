@@ -474,8 +474,9 @@ impl Communicator for RingCommunicator {
             }
             outbox.pump(&link, kind, output)?;
             self.check_left(&link)?;
-            let mut own = OwnBlock::new(input, own.start);
-            self.all_gather_phase(kind, &link, output, width, &mut outbox, Some(&mut own))?;
+            let mut own_block = OwnBlock::new(input, own.start);
+            let own_block = Some(&mut own_block);
+            self.all_gather_phase(kind, &link, output, width, &mut outbox, own_block)?;
             link.right.flush(kind.name(), self.timeout)
         })
     }
