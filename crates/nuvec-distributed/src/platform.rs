@@ -185,6 +185,66 @@ pub(crate) fn enable_keepalive(stream: &TcpStream) -> std::io::Result<()> {
     socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive)
 }
 
+/// Where same-host channels' files go: memory-backed `/dev/shm` where there is one (Linux),
+/// else the temporary directory (macOS; a mapped file's pages stay in memory while in use).
+pub(crate) fn shared_memory_dir() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Opening flags for channel files: never through a symbolic link, not inherited by children.
+pub(crate) const CHANNEL_OPEN_FLAGS: i32 = libc::O_NOFOLLOW | libc::O_CLOEXEC;
+
+/// Whether `metadata` is of a regular file owned by this process's user and closed to others.
+pub(crate) fn private_file_of_ours(metadata: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    #[allow(unsafe_code)]
+    let user = unsafe { libc::geteuid() };
+    metadata.is_file() && metadata.uid() == user && metadata.mode() & 0o077 == 0
+}
+
+/// Maps the first `len` bytes of `file` readable, writable and shared with every process
+/// that maps it.
+#[allow(unsafe_code)]
+pub(crate) fn map_shared(file: &std::fs::File, len: usize) -> std::io::Result<*mut u8> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh mapping chosen by the kernel (null hint) of an open descriptor; it
+    // touches no memory of ours, and the caller unmaps it with `unmap(ptr, len)`.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(ptr.cast())
+    }
+}
+
+/// Unmaps what [`map_shared`] mapped.
+///
+/// # Safety
+/// `ptr` and `len` come from one successful `map_shared` call, and nothing uses the mapping
+/// afterwards.
+#[allow(unsafe_code)]
+pub(crate) unsafe fn unmap(ptr: *mut u8, len: usize) {
+    // SAFETY: the caller's contract: a live mapping of `len` bytes at `ptr`, unused from now.
+    unsafe {
+        libc::munmap(ptr.cast(), len);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

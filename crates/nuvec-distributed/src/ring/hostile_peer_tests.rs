@@ -11,7 +11,7 @@ use crate::hostfile::Address;
 use crate::Options;
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::DType;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,11 @@ fn group_with_raw_rank_0() -> (RingCommunicator, TcpStream, TcpStream) {
         _ => panic!("rank 1's handshake failed"),
     }
     write_message(&mut incoming, &Message::verdict(Verdict::Accepted)).expect("verdict");
+    // Rank 0 offers no shared memory and declines rank 1's offer.
+    let (ours, theirs) = super::nearby::declining_exchange();
+    stream.write_all(&ours).expect("rank 0's offer");
+    let mut offer = vec![0u8; theirs];
+    incoming.read_exact(&mut offer).expect("rank 1's offer and answer");
     (
         rank_1.join().unwrap().expect("rank 1 forms"),
         stream,

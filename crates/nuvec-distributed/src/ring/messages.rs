@@ -1,4 +1,5 @@
-//! The payloads of point-to-point messages. One of at least [`SPLIT_BYTES`] travels in two
+//! The payloads of point-to-point messages. Large ones between ranks on one machine go through
+//! shared memory instead (`nearby.rs`); what follows is for those on TCP. One of at least [`SPLIT_BYTES`] travels in two
 //! halves at once, each written and read by its own thread: the first half on the connection
 //! the sender writes to the receiver on, after the message's header; the second on the other
 //! direction of the connection the receiver writes back on, which nothing else uses. Both
@@ -59,6 +60,11 @@ impl RingCommunicator {
     /// Sends `meta` (the message's header and shape) and its payload `data` to `dst`.
     pub(super) fn write_message(&self, dst: usize, meta: &[u8], data: &[u8]) -> Result<()> {
         let peer = self.writer("send", dst)?;
+        if let Some(channel) = self.shared_to(dst, data.len()) {
+            peer.write_through("send", &[meta], meta.len(), self.timeout)?;
+            let mut alive = || self.still_there("send", dst);
+            return channel.write("send", data, self.timeout, &mut alive);
+        }
         let large = data.len() >= PIECES_FROM;
         let sends = if large {
             self.pieces[dst].next()
@@ -92,6 +98,10 @@ impl RingCommunicator {
     /// Reads the payload of a message from `src` whose header and shape came on `peer`,
     /// into `data` (as long as the header says).
     pub(super) fn read_payload(&self, src: usize, peer: &Peer, data: &mut [u8]) -> Result<()> {
+        if let Some(channel) = self.shared_from(src, data.len() as u64) {
+            let mut alive = || self.still_there("recv", src);
+            return channel.read("recv", data, self.timeout, &mut alive);
+        }
         let (first, second) = data.split_at_mut(first_half(data.len()));
         if second.is_empty() {
             return peer.read_message("recv", first, self.timeout);
@@ -108,6 +118,10 @@ impl RingCommunicator {
     /// that this rank did not expect, in bounded pieces (the size comes from the peer), so
     /// the connections stay usable for the next one.
     pub(super) fn drain_payload(&self, src: usize, peer: &Peer, bytes: u64) -> Result<()> {
+        if let Some(channel) = self.shared_from(src, bytes) {
+            let mut alive = || self.still_there("recv", src);
+            return channel.skip("recv", bytes, self.timeout, &mut alive);
+        }
         let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         let first = first_half(bytes);
         let mut scratch = vec![0u8; CHUNK_BYTES.min(bytes)];

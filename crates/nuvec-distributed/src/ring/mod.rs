@@ -14,6 +14,7 @@ mod hostile_peer_tests;
 mod lanes;
 mod links;
 mod messages;
+mod nearby;
 mod outbox;
 mod peer;
 #[cfg(test)]
@@ -21,6 +22,7 @@ mod peer_tests;
 mod pieces;
 mod scatter;
 pub(crate) mod schedule;
+mod shared;
 mod star;
 mod watch;
 mod wire;
@@ -117,6 +119,8 @@ pub struct RingCommunicator {
     watch: Arc<Watch>,
     /// How large point-to-point payloads go to each rank: in pieces or whole.
     pieces: Vec<pieces::PieceChoice>,
+    /// Shared-memory channels with ranks on this machine, for large point-to-point payloads.
+    nearby: nearby::Nearby,
 }
 
 /// This rank's neighbours for one collective (or one lane of it), and the collective's
@@ -179,7 +183,7 @@ impl RingCommunicator {
         } else {
             connect::form_mesh(nodes, rank, options)?
         };
-        let ring = RingCommunicator {
+        let mut ring = RingCommunicator {
             rank,
             size,
             peers: peers
@@ -199,7 +203,11 @@ impl RingCommunicator {
                 scratch: Vec::new(),
                 lane_scratch: Vec::new(),
             }),
+            nearby: nearby::Nearby::default(),
         };
+        if size > 1 {
+            ring.open_nearby()?;
+        }
         for peer in ring.connections() {
             peer.join_watch(ring.watch.clone());
         }

@@ -1,0 +1,316 @@
+//! Shared-memory channels between ranks on one machine, for the payloads of large
+//! point-to-point messages (`shared.rs` moves the bytes).
+//!
+//! Right after the connections form, every rank offers every other rank a channel: it creates
+//! a file only its user can open, with a random name and a random token inside, and sends the
+//! name and the token on its connection to that rank (already authenticated when the group
+//! has a key). A rank that can open the file, finds it private to the same user and holding
+//! the token, is on the same machine (and sees the same files): it maps the file, removes
+//! it, and answers yes. Otherwise it answers no and that direction stays on TCP. Both ends
+//! then know which directions have a channel, so a message's size alone says where its
+//! payload goes: from [`SHARED_FROM`] bytes on, through the channel; below, and everything
+//! else (headers, collectives, abort notices), on TCP.
+//!
+//! `NUVEC_RING_SHARED_MEMORY=off` keeps every payload on TCP (`auto`, the default, offers
+//! channels). Each channel is `shared::CHANNEL_BYTES` (2 MiB and a page) of shared memory per
+//! direction between two ranks on one machine; its pages are only allocated once a message
+//! uses it. The files are removed as soon as both ends have them mapped; a rank killed
+//! during the exchange may leave its offers behind in `/dev/shm` (named `nuvec-ring-*`).
+
+use super::shared::{Channel, TOKEN_BYTES};
+use super::RingCommunicator;
+use nuvec_core::{Error, Result};
+
+/// Payloads at least this large go through a channel where there is one. Smaller ones gain
+/// little: loopback's round trip of a 64 KB ping-pong is already 24 µs.
+pub(super) const SHARED_FROM: usize = 256 << 10;
+
+/// The channels of one rank, by peer: those it writes to, and those it reads from.
+#[derive(Debug, Default)]
+pub(super) struct Nearby {
+    to: Vec<Option<Channel>>,
+    from: Vec<Option<Channel>>,
+}
+
+/// An offer: magic, token, name length, name (empty: no channel offered).
+const OFFER_BYTES: usize = 128;
+const OFFER_MAGIC: &[u8; 8] = b"nuvecSHM";
+const NAME_AT: usize = 8 + TOKEN_BYTES + 1;
+const MAX_NAME: usize = OFFER_BYTES - NAME_AT;
+/// The answers to an offer.
+const YES: &[u8; 8] = b"nuvecYES";
+const NO: &[u8; 8] = b"nuvec-NO";
+/// Every channel file's name starts with this.
+const NAME_PREFIX: &str = "nuvec-ring-";
+
+/// Whether this rank offers and accepts channels: `NUVEC_RING_SHARED_MEMORY`, `auto` (or
+/// unset) or `off`.
+fn wanted() -> Result<bool> {
+    wanted_from(&std::env::var("NUVEC_RING_SHARED_MEMORY").unwrap_or_default())
+}
+
+/// [`wanted`] for the variable's value `choice` (empty when unset).
+fn wanted_from(choice: &str) -> Result<bool> {
+    match choice.trim() {
+        "" | "auto" => Ok(true),
+        "off" => Ok(false),
+        other => Err(Error::Distributed {
+            op: "init".into(),
+            rank: None,
+            reason: format!("NUVEC_RING_SHARED_MEMORY must be auto or off, got {other:?}"),
+        }),
+    }
+}
+
+/// Whether `name` could be a channel file's name: the prefix, then letters, digits and
+/// dashes (no path: an offer cannot point this rank at another file).
+fn plausible_name(name: &str) -> bool {
+    name.starts_with(NAME_PREFIX)
+        && name.len() <= MAX_NAME
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// A new channel to rank `dst` and the offer that announces it, or an empty offer when none
+/// can be made (no shared-memory directory, say: the payloads then go on TCP).
+fn offer_to(rank: usize, dst: usize) -> (Option<Channel>, [u8; OFFER_BYTES]) {
+    let mut offer = [0u8; OFFER_BYTES];
+    offer[..8].copy_from_slice(OFFER_MAGIC);
+    let mut random = [0u8; TOKEN_BYTES + 8];
+    if getrandom::fill(&mut random).is_err() {
+        return (None, offer);
+    }
+    let (token, tag) = random.split_at(TOKEN_BYTES);
+    let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    let name = format!("{NAME_PREFIX}{}-{rank}-{dst}-{tag}", std::process::id());
+    let token: [u8; TOKEN_BYTES] = token.try_into().expect("the token's length");
+    let path = crate::platform::shared_memory_dir().join(&name);
+    let Ok(channel) = Channel::create(path, &token, dst) else {
+        return (None, offer);
+    };
+    offer[8..8 + TOKEN_BYTES].copy_from_slice(&token);
+    offer[NAME_AT - 1] = name.len() as u8;
+    offer[NAME_AT..NAME_AT + name.len()].copy_from_slice(name.as_bytes());
+    (Some(channel), offer)
+}
+
+/// The channel that rank `src`'s `offer` announces, if this rank can open it.
+fn accept(src: usize, offer: &[u8; OFFER_BYTES]) -> Option<Channel> {
+    let length = offer[NAME_AT - 1] as usize;
+    let name = std::str::from_utf8(offer.get(NAME_AT..NAME_AT + length)?).ok()?;
+    if !plausible_name(name) {
+        return None;
+    }
+    let token: [u8; TOKEN_BYTES] = offer[8..8 + TOKEN_BYTES].try_into().ok()?;
+    let path = crate::platform::shared_memory_dir().join(name);
+    Channel::open(&path, &token, src).ok()
+}
+
+impl RingCommunicator {
+    /// Offers every other rank a channel and opens those offered that this rank can (see the
+    /// module's documentation). Called once, right after the connections form.
+    pub(super) fn open_nearby(&mut self) -> Result<()> {
+        let wanted = wanted()?;
+        let (rank, size, timeout) = (self.rank, self.size, self.timeout);
+        let others: Vec<usize> = (0..size).filter(|&r| r != rank).collect();
+        let mut to: Vec<Option<Channel>> = (0..size).map(|_| None).collect();
+        let mut from: Vec<Option<Channel>> = (0..size).map(|_| None).collect();
+        for &dst in &others {
+            let (channel, offer) = if wanted {
+                offer_to(rank, dst)
+            } else {
+                let mut empty = [0u8; OFFER_BYTES];
+                empty[..8].copy_from_slice(OFFER_MAGIC);
+                (None, empty)
+            };
+            to[dst] = channel;
+            self.writer("init", dst)?
+                .write_through("init", &[&offer], OFFER_BYTES, timeout)?;
+        }
+        for &src in &others {
+            let mut offer = [0u8; OFFER_BYTES];
+            self.reader("init", src)?
+                .read_message("init", &mut offer, timeout)?;
+            if &offer[..8] != OFFER_MAGIC {
+                return Err(Error::Distributed {
+                    op: "init".into(),
+                    rank: Some(src),
+                    reason: format!("rank {src} sent no shared-memory offer where one was due (is it running the same nuvec?)"),
+                });
+            }
+            from[src] = if wanted { accept(src, &offer) } else { None };
+        }
+        for &src in &others {
+            let answer = if from[src].is_some() { YES } else { NO };
+            self.writer("init", src)?
+                .write_through("init", &[answer], answer.len(), timeout)?;
+        }
+        for &dst in &others {
+            let mut answer = [0u8; 8];
+            self.reader("init", dst)?
+                .read_message("init", &mut answer, timeout)?;
+            if &answer != YES && &answer != NO {
+                return Err(Error::Distributed {
+                    op: "init".into(),
+                    rank: Some(dst),
+                    reason: format!("rank {dst} answered this rank's shared-memory offer with neither yes nor no"),
+                });
+            }
+            match (&answer == YES, to[dst].as_mut()) {
+                (true, Some(channel)) => channel.unlink(),
+                _ => to[dst] = None,
+            }
+        }
+        self.nearby = Nearby { to, from };
+        Ok(())
+    }
+
+    /// The channel a payload of `bytes` to rank `dst` goes through, if any.
+    pub(super) fn shared_to(&self, dst: usize, bytes: usize) -> Option<&Channel> {
+        let channel = self.nearby.to.get(dst)?.as_ref()?;
+        (bytes >= SHARED_FROM).then_some(channel)
+    }
+
+    /// The channel a payload of `bytes` from rank `src` comes through, if any.
+    pub(super) fn shared_from(&self, src: usize, bytes: u64) -> Option<&Channel> {
+        let channel = self.nearby.from.get(src)?.as_ref()?;
+        (bytes >= SHARED_FROM as u64).then_some(channel)
+    }
+
+    /// Whether `peer` has directions with a channel, to it and from it: for tests.
+    #[cfg(test)]
+    pub(super) fn shares_memory_with(&self, peer: usize) -> (bool, bool) {
+        let has = |side: &Vec<Option<Channel>>| side.get(peer).is_some_and(Option::is_some);
+        (has(&self.nearby.to), has(&self.nearby.from))
+    }
+
+    /// Fails when rank `peer` can no longer take part: its connection to this rank closed,
+    /// or it sent word that the group failed (which `run` then reports).
+    pub(super) fn still_there(&self, op: &str, peer: usize) -> Result<()> {
+        let connection = self.reader(op, peer)?;
+        if let Some(raw) = connection.check()? {
+            if super::wire::pending_abort(&raw).is_some() {
+                return Err(connection.error(op, format!("rank {peer} reported that the group failed")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a peer that offers no channel and declines every offer writes after the
+/// connections form, and how many bytes it reads back: for tests that play a rank by hand.
+#[cfg(test)]
+pub(super) fn declining_exchange() -> (Vec<u8>, usize) {
+    let mut bytes = vec![0u8; OFFER_BYTES];
+    bytes[..8].copy_from_slice(OFFER_MAGIC);
+    bytes.extend_from_slice(NO);
+    (bytes, OFFER_BYTES + NO.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::hostfile::Address;
+    use crate::Options;
+    use nuvec_core::distributed::Communicator;
+    use nuvec_core::DType;
+    use std::time::Duration;
+
+    #[test]
+    fn the_variable_takes_auto_or_off_and_names_itself_when_wrong() {
+        assert!(wanted_from("").unwrap());
+        assert!(wanted_from(" auto ").unwrap());
+        assert!(!wanted_from("off").unwrap());
+        let error = wanted_from("yes").unwrap_err().to_string();
+        assert!(error.contains("NUVEC_RING_SHARED_MEMORY") && error.contains("\"yes\""), "{error}");
+    }
+
+    /// Two ranks of one group, formed by two threads of this process over loopback.
+    fn two_ranks() -> (RingCommunicator, RingCommunicator) {
+        let ports = [super::super::hostile_peer_tests::free_port(), super::super::hostile_peer_tests::free_port()];
+        let nodes: Vec<Vec<Address>> = ports
+            .iter()
+            .map(|p| vec![Address::parse(&format!("127.0.0.1:{p}")).unwrap()])
+            .collect();
+        let options = Options::with_timeout(Duration::from_secs(10));
+        let (nodes_1, options_1) = (nodes.clone(), options.clone());
+        let rank_1 = std::thread::spawn(move || RingCommunicator::connect(&nodes_1, 1, &options_1));
+        let rank_0 = RingCommunicator::connect(&nodes, 0, &options).expect("rank 0 forms");
+        (rank_0, rank_1.join().unwrap().expect("rank 1 forms"))
+    }
+
+    #[test]
+    fn ranks_on_one_machine_share_memory_both_ways_and_large_messages_take_it() {
+        let (rank_0, rank_1) = two_ranks();
+        assert_eq!(rank_0.shares_memory_with(1), (true, true));
+        assert_eq!(rank_1.shares_memory_with(0), (true, true));
+        // Sizes on both sides of the threshold, and one spanning many slots with a ragged end.
+        for bytes in [SHARED_FROM - 4, SHARED_FROM, 3 * (1 << 20) + 4] {
+            let sent: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+            let shape = [(bytes / 4) as i32];
+            std::thread::scope(|scope| {
+                scope.spawn(|| rank_0.send(&sent, DType::F32, &shape, 1).unwrap());
+                let mut got = vec![0u8; bytes];
+                rank_1.recv(&mut got, DType::F32, &shape, 0).unwrap();
+                assert!(got == sent, "{bytes} bytes came back changed");
+            });
+        }
+        // A refused large message is skipped whole: the next one arrives intact.
+        let shape = [(SHARED_FROM / 2) as i32];
+        let wrong = [(SHARED_FROM / 2 - 1) as i32];
+        let first = vec![1u8; SHARED_FROM * 2];
+        let second: Vec<u8> = (0..SHARED_FROM * 2).map(|i| (i % 7) as u8).collect();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                rank_0.send(&first, DType::F32, &shape, 1).unwrap();
+                rank_0.send(&second, DType::F32, &shape, 1).unwrap();
+            });
+            let mut got = vec![0u8; SHARED_FROM * 2 - 4];
+            let error = rank_1.recv(&mut got, DType::F32, &wrong, 0).unwrap_err().to_string();
+            assert!(error.contains("expected"), "{error}");
+            let mut got = vec![0u8; SHARED_FROM * 2];
+            rank_1.recv(&mut got, DType::F32, &shape, 0).unwrap();
+            assert!(got == second);
+        });
+    }
+
+    #[test]
+    fn a_receiver_that_leaves_mid_message_is_named_by_the_sender() {
+        let (rank_0, rank_1) = two_ranks();
+        drop(rank_1);
+        let data = vec![0u8; 8 << 20];
+        let start = std::time::Instant::now();
+        let error = rank_0.send(&data, DType::F32, &[(2 << 20) as i32], 1).unwrap_err().to_string();
+        assert!(error.contains("rank 1"), "{error}");
+        assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
+    }
+
+    #[test]
+    fn offers_cannot_name_paths_or_foreign_files() {
+        assert!(plausible_name("nuvec-ring-12-0-1-00ff"));
+        for bad in ["../etc/passwd", "/etc/passwd", "nuvec-ring-../../x", "nuvec-ring-a/b", "other-name", "nuvec-ring-a.b"] {
+            assert!(!plausible_name(bad), "{bad}");
+        }
+        let mut offer = [0u8; OFFER_BYTES];
+        offer[..8].copy_from_slice(OFFER_MAGIC);
+        let name = b"/etc/passwd";
+        offer[NAME_AT - 1] = name.len() as u8;
+        offer[NAME_AT..NAME_AT + name.len()].copy_from_slice(name);
+        assert!(accept(1, &offer).is_none());
+        // A length past the record is refused, not read beyond it.
+        offer[NAME_AT - 1] = 255;
+        assert!(accept(1, &offer).is_none());
+    }
+
+    #[test]
+    fn an_offer_opens_on_this_machine_once_and_only_with_its_token() {
+        let (channel, offer) = offer_to(0, 1);
+        assert!(channel.is_some(), "no shared-memory directory here?");
+        let mut forged = offer;
+        forged[8] ^= 1;
+        assert!(accept(0, &forged).is_none(), "a wrong token was accepted");
+        assert!(accept(0, &offer).is_some());
+        // Accepting removes the file: the offer cannot be taken twice.
+        assert!(accept(0, &offer).is_none());
+    }
+}
