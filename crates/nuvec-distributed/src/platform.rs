@@ -208,6 +208,26 @@ pub(crate) fn private_file_of_ours(metadata: &std::fs::Metadata) -> bool {
     metadata.is_file() && metadata.uid() == user && metadata.mode() & 0o077 == 0
 }
 
+/// Sizes `file` to `len` bytes with its storage allocated now, so that a full file system
+/// (a small `/dev/shm` in a container, say) fails here with an error instead of killing the
+/// process with SIGBUS when a mapped page is first written. Elsewhere than on Linux the file
+/// is only sized.
+pub(crate) fn size_and_reserve(file: &std::fs::File, len: usize) -> std::io::Result<()> {
+    file.set_len(len as u64)?;
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: posix_fallocate(3) on an open descriptor of ours, within a length that fits
+        // an off_t; it touches no memory of this process.
+        #[allow(unsafe_code)]
+        let code = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        if code != 0 {
+            return Err(std::io::Error::from_raw_os_error(code));
+        }
+    }
+    Ok(())
+}
+
 /// Maps the first `len` bytes of `file` readable, writable and shared with every process
 /// that maps it.
 #[allow(unsafe_code)]

@@ -189,16 +189,99 @@ fn messages_of_64_mib_and_more_arrive_whole_both_ways() {
 }
 
 #[test]
+fn messages_of_every_size_arrive_whole_over_tcp_and_through_shared_memory() {
+    // With NUVEC_RING_SHARED_MEMORY=off every payload goes on TCP (whole, in two pieces, in
+    // two halves on two connections); with auto, those of 32 KiB and more between ranks on
+    // one machine go through shared memory. Element counts straddle the thresholds.
+    const ELEMENTS: [usize; 6] = [
+        1000,
+        8 * 1024 - 1,
+        8 * 1024,
+        16 * 1024 + 1,
+        1 << 18,
+        (33 << 20) / 4 + 3,
+    ];
+    for mode in ["off", "auto"] {
+        let launch = Launch {
+            env: vec![("NUVEC_RING_SHARED_MEMORY".into(), mode.into())],
+            ..Default::default()
+        };
+        launch_ranks(
+            "messages_of_every_size_arrive_whole_over_tcp_and_through_shared_memory",
+            2,
+            TIMEOUT,
+            &launch,
+            |group| {
+                let group = group.unwrap();
+                let (me, other) = (group.rank(), 1 - group.rank());
+                for (k, &elements) in ELEMENTS.iter().enumerate() {
+                    // Rank 0 sends first, then rank 1 answers with its own message.
+                    if me == 0 {
+                        let shift = (2 * k) as f32;
+                        distributed::send(&message(elements, shift), other, Some(&group))
+                            .check()
+                            .unwrap();
+                    }
+                    let got = distributed::recv_like(&message(elements, 0.0), other, Some(&group));
+                    got.eval().unwrap();
+                    assert!(
+                        is_message(&got, elements, (2 * k + other) as f32),
+                        "{mode}: message {k} of {elements} elements from rank {other}"
+                    );
+                    if me == 1 {
+                        let shift = (2 * k + 1) as f32;
+                        distributed::send(&message(elements, shift), other, Some(&group))
+                            .check()
+                            .unwrap();
+                    }
+                }
+            },
+        );
+        if nuvec_test_support::ranks::is_child() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn init_refuses_an_unknown_shared_memory_choice() {
+    let launch = Launch {
+        env: vec![("NUVEC_RING_SHARED_MEMORY".into(), "maybe".into())],
+        ..Default::default()
+    };
+    launch_ranks(
+        "init_refuses_an_unknown_shared_memory_choice",
+        2,
+        TIMEOUT,
+        &launch,
+        |group| {
+            let error = group.unwrap_err().to_string();
+            assert!(
+                error.contains("NUVEC_RING_SHARED_MEMORY") && error.contains("\"maybe\""),
+                "{error}"
+            );
+        },
+    );
+}
+
+#[test]
 fn messages_of_16_mib_arrive_whole_in_both_ways_of_sending_them() {
     // From 16 MiB a sender times its first payloads sent in pieces and whole, alternating,
     // then keeps the faster way (ring/pieces.rs): eleven payloads decide, so thirteen cover
     // both ways and the one kept.
+    // Both ways are TCP's: shared memory is turned off.
     const ELEMENTS: usize = (16 << 20) / 4 + 1;
-    run_ranks(
+    let launch = Launch {
+        env: vec![("NUVEC_RING_SHARED_MEMORY".into(), "off".into())],
+        ..Default::default()
+    };
+    launch_ranks(
         "messages_of_16_mib_arrive_whole_in_both_ways_of_sending_them",
         2,
         TIMEOUT,
+        &launch,
         |group| {
+            let group = group.unwrap();
             for k in 0..13 {
                 let shift = k as f32;
                 if group.rank() == 0 {
@@ -216,38 +299,51 @@ fn messages_of_16_mib_arrive_whole_in_both_ways_of_sending_them() {
 
 #[test]
 fn a_large_message_of_another_shape_is_refused_and_the_next_one_arrives() {
-    run_ranks(
-        "a_large_message_of_another_shape_is_refused_and_the_next_one_arrives",
-        2,
-        TIMEOUT,
-        |group| {
-            let small = array![5.0f32, 6.0];
-            if group.rank() == 0 {
-                distributed::send(&large_message(0.0), 1, Some(&group))
-                    .check()
-                    .unwrap();
-                distributed::send(&small, 1, Some(&group)).check().unwrap();
-                distributed::send(&large_message(3.0), 1, Some(&group))
-                    .check()
-                    .unwrap();
-            } else {
-                let wrong = ops::zeros(&[LARGE_MESSAGE as i32 - 1], DType::F32);
-                let error = distributed::recv_like(&wrong, 0, Some(&group))
-                    .check()
-                    .unwrap_err()
-                    .to_string();
-                assert!(
-                    error.contains(&format!("[{LARGE_MESSAGE}]")) && error.contains("expected"),
-                    "{error}"
-                );
-                let next = distributed::recv_like(&small, 0, Some(&group));
-                assert_eq!(next.to_vec::<f32>().unwrap(), vec![5.0, 6.0]);
-                // Both halves of the refused message were drained: the next large one is whole.
-                let large = distributed::recv_like(&large_message(0.0), 0, Some(&group));
-                assert!(is_large_message(&large, 3.0));
-            }
-        },
-    );
+    // Over TCP (in two halves) and through shared memory.
+    for mode in ["off", "auto"] {
+        let launch = Launch {
+            env: vec![("NUVEC_RING_SHARED_MEMORY".into(), mode.into())],
+            ..Default::default()
+        };
+        launch_ranks(
+            "a_large_message_of_another_shape_is_refused_and_the_next_one_arrives",
+            2,
+            TIMEOUT,
+            &launch,
+            |group| refused_large_message_then_next(group.unwrap()),
+        );
+        if nuvec_test_support::ranks::is_child() {
+            return;
+        }
+    }
+}
+
+fn refused_large_message_then_next(group: Group) {
+    let small = array![5.0f32, 6.0];
+    if group.rank() == 0 {
+        distributed::send(&large_message(0.0), 1, Some(&group))
+            .check()
+            .unwrap();
+        distributed::send(&small, 1, Some(&group)).check().unwrap();
+        distributed::send(&large_message(3.0), 1, Some(&group))
+            .check()
+            .unwrap();
+    } else {
+        let wrong = ops::zeros(&[LARGE_MESSAGE as i32 - 1], DType::F32);
+        let error = distributed::recv_like(&wrong, 0, Some(&group))
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!("[{LARGE_MESSAGE}]")) && error.contains("expected"),
+            "{error}"
+        );
+        let next = distributed::recv_like(&small, 0, Some(&group));
+        assert_eq!(next.to_vec::<f32>().unwrap(), vec![5.0, 6.0]);
+        // All of the refused message was drained: the next large one is whole.
+        let large = distributed::recv_like(&large_message(0.0), 0, Some(&group));
+        assert!(is_large_message(&large, 3.0));
+    }
 }
 
 #[test]

@@ -119,7 +119,9 @@ fn group_with_raw_rank_0() -> (RingCommunicator, TcpStream, TcpStream) {
     let (ours, theirs) = super::nearby::declining_exchange();
     stream.write_all(&ours).expect("rank 0's offer");
     let mut offer = vec![0u8; theirs];
-    incoming.read_exact(&mut offer).expect("rank 1's offer and answer");
+    incoming
+        .read_exact(&mut offer)
+        .expect("rank 1's offer and answer");
     (
         rank_1.join().unwrap().expect("rank 1 forms"),
         stream,

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 /// Bytes per slot.
 pub(super) const SLOT_BYTES: usize = 128 << 10;
 /// Slots per channel: the most payload a sender can leave for a receiver not yet reading.
-pub(super) const SLOTS: usize = 16;
+pub(super) const SLOTS: usize = 8;
 /// Where the control words end and the slots start (a page, so slots stay page-aligned).
 const SLOTS_AT: usize = 4096;
 /// The size of a channel's file and mapping.
@@ -80,7 +80,11 @@ impl Drop for Channel {
 impl Channel {
     /// Creates the file at `path` (new, readable by this user alone), maps it and writes
     /// `token` into it: the sending end of a channel to rank `peer`.
-    pub(super) fn create(path: PathBuf, token: &[u8; TOKEN_BYTES], peer: usize) -> std::io::Result<Channel> {
+    pub(super) fn create(
+        path: PathBuf,
+        token: &[u8; TOKEN_BYTES],
+        peer: usize,
+    ) -> std::io::Result<Channel> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -89,8 +93,7 @@ impl Channel {
             .mode(0o600)
             .custom_flags(crate::platform::CHANNEL_OPEN_FLAGS)
             .open(&path)?;
-        let channel = file
-            .set_len(CHANNEL_BYTES as u64)
+        let channel = crate::platform::size_and_reserve(&file, CHANNEL_BYTES)
             .and_then(|()| Channel::map(&file, peer, Some(path.clone())));
         let channel = channel.inspect_err(|_| {
             let _ = std::fs::remove_file(&path);
@@ -106,7 +109,11 @@ impl Channel {
     /// Opens the file at `path` that rank `peer` created for this rank, and removes it once
     /// mapped; the receiving end. Refused unless it is a private regular file of this user,
     /// of a channel's size, holding `token`.
-    pub(super) fn open(path: &std::path::Path, token: &[u8; TOKEN_BYTES], peer: usize) -> std::result::Result<Channel, String> {
+    pub(super) fn open(
+        path: &std::path::Path,
+        token: &[u8; TOKEN_BYTES],
+        peer: usize,
+    ) -> std::result::Result<Channel, String> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -114,19 +121,28 @@ impl Channel {
             .custom_flags(crate::platform::CHANNEL_OPEN_FLAGS)
             .open(path)
             .map_err(|e| format!("cannot open it: {e}"))?;
-        let metadata = file.metadata().map_err(|e| format!("cannot inspect it: {e}"))?;
+        let metadata = file
+            .metadata()
+            .map_err(|e| format!("cannot inspect it: {e}"))?;
         if !crate::platform::private_file_of_ours(&metadata) {
             return Err("it is not a regular file of this user closed to others".into());
         }
         if metadata.len() != CHANNEL_BYTES as u64 {
-            return Err(format!("it holds {} bytes, not {CHANNEL_BYTES}", metadata.len()));
+            return Err(format!(
+                "it holds {} bytes, not {CHANNEL_BYTES}",
+                metadata.len()
+            ));
         }
         let channel = Channel::map(&file, peer, None).map_err(|e| format!("cannot map it: {e}"))?;
         let mut found = [0u8; TOKEN_BYTES];
         // SAFETY: the token's bytes lie inside the mapping.
         #[allow(unsafe_code)]
         unsafe {
-            std::ptr::copy_nonoverlapping(channel.base.add(TOKEN_AT), found.as_mut_ptr(), TOKEN_BYTES)
+            std::ptr::copy_nonoverlapping(
+                channel.base.add(TOKEN_AT),
+                found.as_mut_ptr(),
+                TOKEN_BYTES,
+            )
         };
         if &found != token {
             return Err("it does not hold the token its creator announced".into());
@@ -167,12 +183,24 @@ impl Channel {
 
     /// Copies `data` into the channel slot by slot, waiting for room as the receiver reads;
     /// `alive` is asked now and then whether the receiver can still read.
-    pub(super) fn write(&self, op: &str, data: &[u8], timeout: Duration, alive: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    pub(super) fn write(
+        &self,
+        op: &str,
+        data: &[u8],
+        timeout: Duration,
+        alive: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
         let (head, tail) = (self.counter(HEAD_AT), self.counter(TAIL_AT));
         for piece in data.chunks(SLOT_BYTES) {
             let at = head.load(Ordering::Relaxed);
             let room = || at.wrapping_sub(tail.load(Ordering::Acquire)) < SLOTS as u64;
-            self.wait(op, "to take earlier slots of the message", room, timeout, alive)?;
+            self.wait(
+                op,
+                "to take earlier slots of the message",
+                room,
+                timeout,
+                alive,
+            )?;
             if tail.load(Ordering::Acquire) > at {
                 return Err(self.corrupt(op, "its read counter passed what was written"));
             }
@@ -188,7 +216,13 @@ impl Channel {
     }
 
     /// Copies the next `out.len()` bytes of payload out of the channel, waiting for each slot.
-    pub(super) fn read(&self, op: &str, out: &mut [u8], timeout: Duration, alive: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    pub(super) fn read(
+        &self,
+        op: &str,
+        out: &mut [u8],
+        timeout: Duration,
+        alive: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
         for piece in out.chunks_mut(SLOT_BYTES) {
             let slot = self.next_slot(op, timeout, alive)?;
             // SAFETY: the slot lies inside the mapping, the sender published it (the acquire
@@ -203,7 +237,13 @@ impl Channel {
     }
 
     /// Drops the next `bytes` of payload (a message this rank refused), slot by slot.
-    pub(super) fn skip(&self, op: &str, bytes: u64, timeout: Duration, alive: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    pub(super) fn skip(
+        &self,
+        op: &str,
+        bytes: u64,
+        timeout: Duration,
+        alive: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
         for _ in 0..bytes.div_ceil(SLOT_BYTES as u64) {
             let slot = self.next_slot(op, timeout, alive)?;
             self.counter(TAIL_AT).store(slot + 1, Ordering::Release);
@@ -212,11 +252,22 @@ impl Channel {
     }
 
     /// Waits until the sender has published the slot after the last one read; its index.
-    fn next_slot(&self, op: &str, timeout: Duration, alive: &mut dyn FnMut() -> Result<()>) -> Result<u64> {
+    fn next_slot(
+        &self,
+        op: &str,
+        timeout: Duration,
+        alive: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<u64> {
         let (head, tail) = (self.counter(HEAD_AT), self.counter(TAIL_AT));
         let at = tail.load(Ordering::Relaxed);
         let published = || head.load(Ordering::Acquire) != at;
-        self.wait(op, "to send the rest of the message", published, timeout, alive)?;
+        self.wait(
+            op,
+            "to send the rest of the message",
+            published,
+            timeout,
+            alive,
+        )?;
         if head.load(Ordering::Acquire).wrapping_sub(at) > SLOTS as u64 {
             return Err(self.corrupt(op, "its write counter ran past the slots"));
         }
@@ -225,7 +276,14 @@ impl Channel {
 
     /// Waits until `ready`: spinning, then yielding, then napping; at most `timeout`, asking
     /// `alive` every [`CHECK_EVERY`] once napping.
-    fn wait(&self, op: &str, what: &str, ready: impl Fn() -> bool, timeout: Duration, alive: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    fn wait(
+        &self,
+        op: &str,
+        what: &str,
+        ready: impl Fn() -> bool,
+        timeout: Duration,
+        alive: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
         if ready() {
             return Ok(());
         }
@@ -272,7 +330,10 @@ impl Channel {
         Error::Distributed {
             op: op.into(),
             rank: Some(self.peer),
-            reason: format!("the shared-memory channel with rank {} is corrupt: {what}", self.peer),
+            reason: format!(
+                "the shared-memory channel with rank {} is corrupt: {what}",
+                self.peer
+            ),
         }
     }
 }
@@ -282,7 +343,11 @@ mod tests {
     use super::*;
 
     fn pair(token: [u8; TOKEN_BYTES]) -> (Channel, Channel) {
-        let name = format!("nuvec-ring-test-{}-{}", std::process::id(), u64::from_le_bytes(token[..8].try_into().unwrap()));
+        let name = format!(
+            "nuvec-ring-test-{}-{}",
+            std::process::id(),
+            u64::from_le_bytes(token[..8].try_into().unwrap())
+        );
         let path = crate::platform::shared_memory_dir().join(name);
         let sender = Channel::create(path.clone(), &token, 1).unwrap();
         let receiver = Channel::open(&path, &token, 0).unwrap();
@@ -313,7 +378,11 @@ mod tests {
             for message in &messages {
                 let mut out = vec![0u8; message.len()];
                 receiver.read("recv", &mut out, timeout, &mut fine).unwrap();
-                assert!(out == *message, "a message of {} bytes came back changed", message.len());
+                assert!(
+                    out == *message,
+                    "a message of {} bytes came back changed",
+                    message.len()
+                );
             }
         });
     }
@@ -326,7 +395,9 @@ mod tests {
         let second: Vec<u8> = (0..70_000).map(|i| i as u8).collect();
         sender.write("send", &first, timeout, &mut fine).unwrap();
         sender.write("send", &second, timeout, &mut fine).unwrap();
-        receiver.skip("recv", first.len() as u64, timeout, &mut fine).unwrap();
+        receiver
+            .skip("recv", first.len() as u64, timeout, &mut fine)
+            .unwrap();
         let mut out = vec![0u8; second.len()];
         receiver.read("recv", &mut out, timeout, &mut fine).unwrap();
         assert_eq!(out, second);
@@ -336,9 +407,14 @@ mod tests {
     fn a_receiver_that_never_reads_stops_the_sender_with_an_error_naming_it() {
         let (sender, _receiver) = pair([9; TOKEN_BYTES]);
         let too_much = vec![0u8; (SLOTS + 1) * SLOT_BYTES];
-        let error = sender.write("send", &too_much, Duration::from_millis(200), &mut fine).unwrap_err();
+        let error = sender
+            .write("send", &too_much, Duration::from_millis(200), &mut fine)
+            .unwrap_err();
         let text = error.to_string();
-        assert!(text.contains("rank 1") && text.contains("shared memory"), "{text}");
+        assert!(
+            text.contains("rank 1") && text.contains("shared memory"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -346,9 +422,20 @@ mod tests {
         let (_sender, receiver) = pair([10; TOKEN_BYTES]);
         let mut out = vec![0u8; 10];
         let start = Instant::now();
-        let mut gone = || Err(Error::Distributed { op: "recv".into(), rank: Some(0), reason: "the peer closed its connection".into() });
-        let error = receiver.read("recv", &mut out, Duration::from_secs(30), &mut gone).unwrap_err();
-        assert!(error.to_string().contains("closed its connection"), "{error}");
+        let mut gone = || {
+            Err(Error::Distributed {
+                op: "recv".into(),
+                rank: Some(0),
+                reason: "the peer closed its connection".into(),
+            })
+        };
+        let error = receiver
+            .read("recv", &mut out, Duration::from_secs(30), &mut gone)
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("closed its connection"),
+            "{error}"
+        );
         assert!(start.elapsed() < Duration::from_secs(5));
     }
 
@@ -374,7 +461,8 @@ mod tests {
 
     #[test]
     fn the_creator_removes_a_file_nobody_opened() {
-        let path = crate::platform::shared_memory_dir().join(format!("nuvec-ring-test-{}-unopened", std::process::id()));
+        let path = crate::platform::shared_memory_dir()
+            .join(format!("nuvec-ring-test-{}-unopened", std::process::id()));
         drop(Channel::create(path.clone(), &[3; TOKEN_BYTES], 1).unwrap());
         assert!(!path.exists());
     }
