@@ -19,6 +19,7 @@
 //! hypervisor stole meanwhile.
 
 use crate::bench_bare_ring;
+use crate::bench_crosscore::{cross_core_ns, describe as describe_cores, mark_cross_core};
 use crate::bench_floor::{lands_in_outputs, memcpy_ceiling, Ceilings};
 use crate::bench_hosts::Hosts;
 use crate::bench_mlx::{mlx_python, run_mlx};
@@ -357,13 +358,20 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                             continue;
                         }
                         progress!("{n} ranks, {op}, {dtype}: {side} ({}{of})", options.sizes);
+                        let cores_before = cross_core_ns();
                         let before = cpu_ticks();
                         let mut results = run_side(side, &root, tools, n, (op, dtype), &options)?;
                         let steal = steal_percent(before, cpu_ticks());
+                        let cores_after = cross_core_ns();
                         mark_steal(&mut results, steal);
+                        mark_cross_core(&mut results, cores_before, cores_after);
                         if let Some(steal) = steal.filter(|_| !results.is_empty()) {
                             progress!("  {side}: the hypervisor took {steal:.1}% of the CPU time meanwhile");
                         }
+                        progress!(
+                            "  {side}: a cache line's round trip between cores: {}",
+                            describe_cores(cores_before, cores_after)
+                        );
                         for record in &results {
                             if let Some(error) = record.get("error") {
                                 progress!("  {side}: {op} unsupported: {error}");

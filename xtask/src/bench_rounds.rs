@@ -74,7 +74,7 @@ fn point(record: &Value) -> (Value, Value, Value, Value) {
 
 /// One record per point from one side's records of every round, in first-seen order: the
 /// median of the rounds' medians (bus bandwidth scaled to it), the least minimum, every
-/// round's median and steal share, and whether every round's result was right. A point that
+/// round's median, steal share and cross-core round trips, and whether every round's result was right. A point that
 /// any round reported as an error keeps that record.
 pub(crate) fn merge(records: &[Value]) -> Vec<Value> {
     let mut points: Vec<(Value, Value, Value, Value)> = Vec::new();
@@ -113,6 +113,9 @@ pub(crate) fn merge(records: &[Value]) -> Vec<Value> {
                 let steals: Vec<Value> = rounds.iter().map(|r| r["steal_pct"].clone()).collect();
                 fields.remove("steal_pct");
                 fields.insert("rounds_steal_pct".into(), Value::Array(steals));
+                let cores: Vec<Value> = rounds.iter().map(|r| r["cross_core_ns"].clone()).collect();
+                fields.remove("cross_core_ns");
+                fields.insert("rounds_cross_core_ns".into(), Value::Array(cores));
                 let ok = rounds.iter().all(|r| r["ok"].as_bool() == Some(true));
                 fields.insert("ok".into(), json!(ok));
             }

@@ -14,6 +14,7 @@
 
 mod bench_bare_ring;
 mod bench_core;
+mod bench_crosscore;
 mod bench_distributed;
 mod bench_floor;
 mod bench_hosts;

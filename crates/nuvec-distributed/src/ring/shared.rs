@@ -196,7 +196,8 @@ impl Channel {
             let room = || at.wrapping_sub(tail.load(Ordering::Acquire)) < SLOTS as u64;
             self.wait(
                 op,
-                "to take earlier slots of the message",
+                "to read what this rank sent (a send waits once a channel's 1 MiB is unread: \
+                 does that rank call recv?)",
                 room,
                 timeout,
                 alive,
@@ -263,7 +264,7 @@ impl Channel {
         let published = || head.load(Ordering::Acquire) != at;
         self.wait(
             op,
-            "to send the rest of the message",
+            "to write the rest of the message",
             published,
             timeout,
             alive,
@@ -314,7 +315,7 @@ impl Channel {
                     op: op.into(),
                     rank: Some(self.peer),
                     reason: format!(
-                        "waited {timeout:?} for rank {} {what} through shared memory",
+                        "waited {timeout:?} through shared memory for rank {} {what}",
                         self.peer
                     ),
                 });
