@@ -91,6 +91,9 @@ fn offer_to(rank: usize, dst: usize) -> (Option<Channel>, [u8; OFFER_BYTES]) {
     let (token, tag) = random.split_at(TOKEN_BYTES);
     let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
     let name = format!("{NAME_PREFIX}{}-{rank}-{dst}-{tag}", std::process::id());
+    if name.len() > MAX_NAME {
+        return (None, offer);
+    }
     let token: [u8; TOKEN_BYTES] = token.try_into().expect("the token's length");
     let path = crate::platform::shared_memory_dir().join(&name);
     let Ok(channel) = Channel::create(path, &token, dst) else {
