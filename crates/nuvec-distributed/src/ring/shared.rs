@@ -193,7 +193,11 @@ impl Channel {
         let (head, tail) = (self.counter(HEAD_AT), self.counter(TAIL_AT));
         for piece in data.chunks(SLOT_BYTES) {
             let at = head.load(Ordering::Relaxed);
-            let room = || at.wrapping_sub(tail.load(Ordering::Acquire)) < SLOTS as u64;
+            // A read counter past the write counter ends the wait too, and is refused below.
+            let room = || {
+                let read = tail.load(Ordering::Acquire);
+                read > at || at - read < SLOTS as u64
+            };
             self.wait(
                 op,
                 "to read what this rank sent (a send waits once a channel's 1 MiB is unread: \
@@ -416,6 +420,29 @@ mod tests {
             text.contains("rank 1") && text.contains("shared memory"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn counters_that_run_past_each_other_are_refused_at_once() {
+        let (sender, receiver) = pair([11; TOKEN_BYTES]);
+        // A read counter ahead of the write counter: the sender refuses without waiting.
+        receiver.counter(TAIL_AT).store(5, Ordering::Release);
+        let start = Instant::now();
+        let error = sender
+            .write("send", &[1, 2, 3], Duration::from_secs(30), &mut fine)
+            .unwrap_err();
+        assert!(error.to_string().contains("corrupt"), "{error}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // A write counter more than the slots ahead: the receiver refuses.
+        receiver.counter(TAIL_AT).store(0, Ordering::Release);
+        sender
+            .counter(HEAD_AT)
+            .store(SLOTS as u64 + 1, Ordering::Release);
+        let mut out = [0u8; 3];
+        let error = receiver
+            .read("recv", &mut out, Duration::from_secs(30), &mut fine)
+            .unwrap_err();
+        assert!(error.to_string().contains("corrupt"), "{error}");
     }
 
     #[test]
