@@ -18,17 +18,23 @@ const SOURCE: &str = "scripts/bench/ring_floor.rs";
 
 /// Builds the probe into `target/ring_floor` (with the `rustc` beside `cargo`).
 pub(crate) fn build(root: &Path) -> Result<PathBuf, String> {
-    let binary = root.join("target/ring_floor");
+    build_script(root, SOURCE, "ring_floor")
+}
+
+/// Builds the standalone script `source` (a path from the workspace root, compiled by `rustc`
+/// alone) into `target/{name}`.
+pub(crate) fn build_script(root: &Path, source: &str, name: &str) -> Result<PathBuf, String> {
+    let binary = root.join("target").join(name);
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let status = Command::new(&rustc)
         .args(["--edition", "2021", "-O"])
-        .arg(root.join(SOURCE))
+        .arg(root.join(source))
         .arg("-o")
         .arg(&binary)
         .status()
-        .map_err(|e| format!("running {rustc} on {SOURCE}: {e}"))?;
+        .map_err(|e| format!("running {rustc} on {source}: {e}"))?;
     if !status.success() {
-        return Err(format!("{rustc} could not build {SOURCE} ({status})"));
+        return Err(format!("{rustc} could not build {source} ({status})"));
     }
     Ok(binary)
 }

@@ -1,5 +1,6 @@
 //! How fast this machine's cores pass a cache line to each other, sampled around every run
-//! of `bench-distributed`.
+//! of `bench-distributed` by `scripts/bench/cross_core.rs` (two threads pinned to cores 0
+//! and 1).
 //!
 //! On the project's 2-core VMs the time for a cache line to go from one core to the other and
 //! back moves between two levels, for seconds to minutes at a time: about 75 ns, and about
@@ -8,46 +9,27 @@
 //! do not. Every transfer between ranks crosses cores, so a run taken in the slow state is
 //! slower for any side: the report records the state next to each run's times.
 
+use crate::bench_bare_ring::build_script;
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-/// Round trips per sample.
-const TRIPS: u32 = 20_000;
+/// The probe's source, from the workspace root.
+const SOURCE: &str = "scripts/bench/cross_core.rs";
 
-/// Nanoseconds for a cache line to go from one thread to another and back, the least of
-/// five samples of [`TRIPS`] round trips each (the threads are not pinned, so a sample taken
-/// while another process holds a core reads high: 1000 ns and more right after some runs);
-/// `None` where a second thread cannot start.
-pub(crate) fn cross_core_ns() -> Option<f64> {
-    let samples: Vec<f64> = (0..5).map(|_| sample()).collect::<Option<_>>()?;
-    Some(samples.into_iter().fold(f64::INFINITY, f64::min))
+/// Builds the probe into `target/cross_core`.
+pub(crate) fn build(root: &Path) -> Result<PathBuf, String> {
+    build_script(root, SOURCE, "cross_core")
 }
 
-fn sample() -> Option<f64> {
-    let turn = AtomicU32::new(0);
-    std::thread::scope(|scope| {
-        let peer = std::thread::Builder::new()
-            .spawn_scoped(scope, || {
-                for trip in 0..TRIPS {
-                    while turn.load(Ordering::Acquire) != 2 * trip + 1 {
-                        std::hint::spin_loop();
-                    }
-                    turn.store(2 * trip + 2, Ordering::Release);
-                }
-            })
-            .ok()?;
-        let start = Instant::now();
-        for trip in 0..TRIPS {
-            turn.store(2 * trip + 1, Ordering::Release);
-            while turn.load(Ordering::Acquire) != 2 * trip + 2 {
-                std::hint::spin_loop();
-            }
-        }
-        let elapsed = start.elapsed();
-        peer.join().ok()?;
-        Some(elapsed.as_secs_f64() * 1e9 / f64::from(TRIPS))
-    })
+/// One reading of the probe `binary`, in nanoseconds; `None` when it cannot run or prints
+/// something else than a number.
+pub(crate) fn cross_core_ns(binary: Option<&Path>) -> Option<f64> {
+    let output = Command::new(binary?).output().ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&output.stdout).trim().parse().ok()
 }
 
 /// Records the probe's readings before and after one run on each of its records.
@@ -73,9 +55,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_round_trip_takes_a_positive_finite_time_below_a_millisecond() {
-        let ns = cross_core_ns().expect("a second thread");
+    fn the_probe_builds_and_reads_a_positive_finite_time_below_a_millisecond() {
+        let root = crate::workspace_root();
+        let binary = build(&root).expect("rustc builds the probe");
+        let ns = cross_core_ns(Some(&binary)).expect("a reading");
         assert!(ns.is_finite() && ns > 0.0 && ns < 1e6, "{ns} ns");
+        assert_eq!(cross_core_ns(None), None);
     }
 
     #[test]

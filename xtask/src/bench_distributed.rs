@@ -19,7 +19,7 @@
 //! hypervisor stole meanwhile.
 
 use crate::bench_bare_ring;
-use crate::bench_crosscore::{cross_core_ns, describe as describe_cores, mark_cross_core};
+use crate::bench_crosscore::{self, cross_core_ns, describe as describe_cores, mark_cross_core};
 use crate::bench_floor::{lands_in_outputs, memcpy_ceiling, Ceilings};
 use crate::bench_hosts::Hosts;
 use crate::bench_mlx::{mlx_python, run_mlx};
@@ -314,6 +314,13 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     } else {
         None
     };
+    let probe = match bench_crosscore::build(&root) {
+        Ok(binary) => Some(binary),
+        Err(reason) => {
+            progress!("no cross-core readings: {reason}");
+            None
+        }
+    };
     let tools = Tools {
         hosts: hosts.as_ref(),
         python: python.as_deref(),
@@ -358,11 +365,11 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                             continue;
                         }
                         progress!("{n} ranks, {op}, {dtype}: {side} ({}{of})", options.sizes);
-                        let cores_before = cross_core_ns();
+                        let cores_before = cross_core_ns(probe.as_deref());
                         let before = cpu_ticks();
                         let mut results = run_side(side, &root, tools, n, (op, dtype), &options)?;
                         let steal = steal_percent(before, cpu_ticks());
-                        let cores_after = cross_core_ns();
+                        let cores_after = cross_core_ns(probe.as_deref());
                         mark_steal(&mut results, steal);
                         mark_cross_core(&mut results, cores_before, cores_after);
                         if let Some(steal) = steal.filter(|_| !results.is_empty()) {

@@ -201,66 +201,42 @@ fn messages_of_every_size_arrive_whole_over_tcp_and_through_shared_memory() {
         1 << 18,
         (33 << 20) / 4 + 3,
     ];
-    for mode in ["off", "auto"] {
-        let launch = Launch {
-            env: vec![("NUVEC_RING_SHARED_MEMORY".into(), mode.into())],
-            ..Default::default()
-        };
-        launch_ranks(
-            "messages_of_every_size_arrive_whole_over_tcp_and_through_shared_memory",
-            2,
-            TIMEOUT,
-            &launch,
-            |group| {
-                let group = group.unwrap();
-                let (me, other) = (group.rank(), 1 - group.rank());
-                for (k, &elements) in ELEMENTS.iter().enumerate() {
-                    // Rank 0 sends first, then rank 1 answers with its own message.
-                    if me == 0 {
-                        let shift = (2 * k) as f32;
-                        distributed::send(&message(elements, shift), other, Some(&group))
-                            .check()
-                            .unwrap();
-                    }
-                    let got = distributed::recv_like(&message(elements, 0.0), other, Some(&group));
-                    got.eval().unwrap();
-                    assert!(
-                        is_message(&got, elements, (2 * k + other) as f32),
-                        "{mode}: message {k} of {elements} elements from rank {other}"
-                    );
-                    if me == 1 {
-                        let shift = (2 * k + 1) as f32;
-                        distributed::send(&message(elements, shift), other, Some(&group))
-                            .check()
-                            .unwrap();
-                    }
+    launch_with_each(
+        "messages_of_every_size_arrive_whole_over_tcp_and_through_shared_memory",
+        2,
+        ("NUVEC_RING_SHARED_MEMORY", &["off", "auto"]),
+        |group, mode| {
+            let (me, other) = (group.rank(), 1 - group.rank());
+            for (k, &elements) in ELEMENTS.iter().enumerate() {
+                // Rank 0 sends first, then rank 1 answers with its own message.
+                if me == 0 {
+                    let shift = (2 * k) as f32;
+                    distributed::send(&message(elements, shift), other, Some(&group))
+                        .check()
+                        .unwrap();
                 }
-            },
-        );
-        if nuvec_test_support::ranks::is_child() {
-            return;
-        }
-    }
+                let got = distributed::recv_like(&message(elements, 0.0), other, Some(&group));
+                got.eval().unwrap();
+                assert!(
+                    is_message(&got, elements, (2 * k + other) as f32),
+                    "{mode}: message {k} of {elements} elements from rank {other}"
+                );
+                if me == 1 {
+                    let shift = (2 * k + 1) as f32;
+                    distributed::send(&message(elements, shift), other, Some(&group))
+                        .check()
+                        .unwrap();
+                }
+            }
+        },
+    );
 }
 
 #[test]
 fn init_refuses_an_unknown_shared_memory_choice() {
-    let launch = Launch {
-        env: vec![("NUVEC_RING_SHARED_MEMORY".into(), "maybe".into())],
-        ..Default::default()
-    };
-    launch_ranks(
+    init_refuses(
         "init_refuses_an_unknown_shared_memory_choice",
-        2,
-        TIMEOUT,
-        &launch,
-        |group| {
-            let error = group.unwrap_err().to_string();
-            assert!(
-                error.contains("NUVEC_RING_SHARED_MEMORY") && error.contains("\"maybe\""),
-                "{error}"
-            );
-        },
+        ("NUVEC_RING_SHARED_MEMORY", "maybe"),
     );
 }
 
@@ -300,22 +276,12 @@ fn messages_of_16_mib_arrive_whole_in_both_ways_of_sending_them() {
 #[test]
 fn a_large_message_of_another_shape_is_refused_and_the_next_one_arrives() {
     // Over TCP (in two halves) and through shared memory.
-    for mode in ["off", "auto"] {
-        let launch = Launch {
-            env: vec![("NUVEC_RING_SHARED_MEMORY".into(), mode.into())],
-            ..Default::default()
-        };
-        launch_ranks(
-            "a_large_message_of_another_shape_is_refused_and_the_next_one_arrives",
-            2,
-            TIMEOUT,
-            &launch,
-            |group| refused_large_message_then_next(group.unwrap()),
-        );
-        if nuvec_test_support::ranks::is_child() {
-            return;
-        }
-    }
+    launch_with_each(
+        "a_large_message_of_another_shape_is_refused_and_the_next_one_arrives",
+        2,
+        ("NUVEC_RING_SHARED_MEMORY", &["off", "auto"]),
+        |group, _| refused_large_message_then_next(group),
+    );
 }
 
 fn refused_large_message_then_next(group: Group) {
@@ -669,43 +635,59 @@ fn several_chunk_sums_are_exact(group: Group) {
 
 #[test]
 fn every_read_polling_mode_gives_the_same_results() {
-    for mode in ["off", "yield", "spin", "auto"] {
+    launch_with_each(
+        "every_read_polling_mode_gives_the_same_results",
+        3,
+        ("NUVEC_RING_POLL", &["off", "yield", "spin", "auto"]),
+        |group, _| several_chunk_sums_are_exact(group),
+    );
+}
+
+#[test]
+fn init_refuses_an_unknown_read_polling_mode() {
+    init_refuses(
+        "init_refuses_an_unknown_read_polling_mode",
+        ("NUVEC_RING_POLL", "busy"),
+    );
+}
+
+/// Runs `body` on `n` ranks once for each value of the environment variable `variable`;
+/// `body` gets the group and the value its rank runs under.
+fn launch_with_each(
+    test: &str,
+    n: usize,
+    (variable, values): (&str, &[&str]),
+    body: impl Fn(Group, &str),
+) {
+    for value in values {
         let launch = Launch {
-            env: vec![("NUVEC_RING_POLL".into(), mode.into())],
+            env: vec![(variable.into(), (*value).into())],
             ..Default::default()
         };
-        launch_ranks(
-            "every_read_polling_mode_gives_the_same_results",
-            3,
-            TIMEOUT,
-            &launch,
-            |group| several_chunk_sums_are_exact(group.unwrap()),
-        );
+        launch_ranks(test, n, TIMEOUT, &launch, |group| {
+            // A rank is one launch: its own environment says which value it runs under.
+            let value = std::env::var(variable).unwrap_or_default();
+            body(group.unwrap(), &value)
+        });
         if nuvec_test_support::ranks::is_child() {
             return;
         }
     }
 }
 
-#[test]
-fn init_refuses_an_unknown_read_polling_mode() {
+/// `init` with `variable` set to the unknown `value` fails on every rank of 2, naming both.
+fn init_refuses(test: &str, (variable, value): (&str, &str)) {
     let launch = Launch {
-        env: vec![("NUVEC_RING_POLL".into(), "busy".into())],
+        env: vec![(variable.into(), value.into())],
         ..Default::default()
     };
-    launch_ranks(
-        "init_refuses_an_unknown_read_polling_mode",
-        2,
-        TIMEOUT,
-        &launch,
-        |group| {
-            let error = group.unwrap_err().to_string();
-            assert!(
-                error.contains("NUVEC_RING_POLL") && error.contains("\"busy\""),
-                "{error}"
-            );
-        },
-    );
+    launch_ranks(test, 2, TIMEOUT, &launch, |group| {
+        let error = group.unwrap_err().to_string();
+        assert!(
+            error.contains(variable) && error.contains(&format!("{value:?}")),
+            "{error}"
+        );
+    });
 }
 
 /// Floats whose sums depend on the order of the additions, different on every rank.

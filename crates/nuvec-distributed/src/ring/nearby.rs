@@ -79,11 +79,17 @@ fn plausible_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
+/// An offer of no channel: the magic and an empty name.
+fn empty_offer() -> [u8; OFFER_BYTES] {
+    let mut offer = [0u8; OFFER_BYTES];
+    offer[..8].copy_from_slice(OFFER_MAGIC);
+    offer
+}
+
 /// A new channel to rank `dst` and the offer that announces it, or an empty offer when none
 /// can be made (no shared-memory directory, say: the payloads then go on TCP).
 fn offer_to(rank: usize, dst: usize) -> (Option<Channel>, [u8; OFFER_BYTES]) {
-    let mut offer = [0u8; OFFER_BYTES];
-    offer[..8].copy_from_slice(OFFER_MAGIC);
+    let mut offer = empty_offer();
     let mut random = [0u8; TOKEN_BYTES + 8];
     if getrandom::fill(&mut random).is_err() {
         return (None, offer);
@@ -130,9 +136,7 @@ impl RingCommunicator {
             let (channel, offer) = if wanted {
                 offer_to(rank, dst)
             } else {
-                let mut empty = [0u8; OFFER_BYTES];
-                empty[..8].copy_from_slice(OFFER_MAGIC);
-                (None, empty)
+                (None, empty_offer())
             };
             to[dst] = channel;
             self.writer("init", dst)?
@@ -214,8 +218,7 @@ impl RingCommunicator {
 /// connections form, and how many bytes it reads back: for tests that play a rank by hand.
 #[cfg(test)]
 pub(super) fn declining_exchange() -> (Vec<u8>, usize) {
-    let mut bytes = vec![0u8; OFFER_BYTES];
-    bytes[..8].copy_from_slice(OFFER_MAGIC);
+    let mut bytes = empty_offer().to_vec();
     bytes.extend_from_slice(NO);
     (bytes, OFFER_BYTES + NO.len())
 }
@@ -328,8 +331,7 @@ mod tests {
         ] {
             assert!(!plausible_name(bad), "{bad}");
         }
-        let mut offer = [0u8; OFFER_BYTES];
-        offer[..8].copy_from_slice(OFFER_MAGIC);
+        let mut offer = empty_offer();
         let name = b"/etc/passwd";
         offer[NAME_AT - 1] = name.len() as u8;
         offer[NAME_AT..NAME_AT + name.len()].copy_from_slice(name);
