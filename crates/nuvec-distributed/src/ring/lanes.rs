@@ -58,12 +58,21 @@ impl RingCommunicator {
         } else {
             (clockwise_right, clockwise_left, rank)
         };
+        // The channels, where there are, go with the first connection (extra lanes of a pair
+        // that shares several keep to theirs).
+        let (to_right, from_left) = match lane.connection {
+            0 => (self.channel_to(right), self.channel_from(left)),
+            _ => (None, None),
+        };
         let right = self.connection(name, right, lane.connection, Way::To)?;
         let left = self.connection(name, left, lane.connection, Way::From)?;
         right.write(name, &[&ours.encode()])?;
         Ok(Link {
+            ring: self,
             left,
             right,
+            from_left,
+            to_right,
             position,
             sequence: ours.sequence,
             ours,

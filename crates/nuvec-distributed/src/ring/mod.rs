@@ -5,6 +5,7 @@
 //! `schedule.rs`; this module moves bytes. Chunks are pipelined: a chunk is forwarded to the
 //! right neighbour as soon as it has been reduced, while the next one arrives from the left.
 
+mod carry;
 pub(crate) mod connect;
 mod doubling;
 mod frame;
@@ -41,7 +42,7 @@ use schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use watch::Watch;
-use wire::{read_chunk, read_header, read_message_start};
+use wire::{read_header, read_message_start};
 
 /// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
 /// reducing one chunk overlaps receiving the next. The largest chunk; see [`chunk_bytes`].
@@ -126,10 +127,16 @@ pub struct RingCommunicator {
 /// This rank's neighbours for one collective (or one lane of it), and the collective's
 /// sequence number. `position` is this rank's place on the ring the link goes round: its rank
 /// clockwise, reversed counter-clockwise.
+///
+/// Where the two ranks of a direction share a channel (`nearby.rs`), that direction's chunks
+/// go through it (`carry.rs`); headers and abort notices stay on the connections.
 #[derive(Clone, Copy)]
 struct Link<'a> {
+    ring: &'a RingCommunicator,
     left: &'a Peer,
     right: &'a Peer,
+    from_left: Option<&'a shared::Channel>,
+    to_right: Option<&'a shared::Channel>,
     position: usize,
     sequence: u64,
     ours: Header,
@@ -361,12 +368,10 @@ impl RingCommunicator {
         (scratch, outbox): (&mut Vec<u8>, &mut Outbox<'_>),
     ) -> Result<()> {
         let from_input = outbox.input();
-        let Link { left, sequence, .. } = *link;
         let (n, width) = (self.size, dtype.size());
         let len = data.len() / width;
         let chunk_elements = (chunk_bytes(data.len()) / width).max(1);
         let steps = reduce_scatter_steps(n, link.position);
-        scratch.resize(scratch.len().max(chunk_elements * width), 0);
         for piece in chunks(segment(len, n, steps[0].send), chunk_elements) {
             outbox.push_input(piece.start * width..piece.end * width);
         }
@@ -375,16 +380,18 @@ impl RingCommunicator {
         for step in &steps {
             for piece in chunks(segment(len, n, step.recv), chunk_elements) {
                 let bytes = piece.start * width..piece.end * width;
-                let incoming = &mut scratch[..bytes.len()];
-                read_chunk(left, kind, sequence, incoming, self.timeout)?;
-                let out = &mut data[bytes.clone()];
-                match from_input {
-                    Some(input) => {
-                        combine_bytes(out, &input[bytes.clone()], incoming, dtype, kernel_op(op))
+                let mut reduce = |offset: usize, incoming: &[u8]| {
+                    let at = bytes.start + offset..bytes.start + offset + incoming.len();
+                    let out = &mut data[at.clone()];
+                    match from_input {
+                        Some(input) => {
+                            combine_bytes(out, &input[at], incoming, dtype, kernel_op(op))
+                        }
+                        None => reduce_bytes(out, incoming, dtype, kernel_op(op)),
                     }
-                    None => reduce_bytes(out, incoming, dtype, kernel_op(op)),
-                }
-                outbox.received();
+                };
+                link.recv_chunk_with(kind, bytes.len(), scratch, &mut reduce)?;
+                outbox.received(bytes.len());
                 outbox.push(bytes);
                 outbox.pump(link, kind, data)?;
             }
@@ -404,7 +411,6 @@ impl RingCommunicator {
         outbox: &mut Outbox<'_>,
         mut own: Option<&mut OwnBlock<'_>>,
     ) -> Result<()> {
-        let Link { left, sequence, .. } = *link;
         let n = self.size;
         let len = data.len() / width;
         let chunk_elements = (chunk_bytes(data.len()) / width).max(1);
@@ -412,8 +418,8 @@ impl RingCommunicator {
         for (index, step) in steps.iter().enumerate() {
             for piece in chunks(segment(len, n, step.recv), chunk_elements) {
                 let bytes = piece.start * width..piece.end * width;
-                read_chunk(left, kind, sequence, &mut data[bytes.clone()], self.timeout)?;
-                outbox.received();
+                link.recv_chunk(kind, &mut data[bytes.clone()])?;
+                outbox.received(bytes.len());
                 if index + 1 < steps.len() {
                     outbox.push(bytes.clone());
                 }

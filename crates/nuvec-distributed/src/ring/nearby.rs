@@ -182,14 +182,27 @@ impl RingCommunicator {
 
     /// The channel a payload of `bytes` to rank `dst` goes through, if any.
     pub(super) fn shared_to(&self, dst: usize, bytes: usize) -> Option<&Channel> {
-        let channel = self.nearby.to.get(dst)?.as_ref()?;
-        (bytes >= SHARED_FROM).then_some(channel)
+        (bytes >= SHARED_FROM)
+            .then(|| self.channel_to(dst))
+            .flatten()
     }
 
     /// The channel a payload of `bytes` from rank `src` comes through, if any.
     pub(super) fn shared_from(&self, src: usize, bytes: u64) -> Option<&Channel> {
-        let channel = self.nearby.from.get(src)?.as_ref()?;
-        (bytes >= SHARED_FROM as u64).then_some(channel)
+        (bytes >= SHARED_FROM as u64)
+            .then(|| self.channel_from(src))
+            .flatten()
+    }
+
+    /// The channel to rank `dst`, if any, whatever the size: a collective's link takes it
+    /// for all of its chunks.
+    pub(super) fn channel_to(&self, dst: usize) -> Option<&Channel> {
+        self.nearby.to.get(dst)?.as_ref()
+    }
+
+    /// The channel from rank `src`, if any (see [`RingCommunicator::channel_to`]).
+    pub(super) fn channel_from(&self, src: usize) -> Option<&Channel> {
+        self.nearby.from.get(src)?.as_ref()
     }
 
     /// Whether `peer` has directions with a channel, to it and from it: for tests.

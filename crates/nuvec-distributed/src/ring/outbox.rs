@@ -8,15 +8,18 @@
 //! all-gather, which copies its own block into place while the others arrive: see
 //! [`OwnBlock`]).
 
+use super::carry::{slots, SLOT_WINDOW};
 use super::frame::Kind;
-use super::wire::write_chunk;
 use super::Link;
 use nuvec_core::Result;
 use std::collections::VecDeque;
 use std::ops::Range;
 
-/// How many chunks may be sent beyond the number received. At least 1: a reduce-scatter
-/// relies on a chunk having been sent before the next chunk received overwrites it.
+/// How many chunks may be sent beyond the number received, on a link whose right is a TCP
+/// connection (one with a channel counts slots instead: `carry.rs`). At least 1: a
+/// reduce-scatter relies on a chunk having been sent before the next chunk received
+/// overwrites it (a window of slots keeps that too: the chunks sent and those received
+/// line up, so at equal counts their slots differ by at most one, less than the window).
 const AHEAD: usize = 4;
 
 /// Which buffer a chunk is in.
@@ -32,8 +35,10 @@ pub(super) enum Source {
 #[derive(Debug, Default)]
 pub(super) struct Outbox<'i> {
     queue: VecDeque<(Source, Range<usize>)>,
-    sent: usize,
-    received: usize,
+    /// Chunks sent and received, and the channel slots they fill (the window's unit on a
+    /// link with a channel to its right: `carry.rs`).
+    sent: Count,
+    received: Count,
     /// The caller's input, where [`Source::Input`] ranges are, when it is not the working
     /// buffer.
     input: Option<&'i [u8]>,
@@ -68,14 +73,18 @@ impl<'i> Outbox<'i> {
         self.queue.push_back((source, bytes));
     }
 
-    /// Counts one chunk received from the left.
-    pub(super) fn received(&mut self) {
-        self.received += 1;
+    /// Counts one chunk of `bytes` received from the left.
+    pub(super) fn received(&mut self, bytes: usize) {
+        self.received.add(bytes);
     }
 
     /// Sends what the window allows.
     pub(super) fn pump(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
-        while self.sent < self.received + AHEAD {
+        let open = |sent: &Count, received: &Count| match link.shares_right() {
+            true => sent.slots < received.slots + SLOT_WINDOW,
+            false => sent.chunks < received.chunks + AHEAD,
+        };
+        while open(&self.sent, &self.received) {
             if !self.send_next(link, kind, data)? {
                 break;
             }
@@ -99,9 +108,23 @@ impl<'i> Outbox<'i> {
             (Source::Input, Some(input)) => input,
             _ => data,
         };
-        write_chunk(link.right, kind, link.sequence, &buffer[bytes])?;
-        self.sent += 1;
+        link.send_chunk(kind, &buffer[bytes.clone()])?;
+        self.sent.add(bytes.len());
         Ok(true)
+    }
+}
+
+/// Chunks, and the channel slots they fill.
+#[derive(Debug, Default)]
+struct Count {
+    chunks: usize,
+    slots: usize,
+}
+
+impl Count {
+    fn add(&mut self, bytes: usize) {
+        self.chunks += 1;
+        self.slots += slots(bytes);
     }
 }
 

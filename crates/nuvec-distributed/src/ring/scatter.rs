@@ -11,7 +11,6 @@
 use super::frame::Kind;
 use super::outbox::Outbox;
 use super::schedule::{chunks, reduce_scatter_steps, segment};
-use super::wire::read_chunk;
 use super::{chunk_bytes, kernel_op, Link, RingCommunicator};
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Error, Result};
@@ -47,7 +46,6 @@ impl RingCommunicator {
         let elements = output.len() / width;
         let chunk_elements = (chunk_bytes(input.len()) / width).max(1);
         let steps = reduce_scatter_steps(n, link.position);
-        scratch.resize(scratch.len().max(chunk_elements * width), 0);
         let mut outbox = Outbox::reading(Some(input));
         let first = segment(elements * n, n, steps[0].send);
         for piece in chunks(first, chunk_elements) {
@@ -61,12 +59,15 @@ impl RingCommunicator {
             for piece in chunks(0..elements, chunk_elements) {
                 let here = piece.start * width..piece.end * width;
                 let own = (base + piece.start) * width..(base + piece.end) * width;
-                let incoming = &mut scratch[..here.len()];
-                read_chunk(link.left, kind, link.sequence, incoming, self.timeout)?;
                 // Own part first, as the all-reduce combines them, so results match its bits.
-                let out = &mut output[here.clone()];
-                combine_bytes(out, &input[own], incoming, dtype, kernel_op(op));
-                outbox.received();
+                let mut combine = |offset: usize, incoming: &[u8]| {
+                    let (at, own) = (here.start + offset, own.start + offset);
+                    let out = &mut output[at..at + incoming.len()];
+                    let own = &input[own..own + incoming.len()];
+                    combine_bytes(out, own, incoming, dtype, kernel_op(op));
+                };
+                link.recv_chunk_with(kind, here.len(), scratch, &mut combine)?;
+                outbox.received(here.len());
                 if !last {
                     outbox.push(here);
                 }

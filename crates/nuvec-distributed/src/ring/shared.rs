@@ -60,7 +60,8 @@ pub(super) struct Channel {
 // slots are only touched by the one operation the ring's state lock lets run.
 #[allow(unsafe_code)]
 unsafe impl Send for Channel {}
-// SAFETY: as above: `&Channel` methods run one at a time under the ring's state lock.
+// SAFETY: as above: `&Channel` methods run one at a time under the ring's state lock (a
+// collective spread over lanes gives each lane's thread channels of its own).
 #[allow(unsafe_code)]
 unsafe impl Sync for Channel {}
 
@@ -228,15 +229,35 @@ impl Channel {
         timeout: Duration,
         alive: &mut dyn FnMut() -> Result<()>,
     ) -> Result<()> {
-        for piece in out.chunks_mut(SLOT_BYTES) {
+        let bytes = out.len();
+        let mut copy = |offset: usize, piece: &[u8]| {
+            out[offset..offset + piece.len()].copy_from_slice(piece);
+        };
+        self.read_with(op, bytes, (timeout, alive), &mut copy)
+    }
+
+    /// Hands the next `bytes` of payload to `take` a slot at a time, in place, with each
+    /// piece's offset in the payload: a reduction reads its operand straight from the slot
+    /// instead of from a copy. The slot is freed when `take` returns.
+    pub(super) fn read_with(
+        &self,
+        op: &str,
+        bytes: usize,
+        (timeout, alive): (Duration, &mut dyn FnMut() -> Result<()>),
+        take: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        let mut offset = 0;
+        while offset < bytes {
+            let length = (bytes - offset).min(SLOT_BYTES);
             let slot = self.next_slot(op, timeout, alive)?;
-            // SAFETY: the slot lies inside the mapping, the sender published it (the acquire
-            // load in `next_slot`), and `piece` is at most a slot long.
+            // SAFETY: the slot lies inside the mapping and holds at least `length` bytes; the
+            // sender published it (the acquire load in `next_slot`) and does not write it
+            // again until the tail moves past it, below.
             #[allow(unsafe_code)]
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.slot(slot), piece.as_mut_ptr(), piece.len())
-            };
+            let piece = unsafe { std::slice::from_raw_parts(self.slot(slot), length) };
+            take(offset, piece);
             self.counter(TAIL_AT).store(slot + 1, Ordering::Release);
+            offset += length;
         }
         Ok(())
     }

@@ -140,6 +140,27 @@ impl Watch {
     }
 }
 
+impl Watch {
+    /// Judges, once and without waiting, the frame headers waiting on every incoming
+    /// connection: for waits that are not on a socket (a shared-memory channel's), which
+    /// cannot be woken by one. Fails on an abort notice or a frame of another call.
+    pub(crate) fn sweep(&self) -> Result<(), Error> {
+        let call = lock(&self.call).clone();
+        let (Some(ours), Some(readers)) = (call.ours, self.readers.get()) else {
+            return Ok(());
+        };
+        for peer in readers.iter().filter_map(Weak::upgrade) {
+            let judged = peer
+                .try_waiting_header()
+                .and_then(|raw| judge(self.rank, (&ours, &call.bytes), peer.rank, &raw));
+            if let Some(error) = judged {
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The error for a frame `raw` from rank `peer` that does not belong to the call `ours`
 /// (whose frames announce one of `bytes`): the abort notice it is, or the call it shows.
 fn judge(
