@@ -232,6 +232,82 @@ fn messages_of_every_size_arrive_whole_over_tcp_and_through_shared_memory() {
     );
 }
 
+/// Sizes of ring collectives, in floats: just past the small paths (64 KB), 1.5 MB (chunks
+/// of 512 KiB, several slots each), and 4 MB and a little (chunks of 128 KiB; on 3 ranks or
+/// more, two lanes, one each way round). All are odd, so segments differ by an element.
+const RING_ELEMENTS: [i32; 3] = [16_411, 393_219, (1 << 20) + 5];
+
+/// Every ring collective at [`RING_ELEMENTS`] against references computed locally (small
+/// integers, so every order of addition gives the same bits).
+fn ring_collectives_match_references(group: Group) {
+    let (rank, size) = (group.rank(), group.size());
+    let n = size as i32;
+    let floats = |a: &Array| a.to_vec::<f32>().unwrap();
+    for elements in RING_ELEMENTS {
+        let what = format!("{elements} floats on {size} ranks, rank {rank}");
+        let shape = [elements];
+        let x = collectives::input(rank, &shape, DType::F32);
+        let sum = collectives::reference(size, &shape, DType::F32, collectives::sum_with_bool_or);
+        let got = distributed::all_sum(&x, Some(&group));
+        assert!(floats(&got) == floats(&sum), "all_sum of {what}");
+        let max = collectives::reference(size, &shape, DType::F32, collectives::max_of);
+        let got = distributed::all_max(&x, Some(&group));
+        assert!(floats(&got) == floats(&max), "all_max of {what}");
+        let x16 = collectives::input(rank, &shape, DType::BF16);
+        let sum16 =
+            collectives::reference(size, &shape, DType::BF16, collectives::sum_with_bool_or);
+        let got = distributed::all_sum(&x16, Some(&group));
+        assert!(
+            floats(&got.astype(DType::F32)) == floats(&sum16.astype(DType::F32)),
+            "bf16 all_sum of {what}"
+        );
+        let gathered = distributed::all_gather(&x, Some(&group));
+        let parts: Vec<Array> = (0..size)
+            .map(|r| collectives::input(r, &shape, DType::F32))
+            .collect();
+        let all = ops::concatenate(&parts, 0);
+        assert!(floats(&gathered) == floats(&all), "all_gather of {what}");
+        // sum_scatter of n blocks of `elements` floats: this rank's block of the total.
+        let wide = [n * elements];
+        let x = collectives::input(rank, &wide, DType::F32);
+        let total = collectives::reference(size, &wide, DType::F32, collectives::sum_with_bool_or);
+        let start = rank as i32 * elements;
+        let mine = ops::slice(&total, &[start], &[start + elements], &[1]);
+        let got = distributed::sum_scatter(&x, Some(&group));
+        assert!(floats(&got) == floats(&mine), "sum_scatter of {what}");
+    }
+}
+
+#[test]
+fn ring_collectives_on_2_ranks_match_references_over_tcp_and_shared_memory() {
+    launch_with_each(
+        "ring_collectives_on_2_ranks_match_references_over_tcp_and_shared_memory",
+        2,
+        ("NUVEC_RING_SHARED_MEMORY", &["off", "auto"]),
+        |group, _| ring_collectives_match_references(group),
+    );
+}
+
+#[test]
+fn ring_collectives_on_3_ranks_match_references_over_tcp_and_shared_memory() {
+    launch_with_each(
+        "ring_collectives_on_3_ranks_match_references_over_tcp_and_shared_memory",
+        3,
+        ("NUVEC_RING_SHARED_MEMORY", &["off", "auto"]),
+        |group, _| ring_collectives_match_references(group),
+    );
+}
+
+#[test]
+fn ring_collectives_on_4_ranks_match_references_over_tcp_and_shared_memory() {
+    launch_with_each(
+        "ring_collectives_on_4_ranks_match_references_over_tcp_and_shared_memory",
+        4,
+        ("NUVEC_RING_SHARED_MEMORY", &["off", "auto"]),
+        |group, _| ring_collectives_match_references(group),
+    );
+}
+
 #[test]
 fn init_refuses_an_unknown_shared_memory_choice() {
     init_refuses(
@@ -506,36 +582,42 @@ fn a_peer_that_leaves_fails_pending_collectives_naming_it() {
     );
 }
 
+/// Rank 1 of 2 is busy elsewhere for longer than the group's timeout (2 s) before an
+/// `all_sum` of `elements` floats: rank 0 times out, naming it, after about the timeout.
+fn a_stalled_peer_is_named(test: &str, elements: i32) {
+    run_ranks(test, 2, Duration::from_secs(2), |group| {
+        let x = ops::ones(&[elements], DType::F32);
+        if group.rank() == 1 {
+            // Busy elsewhere for longer than the timeout, then too late.
+            std::thread::sleep(Duration::from_secs(8));
+            assert!(distributed::all_sum(&x, Some(&group)).check().is_err());
+            return;
+        }
+        let start = std::time::Instant::now();
+        let error = distributed::all_sum(&x, Some(&group))
+            .check()
+            .unwrap_err()
+            .to_string();
+        let waited = start.elapsed();
+        assert!(
+            error.contains("rank 1") && error.contains("timed out"),
+            "{error}"
+        );
+        assert!(
+            waited >= Duration::from_millis(1900) && waited < Duration::from_secs(7),
+            "waited {waited:?}"
+        );
+    });
+}
+
 #[test]
 fn a_stalled_peer_times_out_with_an_error_naming_it() {
-    run_ranks(
-        "a_stalled_peer_times_out_with_an_error_naming_it",
-        2,
-        Duration::from_secs(2),
-        |group| {
-            let x = ops::ones(&[16], DType::F32);
-            if group.rank() == 1 {
-                // Busy elsewhere for longer than the timeout, then too late.
-                std::thread::sleep(Duration::from_secs(8));
-                assert!(distributed::all_sum(&x, Some(&group)).check().is_err());
-                return;
-            }
-            let start = std::time::Instant::now();
-            let error = distributed::all_sum(&x, Some(&group))
-                .check()
-                .unwrap_err()
-                .to_string();
-            let waited = start.elapsed();
-            assert!(
-                error.contains("rank 1") && error.contains("timed out"),
-                "{error}"
-            );
-            assert!(
-                waited >= Duration::from_millis(1900) && waited < Duration::from_secs(7),
-                "waited {waited:?}"
-            );
-        },
-    );
+    a_stalled_peer_is_named("a_stalled_peer_times_out_with_an_error_naming_it", 16);
+}
+
+#[test]
+fn a_stalled_peer_in_a_ring_sum_times_out_naming_it() {
+    a_stalled_peer_is_named("a_stalled_peer_in_a_ring_sum_times_out_naming_it", 1 << 18);
 }
 
 /// MLX's own launcher, from `NUVEC_MLX_LAUNCH` or the workspace's `.venv-mlx` (which
@@ -765,31 +847,44 @@ fn small_float_sums_on_4_ranks_equal_the_rank_order_fold_bitwise() {
     );
 }
 
+/// Rank 3 of 4 calls `all_max` of `elements` floats where the others call `all_sum`: every
+/// rank fails naming both calls and rank 3, and the group refuses further work.
+fn mismatched_reductions_fail_everywhere(test: &str, elements: i32) {
+    run_ranks(test, 4, TIMEOUT, |group| {
+        let x = ops::ones(&[elements], DType::F32);
+        let result = if group.rank() == 3 {
+            distributed::all_max(&x, Some(&group))
+        } else {
+            distributed::all_sum(&x, Some(&group))
+        };
+        let error = result.check().unwrap_err().to_string();
+        assert!(
+            error.contains("all_sum") && error.contains("all_max") && error.contains("rank 3"),
+            "rank {}: {error}",
+            group.rank()
+        );
+        let later = distributed::all_sum(&x, Some(&group))
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(later.contains("failed earlier"), "{later}");
+    });
+}
+
 #[test]
 fn mismatched_small_reductions_on_4_ranks_fail_everywhere_naming_both_calls() {
-    run_ranks(
+    mismatched_reductions_fail_everywhere(
         "mismatched_small_reductions_on_4_ranks_fail_everywhere_naming_both_calls",
-        4,
-        TIMEOUT,
-        |group| {
-            let x = ops::ones(&[8], DType::F32);
-            let result = if group.rank() == 3 {
-                distributed::all_max(&x, Some(&group))
-            } else {
-                distributed::all_sum(&x, Some(&group))
-            };
-            let error = result.check().unwrap_err().to_string();
-            assert!(
-                error.contains("all_sum") && error.contains("all_max") && error.contains("rank 3"),
-                "rank {}: {error}",
-                group.rank()
-            );
-            let later = distributed::all_sum(&x, Some(&group))
-                .check()
-                .unwrap_err()
-                .to_string();
-            assert!(later.contains("failed earlier"), "{later}");
-        },
+        8,
+    );
+}
+
+#[test]
+fn mismatched_ring_reductions_on_4_ranks_fail_everywhere_naming_both_calls() {
+    // 1 MB: the ring, its chunks through shared memory.
+    mismatched_reductions_fail_everywhere(
+        "mismatched_ring_reductions_on_4_ranks_fail_everywhere_naming_both_calls",
+        1 << 18,
     );
 }
 

@@ -201,8 +201,8 @@ impl Channel {
             };
             self.wait(
                 op,
-                "to read what this rank sent (a send waits once a channel's 1 MiB is unread: \
-                 does that rank call recv?)",
+                "to read what this rank sent (a sender waits once a channel's 1 MiB is \
+                 unread: is that rank busy elsewhere, or not receiving?)",
                 room,
                 timeout,
                 alive,
@@ -289,7 +289,7 @@ impl Channel {
         let published = || head.load(Ordering::Acquire) != at;
         self.wait(
             op,
-            "to write the rest of the message",
+            "to send the rest of what this rank is receiving",
             published,
             timeout,
             alive,
@@ -340,7 +340,8 @@ impl Channel {
                     op: op.into(),
                     rank: Some(self.peer),
                     reason: format!(
-                        "waited {timeout:?} through shared memory for rank {} {what}",
+                        "timed out after {timeout:?} waiting through shared memory for rank {} \
+                         {what}",
                         self.peer
                     ),
                 });

@@ -56,7 +56,7 @@ pub(crate) fn sum_with_bool_or(a: &Array, b: &Array) -> Array {
     }
 }
 
-fn max_of(a: &Array, b: &Array) -> Array {
+pub(crate) fn max_of(a: &Array, b: &Array) -> Array {
     ops::maximum(a, b)
 }
 
