@@ -309,6 +309,24 @@ fn ring_collectives_on_4_ranks_match_references_over_tcp_and_shared_memory() {
 }
 
 #[test]
+fn ring_collectives_match_references_with_streaming_and_with_plain_stores() {
+    launch_with_each(
+        "ring_collectives_match_references_with_streaming_and_with_plain_stores",
+        3,
+        ("NUVEC_RING_STREAMING_STORES", &["on", "off"]),
+        |group, _| ring_collectives_match_references(group),
+    );
+}
+
+#[test]
+fn init_refuses_an_unknown_choice_of_stores() {
+    init_refuses(
+        "init_refuses_an_unknown_choice_of_stores",
+        ("NUVEC_RING_STREAMING_STORES", "always"),
+    );
+}
+
+#[test]
 fn init_refuses_an_unknown_shared_memory_choice() {
     init_refuses(
         "init_refuses_an_unknown_shared_memory_choice",

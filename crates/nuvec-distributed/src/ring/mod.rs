@@ -25,6 +25,7 @@ mod scatter;
 pub(crate) mod schedule;
 mod shared;
 mod star;
+mod stores;
 mod watch;
 mod wire;
 

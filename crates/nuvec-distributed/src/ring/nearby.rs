@@ -1,5 +1,6 @@
 //! Shared-memory channels between ranks on one machine, for the payloads of large
-//! point-to-point messages (`shared.rs` moves the bytes).
+//! point-to-point messages and the chunks of ring collectives (`shared.rs` moves the bytes,
+//! `carry.rs` routes a collective's chunks).
 //!
 //! Right after the connections form, every rank offers every other rank a channel: it creates
 //! a file only its user can open, with a random name and a random token inside, and sends the
@@ -8,8 +9,10 @@
 //! the token, is on the same machine (and sees the same files): it maps the file, removes
 //! it, and answers yes. Otherwise it answers no and that direction stays on TCP. Both ends
 //! then know which directions have a channel, so a message's size alone says where its
-//! payload goes: from [`SHARED_FROM`] bytes on, through the channel; below, and everything
-//! else (headers, collectives, abort notices), on TCP.
+//! payload goes: from [`SHARED_FROM`] bytes on, through the channel; below, and headers and
+//! abort notices, on TCP. Every chunk of a ring collective between neighbours that share a
+//! channel goes through it (the small collectives' paths, through rank 0 or by recursive
+//! doubling, stay on TCP).
 //!
 //! `NUVEC_RING_SHARED_MEMORY=off` keeps every payload on TCP (`auto`, the default, offers
 //! channels). Each channel takes `shared::CHANNEL_BYTES` (1 MiB and a page) of shared memory,
@@ -27,6 +30,7 @@
 //! Channels of 8 slots did as well as of 16.
 
 use super::shared::{Channel, TOKEN_BYTES};
+use super::stores::Policy;
 use super::RingCommunicator;
 use nuvec_core::{Error, Result};
 
@@ -69,6 +73,17 @@ fn wanted_from(choice: &str) -> Result<bool> {
             reason: format!("NUVEC_RING_SHARED_MEMORY must be auto or off, got {other:?}"),
         }),
     }
+}
+
+/// The stores senders copy into slots with: `NUVEC_RING_STREAMING_STORES`, `auto` (or
+/// unset), `on` or `off` (`stores.rs`).
+fn stores_wanted() -> Result<Policy> {
+    let choice = std::env::var("NUVEC_RING_STREAMING_STORES").unwrap_or_default();
+    Policy::named(&choice).ok_or_else(|| Error::Distributed {
+        op: "init".into(),
+        rank: None,
+        reason: format!("NUVEC_RING_STREAMING_STORES must be auto, on or off, got {choice:?}"),
+    })
 }
 
 /// Whether `name` could be a channel file's name: the prefix, then letters, digits and
@@ -127,7 +142,7 @@ impl RingCommunicator {
     /// Offers every other rank a channel and opens those offered that this rank can (see the
     /// module's documentation). Called once, right after the connections form.
     pub(super) fn open_nearby(&mut self) -> Result<()> {
-        let wanted = wanted()?;
+        let (wanted, stores) = (wanted()?, stores_wanted()?);
         let (rank, size, timeout) = (self.rank, self.size, self.timeout);
         let others: Vec<usize> = (0..size).filter(|&r| r != rank).collect();
         let mut to: Vec<Option<Channel>> = (0..size).map(|_| None).collect();
@@ -138,7 +153,10 @@ impl RingCommunicator {
             } else {
                 (None, empty_offer())
             };
-            to[dst] = channel;
+            to[dst] = channel.map(|mut channel| {
+                channel.use_stores(stores);
+                channel
+            });
             self.writer("init", dst)?
                 .write_through("init", &[&offer], OFFER_BYTES, timeout)?;
         }

@@ -14,6 +14,7 @@
 //! Waiting ends spinning briefly, then yielding, then napping, so a rank left waiting uses
 //! little CPU; every wait is bounded by the group's timeout and checks the peer is alive.
 
+use super::stores::{Policy, Stores};
 use nuvec_core::{Error, Result};
 use std::fs::File;
 use std::path::PathBuf;
@@ -54,6 +55,8 @@ pub(super) struct Channel {
     peer: usize,
     /// The file, removed when this end goes if it is still there (the creator's end).
     path: Option<PathBuf>,
+    /// How the sending end copies into slots.
+    stores: Stores,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; the counters are atomics, and the
@@ -154,7 +157,17 @@ impl Channel {
 
     fn map(file: &File, peer: usize, path: Option<PathBuf>) -> std::io::Result<Channel> {
         let base = crate::platform::map_shared(file, CHANNEL_BYTES)?;
-        Ok(Channel { base, peer, path })
+        Ok(Channel {
+            base,
+            peer,
+            path,
+            stores: Stores::new(Policy::Auto),
+        })
+    }
+
+    /// Copies into slots with stores of `policy` (the sending end's choice).
+    pub(super) fn use_stores(&mut self, policy: Policy) {
+        self.stores = Stores::new(policy);
     }
 
     /// Removes the file now if this end created it (the other end has it open, or never will).
@@ -210,12 +223,12 @@ impl Channel {
             if tail.load(Ordering::Acquire) > at {
                 return Err(self.corrupt(op, "its read counter passed what was written"));
             }
-            // SAFETY: the slot lies inside the mapping, the receiver has freed it (the
-            // acquire load above), and `piece` is at most a slot long.
+            // SAFETY: the slot lies inside the mapping and holds at least `piece.len()`
+            // bytes; the receiver has freed it (the acquire load above) and does not read it
+            // again until the head moves past it, below.
             #[allow(unsafe_code)]
-            unsafe {
-                std::ptr::copy_nonoverlapping(piece.as_ptr(), self.slot(at), piece.len())
-            };
+            let slot = unsafe { std::slice::from_raw_parts_mut(self.slot(at), piece.len()) };
+            self.stores.copy(piece, slot);
             head.store(at + 1, Ordering::Release);
         }
         Ok(())
