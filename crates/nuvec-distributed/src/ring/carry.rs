@@ -11,10 +11,12 @@
 //! A channel holds `SLOTS` slots, and a sender waits for room: if every rank of a ring waited
 //! to write, none would read. So a link with a channel to its right counts the outbox's
 //! window in slots, [`SLOT_WINDOW`] beyond the slots received, with chunks of at most
-//! [`CHUNK_SLOTS`] slots. A rank stuck writing has filled the channel: its right neighbour
-//! then holds `SLOTS` slots it has not read, at most `SLOT_WINDOW + CHUNK_SLOTS - 2` more than
-//! this rank has received, so this rank has received strictly more than its right
-//! neighbour. That cannot hold all the way round the ring, so some rank is not stuck.
+//! [`CHUNK_SLOTS`] slots. A rank stuck writing has filled the channel: `SLOTS` slots lie
+//! unread between it and its right neighbour. Yet it has sent at most
+//! `SLOT_WINDOW + CHUNK_SLOTS - 2` slots beyond those it has received, fewer than `SLOTS`, so
+//! it has received more slots than its right neighbour has. That cannot hold all the way
+//! round the ring: some rank is not stuck. (A rank that has received everything sends only
+//! to a neighbour still receiving, which reads.)
 
 use super::frame::Kind;
 use super::shared::{SLOTS, SLOT_BYTES};
@@ -92,6 +94,6 @@ impl Link<'_> {
     /// or sent word that the group failed, or some rank sent a frame of another call.
     fn still_there(&self, kind: Kind, peer: usize) -> Result<()> {
         self.ring.still_there(kind.name(), peer)?;
-        self.ring.watch.sweep()
+        self.ring.watch.sweep(kind.name())
     }
 }

@@ -236,6 +236,8 @@ impl RingCommunicator {
         let connection = self.reader(op, peer)?;
         if let Some(raw) = connection.check()? {
             if super::wire::pending_abort(&raw).is_some() {
+                // The notice itself, read whole, names the rank that was lost and why.
+                super::wire::read_header(connection, op, super::ROOT_CAUSE_WAIT)?;
                 return Err(
                     connection.error(op, format!("rank {peer} reported that the group failed"))
                 );
@@ -347,6 +349,34 @@ mod tests {
             "took {:?}",
             start.elapsed()
         );
+    }
+
+    #[test]
+    fn a_wait_that_meets_an_abort_notice_reports_the_rank_it_names_and_why() {
+        let (rank_0, rank_1) = two_ranks();
+        // Rank 1 gives up because of rank 7 (say, of a larger group) and tells rank 0.
+        rank_1.abort_all(&Error::Distributed {
+            op: "all_sum".into(),
+            rank: Some(7),
+            reason: "rank 7 closed its connection".into(),
+        });
+        let start = std::time::Instant::now();
+        let error = loop {
+            match rank_0.still_there("all_sum", 1) {
+                Err(error) => break error,
+                Ok(()) if start.elapsed() < Duration::from_secs(5) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Ok(()) => panic!("the notice never arrived"),
+            }
+        };
+        match &error {
+            Error::Distributed { rank, reason, .. } => {
+                assert_eq!(*rank, Some(7), "{error}");
+                assert!(reason.contains("rank 7 closed its connection"), "{error}");
+            }
+            other => panic!("{other}"),
+        }
     }
 
     #[test]

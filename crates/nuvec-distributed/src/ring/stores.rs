@@ -3,19 +3,21 @@
 //!
 //! With plain stores, the receiver then reads the slot out of the sender's cache. That is
 //! fast when the two cores share a cache, and slow when they do not: the sender must first
-//! take every line of the slot back from the receiver's core, which read it last time round.
-//! The project's 2-core VM moves between the two (`docs/performance.md`, "a machine with two
-//! states"). In a C prototype of the channel (2 processes, 1 MB ping-pongs, 128 KiB slots),
-//! a slot's plain copy took the sender 3–4 µs with a shared cache and 49–51 µs without; a
-//! streaming copy took 5 µs in both, and the receiver read the slot in 13–20 µs either way.
-//! Round trips: shared cache, plain 86–146 µs, streaming 285–347 µs; no shared cache, plain
-//! 942–990 µs, streaming 225–239 µs (64 MB: 56.0 against 18.2 ms).
+//! take every line of the slot back from the receiver's core, which read it last time
+//! round. The project's 2-core VM moves between the two (`docs/performance.md`, "a machine
+//! with two states"). In a C model of the channel (`scripts/bench/channel_stores.c`: 2
+//! processes, 1 MB ping-pongs, 128 KiB slots), a slot's plain copy took the sender 3–4 µs
+//! with a shared cache and 49–51 µs without; a streaming copy took 5 µs in both, and the
+//! receiver read the slot in 13–20 µs either way. Round trips: shared cache, plain 85–146
+//! µs, streaming 285–347 µs; no shared cache, plain 942–990 µs, streaming 225–239 µs (64
+//! MB: 56.0 against 18.2 ms).
 //!
 //! So the sender times its plain copies of at least [`TIMED_FROM`] bytes. After
 //! [`SLOW_IN_A_ROW`] slow ones in a row (slower than [`SLOW_SLOT`] per slot: one slow copy
-//! can be a preemption), it streams; every [`RETRY_EVERY`] while streaming it copies one piece
-//! plainly again, and goes back to plain stores if that copy was fast. `NUVEC_RING_STREAMING_STORES` (`auto`, `on`, `off`) fixes
-//! the choice instead. Away from x86-64, streaming copies are plain ones.
+//! can be a preemption), it streams; every [`RETRY_EVERY`] while streaming it copies one
+//! piece plainly again, and goes back to plain stores if that copy was fast.
+//! `NUVEC_RING_STREAMING_STORES` (`auto`, `on`, `off`) fixes the choice instead. Away from
+//! x86-64, streaming copies are plain ones.
 
 use super::lock;
 use super::shared::SLOT_BYTES;

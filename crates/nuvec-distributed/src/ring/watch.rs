@@ -143,19 +143,25 @@ impl Watch {
 impl Watch {
     /// Judges, once and without waiting, the frame headers waiting on every incoming
     /// connection: for waits that are not on a socket (a shared-memory channel's), which
-    /// cannot be woken by one. Fails on an abort notice or a frame of another call.
-    pub(crate) fn sweep(&self) -> Result<(), Error> {
+    /// cannot be woken by one. Fails on a frame of another call, or with the abort notice
+    /// waiting, read whole so the error names the rank that was lost and why (a lane that
+    /// fails passes its error on to every peer at once).
+    pub(crate) fn sweep(&self, op: &str) -> Result<(), Error> {
         let call = lock(&self.call).clone();
         let (Some(ours), Some(readers)) = (call.ours, self.readers.get()) else {
             return Ok(());
         };
         for peer in readers.iter().filter_map(Weak::upgrade) {
-            let judged = peer
-                .try_waiting_header()
-                .and_then(|raw| judge(self.rank, (&ours, &call.bytes), peer.rank, &raw));
-            if let Some(error) = judged {
-                return Err(error);
+            let Some(raw) = peer.try_waiting_header() else {
+                continue;
+            };
+            let Some(error) = judge(self.rank, (&ours, &call.bytes), peer.rank, &raw) else {
+                continue;
+            };
+            if super::wire::pending_abort(&raw).is_some() {
+                super::wire::read_header(&peer, op, super::ROOT_CAUSE_WAIT)?;
             }
+            return Err(error);
         }
         Ok(())
     }
