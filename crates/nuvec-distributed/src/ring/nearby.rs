@@ -14,7 +14,7 @@
 //! channel goes through it (the small collectives' paths, through rank 0 or by recursive
 //! doubling, stay on TCP).
 //!
-//! `NUVEC_RING_SHARED_MEMORY=off` keeps every payload on TCP (`auto`, the default, offers
+//! `NUVEC_RING_SHARED_MEMORY=off` keeps every payload and chunk on TCP (`auto`, the default, offers
 //! channels). Each channel takes `shared::CHANNEL_BYTES` (1 MiB and a page) of shared memory,
 //! allocated when the group forms, per direction between two ranks on one machine: a group
 //! of n ranks on one machine holds n(n − 1) channels (12 MiB for 4 ranks, 56 MiB for 8). Where

@@ -138,9 +138,7 @@ impl Watch {
             watched = unchanged;
         }
     }
-}
 
-impl Watch {
     /// Judges, once and without waiting, the frame headers waiting on every incoming
     /// connection: for waits that are not on a socket (a shared-memory channel's), which
     /// cannot be woken by one. Fails on a frame of another call, or with the abort notice
