@@ -278,33 +278,37 @@ fn ring_collectives_match_references(group: Group) {
     }
 }
 
-#[test]
-fn ring_collectives_on_2_ranks_match_references_over_tcp_and_shared_memory() {
+/// [`ring_collectives_match_references`] on `n` ranks, over TCP and through shared memory.
+fn ring_collectives_over_tcp_and_shared_memory(test: &str, n: usize) {
     launch_with_each(
-        "ring_collectives_on_2_ranks_match_references_over_tcp_and_shared_memory",
-        2,
+        test,
+        n,
         ("NUVEC_RING_SHARED_MEMORY", &["off", "auto"]),
         |group, _| ring_collectives_match_references(group),
+    );
+}
+
+#[test]
+fn ring_collectives_on_2_ranks_match_references_over_tcp_and_shared_memory() {
+    ring_collectives_over_tcp_and_shared_memory(
+        "ring_collectives_on_2_ranks_match_references_over_tcp_and_shared_memory",
+        2,
     );
 }
 
 #[test]
 fn ring_collectives_on_3_ranks_match_references_over_tcp_and_shared_memory() {
-    launch_with_each(
+    ring_collectives_over_tcp_and_shared_memory(
         "ring_collectives_on_3_ranks_match_references_over_tcp_and_shared_memory",
         3,
-        ("NUVEC_RING_SHARED_MEMORY", &["off", "auto"]),
-        |group, _| ring_collectives_match_references(group),
     );
 }
 
 #[test]
 fn ring_collectives_on_4_ranks_match_references_over_tcp_and_shared_memory() {
-    launch_with_each(
+    ring_collectives_over_tcp_and_shared_memory(
         "ring_collectives_on_4_ranks_match_references_over_tcp_and_shared_memory",
         4,
-        ("NUVEC_RING_SHARED_MEMORY", &["off", "auto"]),
-        |group, _| ring_collectives_match_references(group),
     );
 }
 
