@@ -278,14 +278,17 @@ fn ring_collectives_match_references(group: Group) {
     }
 }
 
+/// [`ring_collectives_match_references`] on `n` ranks, once under each value of the
+/// environment variable that `setting` names (variable, values).
+fn ring_collectives_under_each(test: &str, n: usize, setting: (&str, &[&str])) {
+    launch_with_each(test, n, setting, |group, _| {
+        ring_collectives_match_references(group)
+    });
+}
+
 /// [`ring_collectives_match_references`] on `n` ranks, over TCP and through shared memory.
 fn ring_collectives_over_tcp_and_shared_memory(test: &str, n: usize) {
-    launch_with_each(
-        test,
-        n,
-        ("NUVEC_RING_SHARED_MEMORY", &["off", "auto"]),
-        |group, _| ring_collectives_match_references(group),
-    );
+    ring_collectives_under_each(test, n, ("NUVEC_RING_SHARED_MEMORY", &["off", "auto"]));
 }
 
 #[test]
@@ -314,11 +317,10 @@ fn ring_collectives_on_4_ranks_match_references_over_tcp_and_shared_memory() {
 
 #[test]
 fn ring_collectives_match_references_with_streaming_and_with_plain_stores() {
-    launch_with_each(
+    ring_collectives_under_each(
         "ring_collectives_match_references_with_streaming_and_with_plain_stores",
         3,
         ("NUVEC_RING_STREAMING_STORES", &["on", "off"]),
-        |group, _| ring_collectives_match_references(group),
     );
 }
 

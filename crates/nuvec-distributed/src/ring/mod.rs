@@ -20,6 +20,7 @@ mod outbox;
 mod peer;
 #[cfg(test)]
 mod peer_tests;
+mod phases;
 mod pieces;
 mod scatter;
 pub(crate) mod schedule;
@@ -35,11 +36,10 @@ use frame::{Header, Kind};
 use links::Way;
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::{DType, Error, Result};
-use nuvec_cpu::bytes::{combine_bytes, reduce_bytes};
 use nuvec_cpu::reduce::ReduceOp as KernelOp;
 use outbox::{Outbox, OwnBlock};
 use peer::Peer;
-use schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
+use schedule::chunks;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use watch::Watch;
@@ -283,10 +283,9 @@ impl RingCommunicator {
     fn root_cause(&self, op: &str, error: Error) -> Error {
         for peer in self.connections() {
             let waiting = peer.check().ok().flatten();
-            if waiting.as_ref().and_then(wire::pending_abort).is_some() {
-                if let Err(notice) = read_header(peer, op, ROOT_CAUSE_WAIT) {
-                    return notice;
-                }
+            let notice = waiting.and_then(|raw| wire::take_abort(peer, op, &raw, ROOT_CAUSE_WAIT));
+            if let Some(notice) = notice {
+                return notice;
             }
         }
         error
@@ -354,87 +353,6 @@ impl RingCommunicator {
             rank: Some(peer),
             reason,
         }
-    }
-
-    /// The reduce-scatter phase of an all-reduce over `data` split in `size` segments; the
-    /// finished segment is forwarded to start the all-gather. When the outbox reads an input,
-    /// `data`'s old contents are ignored: the first segment goes right straight from the
-    /// input, and each received one is combined with the input's part.
-    fn reduce_scatter_phase(
-        &self,
-        kind: Kind,
-        link: &Link<'_>,
-        data: &mut [u8],
-        (dtype, op): (DType, ReduceOp),
-        (scratch, outbox): (&mut Vec<u8>, &mut Outbox<'_>),
-    ) -> Result<()> {
-        let from_input = outbox.input();
-        let (n, width) = (self.size, dtype.size());
-        let len = data.len() / width;
-        let chunk_elements = (chunk_bytes(data.len()) / width).max(1);
-        let steps = reduce_scatter_steps(n, link.position);
-        for piece in chunks(segment(len, n, steps[0].send), chunk_elements) {
-            outbox.push_input(piece.start * width..piece.end * width);
-        }
-        outbox.pump(link, kind, data)?;
-        self.check_left(link)?;
-        for step in &steps {
-            for piece in chunks(segment(len, n, step.recv), chunk_elements) {
-                let bytes = piece.start * width..piece.end * width;
-                let mut reduce = |offset: usize, incoming: &[u8]| {
-                    let at = bytes.start + offset..bytes.start + offset + incoming.len();
-                    let out = &mut data[at.clone()];
-                    match from_input {
-                        Some(input) => {
-                            combine_bytes(out, &input[at], incoming, dtype, kernel_op(op))
-                        }
-                        None => reduce_bytes(out, incoming, dtype, kernel_op(op)),
-                    }
-                };
-                link.recv_chunk_with(kind, bytes.len(), scratch, &mut reduce)?;
-                outbox.received(bytes.len());
-                outbox.push(bytes);
-                outbox.pump(link, kind, data)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The all-gather phase: this rank owns segment `rank` (already being sent right). `own`,
-    /// when given, is that segment still in the caller's input: it is copied into place a
-    /// chunk per chunk received, so the copy overlaps the transfer.
-    fn all_gather_phase(
-        &self,
-        kind: Kind,
-        link: &Link<'_>,
-        data: &mut [u8],
-        width: usize,
-        outbox: &mut Outbox<'_>,
-        mut own: Option<&mut OwnBlock<'_>>,
-    ) -> Result<()> {
-        let n = self.size;
-        let len = data.len() / width;
-        let chunk_elements = (chunk_bytes(data.len()) / width).max(1);
-        let steps = all_gather_steps(n, link.position);
-        for (index, step) in steps.iter().enumerate() {
-            for piece in chunks(segment(len, n, step.recv), chunk_elements) {
-                let bytes = piece.start * width..piece.end * width;
-                link.recv_chunk(kind, &mut data[bytes.clone()])?;
-                outbox.received(bytes.len());
-                if index + 1 < steps.len() {
-                    outbox.push(bytes.clone());
-                }
-                outbox.pump(link, kind, data)?;
-                if let Some(own) = own.as_deref_mut() {
-                    own.copy_next(data, bytes.len());
-                }
-            }
-        }
-        outbox.drain(link, kind, data)?;
-        if let Some(own) = own {
-            own.copy_next(data, usize::MAX);
-        }
-        Ok(())
     }
 }
 

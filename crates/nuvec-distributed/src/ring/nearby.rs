@@ -31,6 +31,7 @@
 
 use super::shared::{Channel, TOKEN_BYTES};
 use super::stores::Policy;
+use super::wire::take_abort;
 use super::RingCommunicator;
 use nuvec_core::{Error, Result};
 
@@ -234,16 +235,11 @@ impl RingCommunicator {
     /// or it sent word that the group failed (which `run` then reports).
     pub(super) fn still_there(&self, op: &str, peer: usize) -> Result<()> {
         let connection = self.reader(op, peer)?;
-        if let Some(raw) = connection.check()? {
-            if super::wire::pending_abort(&raw).is_some() {
-                // The notice itself, read whole, names the rank that was lost and why.
-                super::wire::read_header(connection, op, super::ROOT_CAUSE_WAIT)?;
-                return Err(
-                    connection.error(op, format!("rank {peer} reported that the group failed"))
-                );
-            }
+        let waiting = connection.check()?;
+        match waiting.and_then(|raw| take_abort(connection, op, &raw, super::ROOT_CAUSE_WAIT)) {
+            Some(notice) => Err(notice),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

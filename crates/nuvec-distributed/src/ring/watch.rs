@@ -153,13 +153,12 @@ impl Watch {
             let Some(raw) = peer.try_waiting_header() else {
                 continue;
             };
-            let Some(error) = judge(self.rank, (&ours, &call.bytes), peer.rank, &raw) else {
-                continue;
-            };
-            if super::wire::pending_abort(&raw).is_some() {
-                super::wire::read_header(&peer, op, super::ROOT_CAUSE_WAIT)?;
+            if let Some(notice) = super::wire::take_abort(&peer, op, &raw, super::ROOT_CAUSE_WAIT) {
+                return Err(notice);
             }
-            return Err(error);
+            if let Some(error) = judge(self.rank, (&ours, &call.bytes), peer.rank, &raw) {
+                return Err(error);
+            }
         }
         Ok(())
     }

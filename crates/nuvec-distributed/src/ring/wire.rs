@@ -219,6 +219,19 @@ pub(crate) fn write_abort(peer: &Peer, cause: &Error) {
     let _ = peer.write("abort", &[&frame]);
 }
 
+/// When `raw`, the header waiting on `peer`, is an abort notice: the error the notice reports,
+/// read whole (it names the rank that was lost and why). Waits at most `wait` for its reason.
+pub(crate) fn take_abort(
+    peer: &Peer,
+    op: &str,
+    raw: &[u8; HEADER_BYTES],
+    wait: Duration,
+) -> Option<Error> {
+    pending_abort(raw)?;
+    // Reading an abort notice always fails, with the notice (or with why it could not be read).
+    read_header(peer, op, wait).err()
+}
+
 /// Whether the bytes waiting on an idle connection begin an abort notice.
 pub(crate) fn pending_abort(raw: &[u8; HEADER_BYTES]) -> Option<Option<usize>> {
     match Header::decode(raw) {
