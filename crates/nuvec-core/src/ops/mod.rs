@@ -3,6 +3,7 @@
 
 pub mod binary;
 pub mod creation;
+pub mod fast;
 pub mod index;
 pub mod linalg;
 pub mod operand;

@@ -1,0 +1,73 @@
+//! nuvec-lm: language models on nuvec, as mlx-lm. Load a model folder in the Hugging Face /
+//! mlx-community layout (full precision or converted by `mlx_lm.convert`), then generate.
+//!
+//! ```no_run
+//! use nuvec_lm::{generate, load, GenerateOptions};
+//!
+//! # fn main() -> nuvec_lm::Result<()> {
+//! let (model, tokenizer) = load("models/Qwen2.5-0.5B-Instruct-4bit")?;
+//! let options = GenerateOptions { max_tokens: 64, ..GenerateOptions::default() };
+//! let text = generate(&model, &tokenizer, "The capital of France is", options)?;
+//! println!("{text}");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Supported architectures (`model_type`): see [`models::ARCHITECTURES`].
+
+pub mod cache;
+mod detokenizer;
+mod error;
+pub mod generate;
+pub mod layers;
+pub mod memory;
+pub mod models;
+pub mod sample;
+mod tokenizer;
+pub mod weights;
+
+pub use cache::KvCache;
+pub use detokenizer::StreamingDetokenizer;
+pub use error::{Error, Result};
+pub use generate::{
+    generate, stream_generate, FinishReason, GenerateOptions, GenerationResponse, Prompt,
+    TextStream, TokenGenerator,
+};
+pub use models::Model;
+pub use sample::{LogitsProcessors, SamplerOptions};
+pub use tokenizer::{Message, Tokenizer};
+
+use serde_json::Value;
+use std::path::Path;
+
+/// Reads `config.json` of a model folder.
+pub fn load_config(dir: &Path) -> Result<Value> {
+    let file = dir.join("config.json");
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::load(&file, "missing: is this a model folder?")
+        } else {
+            Error::load(&file, e.to_string())
+        }
+    })?;
+    serde_json::from_str(&text).map_err(|e| Error::load(&file, format!("not valid JSON: {e}")))
+}
+
+/// Loads the model of a folder (weights memory-mapped, read in place).
+pub fn load_model(dir: impl AsRef<Path>) -> Result<Model> {
+    let dir = dir.as_ref();
+    let config = load_config(dir)?;
+    let weights = weights::Weights::open(dir)?;
+    Model::from_weights(config, weights, dir)
+}
+
+/// Loads a model folder's model and tokenizer, as `mlx_lm.load`.
+pub fn load(dir: impl AsRef<Path>) -> Result<(Model, Tokenizer)> {
+    let dir = dir.as_ref();
+    if !dir.is_dir() {
+        return Err(Error::load(dir, "not a folder"));
+    }
+    let model = load_model(dir)?;
+    let tokenizer = Tokenizer::from_dir(dir, model.config())?;
+    Ok((model, tokenizer))
+}

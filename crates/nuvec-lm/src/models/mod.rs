@@ -1,0 +1,137 @@
+//! The architectures nuvec-lm runs, chosen by the config's `model_type` as mlx-lm chooses
+//! them. Adding one is a file that reads its config into a [`transformer::Spec`] (or builds
+//! its own layers) and a line in [`ARCHITECTURES`].
+
+mod experts;
+mod llama;
+mod qwen2;
+mod qwen3;
+mod qwen3_moe;
+mod rope;
+pub mod transformer;
+
+use crate::cache::KvCache;
+use crate::weights::Weights;
+use crate::{Error, Result};
+use nuvec_core::{Array, DType};
+use serde_json::Value;
+use std::path::Path;
+use transformer::Transformer;
+
+type Loader = fn(&Value, &mut Weights) -> Result<Transformer>;
+
+/// Every supported `model_type` and its loader (`mistral` is `llama`, as in mlx-lm).
+pub const ARCHITECTURES: &[(&str, Loader)] = &[
+    ("llama", llama::load),
+    ("mistral", llama::load),
+    ("qwen2", qwen2::load),
+    ("qwen3", qwen3::load),
+    ("qwen3_moe", qwen3_moe::load),
+];
+
+/// An architecture's settings from `config.json`, with serde's message (naming the field)
+/// when one is missing or of the wrong type.
+pub(crate) fn args<T: serde::de::DeserializeOwned>(config: &Value) -> Result<T> {
+    T::deserialize(config).map_err(|e| Error::load("config.json", e.to_string()))
+}
+
+/// Removes precomputed rotary frequencies some checkpoints carry (mlx-lm's `sanitize`).
+pub(crate) fn drop_rotary_frequencies(weights: &mut Weights, layers: usize) {
+    for i in 0..layers {
+        weights.discard(&format!("model.layers.{i}.self_attn.rotary_emb.inv_freq"));
+    }
+}
+
+/// A language model: token ids in, logits over the vocabulary out.
+#[derive(Debug, Clone)]
+pub struct Model {
+    model_type: String,
+    transformer: Transformer,
+    config: Value,
+}
+
+impl Model {
+    /// Builds the model `config.json` describes from `weights`; every tensor must be used.
+    pub fn from_weights(config: Value, mut weights: Weights, dir: &Path) -> Result<Model> {
+        let model_type = config
+            .get("model_type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::load(dir.join("config.json"), "no \"model_type\""))?
+            .to_string();
+        let Some((_, loader)) = ARCHITECTURES.iter().find(|(name, _)| *name == model_type) else {
+            let names: Vec<&str> = ARCHITECTURES.iter().map(|(n, _)| *n).collect();
+            return Err(Error::load(
+                dir.join("config.json"),
+                format!(
+                    "model_type {model_type:?} is not supported; supported: {}",
+                    names.join(", ")
+                ),
+            ));
+        };
+        let transformer = loader(&config, &mut weights).map_err(|e| match e {
+            Error::Load { path, reason } if path.to_str() == Some("<weights>") => {
+                Error::load(dir, reason)
+            }
+            Error::Load { path, reason } if path.to_str() == Some("<config>") => {
+                Error::load(dir.join("config.json"), reason)
+            }
+            other => other,
+        })?;
+        weights.finish(dir)?;
+        Ok(Model {
+            model_type,
+            transformer,
+            config,
+        })
+    }
+
+    /// The config's `model_type`.
+    pub fn model_type(&self) -> &str {
+        &self.model_type
+    }
+
+    /// The parsed `config.json`.
+    pub fn config(&self) -> &Value {
+        &self.config
+    }
+
+    /// The architecture's shape.
+    pub fn spec(&self) -> &transformer::Spec {
+        self.transformer.spec()
+    }
+
+    /// Decoder layers (one cache each).
+    pub fn num_layers(&self) -> usize {
+        self.spec().layers
+    }
+
+    /// Size of the output vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.spec().vocabulary
+    }
+
+    /// A fresh cache, one entry per layer.
+    pub fn make_cache(&self) -> Vec<KvCache> {
+        vec![KvCache::new(); self.num_layers()]
+    }
+
+    /// Logits `[B, L, vocabulary]` for `tokens` `[B, L]` (integers), continuing from what
+    /// `cache` holds.
+    pub fn forward(&self, tokens: &Array, cache: &mut [KvCache]) -> Result<Array> {
+        if tokens.ndim() != 2 || tokens.dtype().is_float() {
+            return Err(Error::Generate(format!(
+                "tokens must be integers of shape [batch, length], got {} of shape {:?}",
+                tokens.dtype(),
+                tokens.shape()
+            )));
+        }
+        if cache.len() != self.num_layers() {
+            return Err(Error::Generate(format!(
+                "the cache has {} layers, the model {}",
+                cache.len(),
+                self.num_layers()
+            )));
+        }
+        self.transformer.forward(&tokens.astype(DType::I32), cache)
+    }
+}

@@ -1,0 +1,326 @@
+//! The decoder every supported architecture is a variant of: token embeddings, then layers
+//! of (RMS norm → attention with rotary positions → residual, RMS norm → feed-forward →
+//! residual), a final norm and the vocabulary projection (its own or the embeddings').
+//! An architecture's file reads its config into a [`Spec`] and names nothing else, since
+//! mlx-lm's weight names are common to them (`model.layers.N.self_attn.q_proj`, …).
+
+use super::experts::Experts;
+use crate::cache::KvCache;
+use crate::layers::{Embedding, Linear, RmsNorm};
+use crate::weights::Weights;
+use crate::Result;
+use nuvec_core::ops::fast::{self, AttentionMask, RopeFrequencies};
+use nuvec_core::{ops, Array};
+
+/// Rotary embedding settings of the attention layers.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    /// Features rotated per head.
+    pub dims: usize,
+    /// Adjacent pairs rather than halves.
+    pub traditional: bool,
+    /// Base of the frequencies (ignored when `freqs` is given).
+    pub base: f32,
+    /// Multiplies positions (`1 / factor` for linear scaling).
+    pub scale: f32,
+    /// Explicit per-pair wavelengths (Llama 3 scaling).
+    pub freqs: Option<Array>,
+}
+
+impl Rope {
+    fn apply(&self, x: &Array, offset: usize) -> Array {
+        let frequencies = match &self.freqs {
+            Some(f) => RopeFrequencies::Explicit(f),
+            None => RopeFrequencies::Base(self.base),
+        };
+        fast::rope(
+            x,
+            self.dims,
+            self.traditional,
+            frequencies,
+            self.scale,
+            offset,
+        )
+    }
+}
+
+/// The mixture-of-experts feed-forward of a layer.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeSpec {
+    /// Experts in the layer.
+    pub experts: usize,
+    /// Experts each token goes to.
+    pub per_token: usize,
+    /// Hidden features of one expert.
+    pub intermediate: usize,
+    /// Whether the chosen experts' weights are renormalised to sum to one.
+    pub normalize: bool,
+}
+
+/// An architecture's shape, read from its config.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Model width.
+    pub hidden: usize,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Features per head.
+    pub head_dim: usize,
+    /// Hidden features of the dense MLP.
+    pub intermediate: usize,
+    /// Vocabulary size.
+    pub vocabulary: usize,
+    /// RMS norms' epsilon.
+    pub eps: f32,
+    /// Rotary embedding.
+    pub rope: Rope,
+    /// Biases on the query, key and value projections.
+    pub qkv_bias: bool,
+    /// A bias on the output projection.
+    pub o_bias: bool,
+    /// Biases on the MLP's projections.
+    pub mlp_bias: bool,
+    /// RMS norms of queries and keys per head (Qwen 3).
+    pub qk_norm: bool,
+    /// The output projection is the embedding table.
+    pub tied_embeddings: bool,
+    /// Mixture of experts, and which layers use it.
+    pub moe: Option<(MoeSpec, Vec<bool>)>,
+}
+
+#[derive(Debug, Clone)]
+struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    rope: Rope,
+}
+
+impl Attention {
+    fn load(spec: &Spec, weights: &mut Weights, prefix: &str) -> Result<Attention> {
+        let (d, h, kv, hd) = (
+            spec.hidden as i32,
+            spec.heads as i32,
+            spec.kv_heads as i32,
+            spec.head_dim as i32,
+        );
+        let norm = |weights: &mut Weights, name: &str| -> Result<Option<RmsNorm>> {
+            if spec.qk_norm {
+                RmsNorm::take(weights, &format!("{prefix}.{name}"), hd, spec.eps).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(Attention {
+            q: Linear::take(
+                weights,
+                &format!("{prefix}.q_proj"),
+                d,
+                h * hd,
+                spec.qkv_bias,
+            )?,
+            k: Linear::take(
+                weights,
+                &format!("{prefix}.k_proj"),
+                d,
+                kv * hd,
+                spec.qkv_bias,
+            )?,
+            v: Linear::take(
+                weights,
+                &format!("{prefix}.v_proj"),
+                d,
+                kv * hd,
+                spec.qkv_bias,
+            )?,
+            o: Linear::take(weights, &format!("{prefix}.o_proj"), h * hd, d, spec.o_bias)?,
+            q_norm: norm(weights, "q_norm")?,
+            k_norm: norm(weights, "k_norm")?,
+            heads: h,
+            kv_heads: kv,
+            head_dim: hd,
+            rope: spec.rope.clone(),
+        })
+    }
+
+    /// `x` `[B, L, D]` attending to the cache and itself.
+    fn forward(&self, x: &Array, cache: &mut KvCache) -> Array {
+        let (b, l) = (x.shape()[0], x.shape()[1]);
+        let split_heads = |y: Array, heads: i32, norm: &Option<RmsNorm>| {
+            let y = ops::reshape(&y, &[b, l, heads, self.head_dim]);
+            let y = match norm {
+                Some(n) => n.forward(&y),
+                None => y,
+            };
+            ops::transpose(&y, Some(&[0, 2, 1, 3]))
+        };
+        let q = split_heads(self.q.forward(x), self.heads, &self.q_norm);
+        let k = split_heads(self.k.forward(x), self.kv_heads, &self.k_norm);
+        let v = split_heads(self.v.forward(x), self.kv_heads, &None);
+        let offset = cache.offset();
+        let (q, k) = (self.rope.apply(&q, offset), self.rope.apply(&k, offset));
+        let (k, v) = cache.update_and_fetch(&k, &v);
+        let mask = if l > 1 {
+            AttentionMask::Causal
+        } else {
+            AttentionMask::None
+        };
+        let scale = (self.head_dim as f32).powf(-0.5);
+        let out = fast::scaled_dot_product_attention(&q, &k, &v, scale, mask);
+        let out = ops::reshape(
+            &ops::transpose(&out, Some(&[0, 2, 1, 3])),
+            &[b, l, self.heads * self.head_dim],
+        );
+        self.o.forward(&out)
+    }
+}
+
+/// `down(silu(gate(x)) · up(x))`.
+#[derive(Debug, Clone)]
+pub(crate) struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl Mlp {
+    fn load(
+        weights: &mut Weights,
+        prefix: &str,
+        dims: i32,
+        hidden: i32,
+        bias: bool,
+    ) -> Result<Mlp> {
+        Ok(Mlp {
+            gate: Linear::take(weights, &format!("{prefix}.gate_proj"), dims, hidden, bias)?,
+            up: Linear::take(weights, &format!("{prefix}.up_proj"), dims, hidden, bias)?,
+            down: Linear::take(weights, &format!("{prefix}.down_proj"), hidden, dims, bias)?,
+        })
+    }
+
+    fn forward(&self, x: &Array) -> Array {
+        self.down
+            .forward(&swiglu(&self.gate.forward(x), &self.up.forward(x)))
+    }
+}
+
+/// `silu(gate) · up`.
+pub(crate) fn swiglu(gate: &Array, up: &Array) -> Array {
+    gate * ops::sigmoid(gate) * up
+}
+
+#[derive(Debug, Clone)]
+enum FeedForward {
+    Dense(Mlp),
+    Experts(Experts),
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    input_norm: RmsNorm,
+    attention: Attention,
+    post_norm: RmsNorm,
+    feed_forward: FeedForward,
+}
+
+/// A loaded decoder.
+#[derive(Debug, Clone)]
+pub struct Transformer {
+    embed: Embedding,
+    layers: Vec<Block>,
+    norm: RmsNorm,
+    head: Option<Linear>,
+    spec: Spec,
+}
+
+impl Transformer {
+    /// Takes the decoder's tensors from `weights` by mlx-lm's names.
+    pub fn load(spec: Spec, weights: &mut Weights) -> Result<Transformer> {
+        let (d, v) = (spec.hidden as i32, spec.vocabulary as i32);
+        let embed = Embedding::take(weights, "model.embed_tokens", v, d)?;
+        let mut layers = Vec::with_capacity(spec.layers);
+        for i in 0..spec.layers {
+            let prefix = format!("model.layers.{i}");
+            let sparse = spec.moe.as_ref().filter(|(_, which)| which[i]);
+            let feed_forward = match sparse {
+                Some((moe, _)) => {
+                    FeedForward::Experts(Experts::load(weights, &format!("{prefix}.mlp"), d, *moe)?)
+                }
+                None => FeedForward::Dense(Mlp::load(
+                    weights,
+                    &format!("{prefix}.mlp"),
+                    d,
+                    spec.intermediate as i32,
+                    spec.mlp_bias,
+                )?),
+            };
+            layers.push(Block {
+                input_norm: RmsNorm::take(
+                    weights,
+                    &format!("{prefix}.input_layernorm"),
+                    d,
+                    spec.eps,
+                )?,
+                attention: Attention::load(&spec, weights, &format!("{prefix}.self_attn"))?,
+                post_norm: RmsNorm::take(
+                    weights,
+                    &format!("{prefix}.post_attention_layernorm"),
+                    d,
+                    spec.eps,
+                )?,
+                feed_forward,
+            });
+        }
+        let norm = RmsNorm::take(weights, "model.norm", d, spec.eps)?;
+        let head = if spec.tied_embeddings {
+            None
+        } else {
+            Some(Linear::take(weights, "lm_head", d, v, false)?)
+        };
+        Ok(Transformer {
+            embed,
+            layers,
+            norm,
+            head,
+            spec,
+        })
+    }
+
+    /// The shape read from the config.
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    /// Logits `[B, L, vocabulary]` of tokens `[B, L]`, appending their keys and values to
+    /// `cache` (one per layer).
+    pub fn forward(&self, tokens: &Array, cache: &mut [KvCache]) -> Result<Array> {
+        let mut h = self.embed.forward(tokens);
+        for (layer, cache) in self.layers.iter().zip(cache.iter_mut()) {
+            let attended = layer
+                .attention
+                .forward(&layer.input_norm.forward(&h), cache);
+            h = h + attended;
+            let normed = layer.post_norm.forward(&h);
+            let ff = match &layer.feed_forward {
+                FeedForward::Dense(mlp) => mlp.forward(&normed),
+                FeedForward::Experts(experts) => experts.forward(&normed)?,
+            };
+            h = h + ff;
+        }
+        let h = self.norm.forward(&h);
+        Ok(match &self.head {
+            Some(head) => head.forward(&h),
+            None => self.embed.as_linear(&h),
+        })
+    }
+}
