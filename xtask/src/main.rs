@@ -10,6 +10,8 @@
 //! - `bench-plot RUN.json OUT.svg`: the SVG of a recorded `bench-distributed` run, again.
 //! - `bench-nn`: a 4-layer MLP's training step on one process and data-parallel on 2 ranks,
 //!   and `quantized_matmul` against `matmul`.
+//! - `bench-lm`: nuvec-lm against mlx-lm on a model of Qwen2.5-0.5B's shape (bf16 and
+//!   4-bit), prompt 512 / generation 128.
 //! - `tidy`: repository hygiene (also run as a test: `cargo test -p xtask`).
 
 mod bench_bare_ring;
@@ -18,6 +20,7 @@ mod bench_crosscore;
 mod bench_distributed;
 mod bench_floor;
 mod bench_hosts;
+mod bench_lm;
 mod bench_mlx;
 mod bench_plot;
 mod bench_rounds;
@@ -43,9 +46,10 @@ fn main() -> ExitCode {
             &["run", "--release", "-p", "nuvec", "--example", "bench_transforms"],
         ),
         Some("bench-nn") => bench_nn(),
+        Some("bench-lm") => bench_lm::run_bench(&args[1..]),
         Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),
         _ => Err(
-            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-plot | bench-transforms | bench-nn | tidy>"
+            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-plot | bench-transforms | bench-nn | bench-lm | tidy>"
                 .to_string(),
         ),
     };
@@ -189,5 +193,14 @@ fn golden() -> Result<(), String> {
     run(
         ".venv-mlx/bin/python",
         &["scripts/golden/make_nn_fixtures.py"],
+    )?;
+    // nuvec-lm's model folders need mlx-lm (with transformers and tokenizers).
+    run(
+        ".venv-mlx/bin/pip",
+        &["install", "--quiet", "mlx-lm==0.32.2"],
+    )?;
+    run(
+        ".venv-mlx/bin/python",
+        &["scripts/golden/make_lm_fixtures.py"],
     )
 }

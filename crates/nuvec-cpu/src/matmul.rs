@@ -128,8 +128,74 @@ fn native<T: Element>(
     }
 }
 
+/// `out = a · bᵀ`, or `out += a · bᵀ` with `accumulate`, for f32 `a: [m, k]`, `b: [n, k]`
+/// and `out: [m, n]`, row-major, the rows of `a` and `b` starting the given strides apart;
+/// on the calling thread (for the blocks of a kernel that splits its work itself).
+///
+/// # Panics
+/// If a slice is shorter than `dims` and its stride say, or a stride is below `k`.
+pub fn matmul_transposed_f32(
+    (a, a_stride): (&[f32], usize),
+    (b, b_stride): (&[f32], usize),
+    dims: MatmulDims,
+    accumulate: bool,
+    out: &mut [f32],
+) {
+    let MatmulDims { m, n, k } = dims;
+    assert!(
+        a_stride >= k && b_stride >= k,
+        "matmul_transposed_f32: rows overlap"
+    );
+    // The last row of a matrix of `rows` rows ends at (rows - 1)·stride + k.
+    let extent = |rows: usize, stride: usize| {
+        if rows == 0 {
+            0
+        } else {
+            (rows - 1) * stride + k
+        }
+    };
+    let (a, b, out) = (
+        &a[..extent(m, a_stride)],
+        &b[..extent(n, b_stride)],
+        &mut out[..m * n],
+    );
+    if k == 0 || m == 0 || n == 0 {
+        if !accumulate {
+            out.fill(0.0);
+        }
+        return;
+    }
+    // SAFETY: `out` is a live slice of exactly m*n elements, row-major [m, n]; `a` and `b` end
+    // exactly where their last row does, and read with column stride 1 and row strides
+    // `a_stride` and `b_stride` (bᵀ: column stride `b_stride`, row stride 1) they are [m, k]
+    // and [k, n], so every element gemm touches lies inside them; `out` aliases neither.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            1,
+            a_stride as isize,
+            b.as_ptr(),
+            b_stride as isize,
+            1,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
+}
+
 /// Reads `T` slices as `U` slices when they are the same type (checked through the dtype).
-fn same_type<T: Element, U: Element>(values: &[T]) -> Option<&[U]> {
+pub(crate) fn same_type<T: Element, U: Element>(values: &[T]) -> Option<&[U]> {
     // SAFETY: T and U have the same dtype, and each dtype has exactly one Rust type, so this
     // is a cast from a type to itself.
     (T::DTYPE == U::DTYPE)

@@ -40,6 +40,29 @@ pub fn for_each_row<T: Send>(out: &mut [T], row_len: usize, body: impl Fn(usize,
         .for_each(|(row, slice)| body(row, slice));
 }
 
+/// Calls `body(start, part)` over consecutive parts of `out` of `part_len` elements (the
+/// last may be shorter): in parallel when `work` (the kernel's cost, in multiply-adds or
+/// similar steps) reaches [`MIN_PARALLEL_ELEMENTS`], otherwise one after the other.
+pub fn for_each_part<T: Send>(
+    out: &mut [T],
+    part_len: usize,
+    work: usize,
+    body: impl Fn(usize, &mut [T]) + Sync,
+) {
+    if part_len == 0 {
+        return;
+    }
+    if work < MIN_PARALLEL_ELEMENTS || rayon::current_num_threads() == 1 {
+        for (index, part) in out.chunks_mut(part_len).enumerate() {
+            body(index * part_len, part);
+        }
+        return;
+    }
+    out.par_chunks_mut(part_len)
+        .enumerate()
+        .for_each(|(index, part)| body(index * part_len, part));
+}
+
 /// Maps `input` into `out` element by element (`out.len() == input.len()`).
 pub fn map<T: Sync, U: Send>(input: &[T], out: &mut [U], f: impl Fn(&T) -> U + Sync) {
     for_each_chunk(out, |start, part| {

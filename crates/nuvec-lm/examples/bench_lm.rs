@@ -55,7 +55,7 @@ fn run() -> Result<(), String> {
         let tic = Instant::now();
         let mut generator =
             TokenGenerator::new(&model, &prompt, options).map_err(|e| e.to_string())?;
-        let first = generator
+        let _first = generator
             .next()
             .ok_or("no token")?
             .map_err(|e| e.to_string())?;
@@ -63,11 +63,10 @@ fn run() -> Result<(), String> {
         let tic = Instant::now();
         let mut count = 1;
         for step in generator {
-            step.map_err(|e| e.to_string())?;
+            let _logprobs = step.map_err(|e| e.to_string())?;
             count += 1;
         }
         let generation_seconds = tic.elapsed().as_secs_f64();
-        let _ = first;
         println!(
             "trial={trial} prompt_tps={:.3} generation_tps={:.3} peak_gb={:.3}",
             prompt_tokens as f64 / prompt_seconds,

@@ -39,7 +39,7 @@ pub(crate) enum Vocabulary {
     /// Byte-level BPE: each id's token string.
     ByteLevel(Vec<String>),
     /// Anything else: decoded with the tokenizer.
-    Other(tokenizers::Tokenizer),
+    Other(Box<tokenizers::Tokenizer>),
 }
 
 /// Turns a stream of token ids into text pieces.

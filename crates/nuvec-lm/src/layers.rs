@@ -132,7 +132,7 @@ impl Matrix {
     /// `x · Wᵀ`.
     pub fn matmul_transposed(&self, x: &Array) -> Array {
         match self {
-            Matrix::Full(w) => ops::matmul(x, &ops::transpose(w, None)),
+            Matrix::Full(w) => ops::linear(x, w),
             Matrix::Quantized(p) => p.matmul_transposed(x),
         }
     }

@@ -15,6 +15,8 @@
 //!
 //! Supported architectures (`model_type`): see [`models::ARCHITECTURES`].
 
+#![warn(missing_docs)]
+
 pub mod cache;
 mod detokenizer;
 mod error;

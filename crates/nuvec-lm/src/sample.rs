@@ -90,7 +90,7 @@ fn descending_ranks(x: &Array) -> Array {
 
 /// Hides all but the `k` most likely tokens.
 pub fn apply_top_k(logprobs: &Array, k: usize) -> Array {
-    let keep = ops::less(&descending_ranks(logprobs), k as i64);
+    let keep = ops::less(descending_ranks(logprobs), k as i64);
     ops::where_(&keep, logprobs, f32::NEG_INFINITY as f64)
 }
 
@@ -101,7 +101,7 @@ pub fn apply_min_p(logprobs: &Array, min_p: f32, min_tokens_to_keep: usize) -> A
     let threshold = top + (min_p as f64).ln();
     let mut remove = ops::less(logprobs, &threshold);
     if min_tokens_to_keep > 1 {
-        let protected = ops::less(&descending_ranks(logprobs), min_tokens_to_keep as i64);
+        let protected = ops::less(descending_ranks(logprobs), min_tokens_to_keep as i64);
         remove = ops::logical_and(&remove, ops::logical_not(&protected));
     }
     ops::where_(&remove, f32::NEG_INFINITY as f64, logprobs)

@@ -131,7 +131,7 @@ impl Tokenizer {
                     .collect(),
             )
         } else {
-            Vocabulary::Other(inner.clone())
+            Vocabulary::Other(Box::new(inner.clone()))
         };
         Ok(Tokenizer {
             bos_token: special(&config, "bos_token"),

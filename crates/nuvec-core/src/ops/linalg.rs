@@ -102,3 +102,54 @@ pub fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Array {
     }
     crate::ops::add(&scaled, crate::ops::multiply(c, f64::from(beta)))
 }
+
+/// `x · wᵀ` for a weight `w` `[n, k]` and `x` `[..., k]`: the product of a linear layer,
+/// `[..., n]`. Equal to `matmul(x, transpose(w))`, but reads `w` where it lies, in its own
+/// float dtype, with no transposed or widened copy (the form decoding needs: at one token a
+/// step it is a pass over the weights). The result has the promoted dtype.
+///
+/// ```
+/// use nuvec_core::{array, ops};
+/// let w = array![[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]];
+/// let y = ops::linear(&array![[3.0, 4.0]], &w);
+/// assert_eq!(y.to_vec::<f32>()?, [3.0, 7.0, 8.0]);
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+#[track_caller]
+pub fn linear(x: &Array, w: &Array) -> Array {
+    for a in [x, w] {
+        if let Some(error) = a.known_error() {
+            return Array::failed(error);
+        }
+    }
+    let dtype = DType::promote(x.dtype(), w.dtype());
+    if !dtype.is_float() || !w.dtype().is_float() {
+        return Array::invalid(
+            "linear",
+            format!(
+                "only floating point types are supported, got {} and {}",
+                x.dtype(),
+                w.dtype()
+            ),
+        );
+    }
+    if w.ndim() != 2 || x.ndim() == 0 || x.shape()[x.ndim() - 1] != w.shape()[1] {
+        return Array::invalid(
+            "linear",
+            format!(
+                "needs x [..., k] and a weight [n, k], got {:?} and {:?}",
+                x.shape(),
+                w.shape()
+            ),
+        );
+    }
+    let mut shape = x.shape().to_vec();
+    let last = shape.len() - 1;
+    shape[last] = w.shape()[0];
+    Array::build1(
+        Arc::new(crate::primitives::linear::Linear),
+        vec![x.astype(dtype), w.clone()],
+        shape,
+        dtype,
+    )
+}

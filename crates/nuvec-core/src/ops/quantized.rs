@@ -1,7 +1,7 @@
 //! MLX's affine quantization as ops: [`quantize`], [`dequantize`], [`quantized_matmul`].
 
-use crate::primitives::quantized::{dequantize_array, quantize_array};
-use crate::{ops, Array};
+use crate::primitives::quantized::{dequantize_array, quantize_array, quantized_matmul_array};
+use crate::{ops, Array, DType};
 
 /// Checks MLX's supported parameters; the reason when they are not.
 fn check_parameters(group_size: usize, bits: u32) -> Option<String> {
@@ -69,7 +69,7 @@ fn quantized_problem(
     if let Some(reason) = check_parameters(group_size, bits) {
         return Some(reason);
     }
-    if wq.dtype() != crate::DType::U32 || wq.ndim() < 2 {
+    if wq.dtype() != DType::U32 || wq.ndim() < 2 {
         return Some(format!(
             "needs packed uint32 words of rank 2 or more, got {} of shape {:?}",
             wq.dtype(),
@@ -116,8 +116,12 @@ pub fn dequantize(
 
 /// `x · Wᵀ` (with `transpose`, W's rows being output features, as `QuantizedLinear` stores
 /// them) or `x · W` for the quantized `W` (MLX's `mx.quantized_matmul`). The product is of
-/// the dequantized matrix, in the scales' dtype; it is differentiable in `x`, the scales and
-/// the biases.
+/// the dequantized matrix, in the promoted dtype of `x` and the scales; it is differentiable
+/// in `x`, the scales and the biases.
+///
+/// With `transpose` and a single matrix `W` (rank 2), the packed words are read inside the
+/// product's loop, with sums in f32 (for f32, f16 and bf16); otherwise `W` is dequantized and
+/// multiplied by [`ops::matmul`].
 #[track_caller]
 pub fn quantized_matmul(
     x: &Array,
@@ -130,6 +134,18 @@ pub fn quantized_matmul(
 ) -> Array {
     if let Some(reason) = quantized_problem(wq, scales, biases, group_size, bits) {
         return Array::invalid("quantized_matmul", reason);
+    }
+    let k = wq
+        .shape()
+        .last()
+        .map_or(0, |&words| words as usize * 32 / bits as usize);
+    if transpose && wq.ndim() == 2 && x.shape().last().map(|&d| d as usize) == Some(k) {
+        let dtype = DType::promote(x.dtype(), scales.dtype());
+        if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+            let parts = (group_size, bits);
+            let (scales, biases) = (scales.astype(dtype), biases.astype(dtype));
+            return quantized_matmul_array(&x.astype(dtype), wq, &scales, &biases, parts);
+        }
     }
     // With `transpose`, the matrix is dequantized straight into its transposed layout.
     let w = dequantize_array(wq, scales, biases, (group_size, bits), transpose);

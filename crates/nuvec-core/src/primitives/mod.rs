@@ -7,6 +7,7 @@ pub(crate) mod binary;
 pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod layout;
+pub(crate) mod linear;
 pub(crate) mod matmul;
 pub(crate) mod quantized;
 pub(crate) mod random_bits;

@@ -43,7 +43,7 @@ pub(crate) fn load(config: &Value, weights: &mut Weights) -> Result<Transformer>
     let args: Args = super::args(config)?;
     let head_dim = args
         .head_dim
-        .unwrap_or(args.hidden_size / args.num_attention_heads.max(1));
+        .unwrap_or_else(|| args.hidden_size / args.num_attention_heads.max(1));
     super::drop_rotary_frequencies(weights, args.num_hidden_layers);
     if args.tie_word_embeddings {
         weights.discard("lm_head.weight");
