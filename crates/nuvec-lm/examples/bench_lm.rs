@@ -1,6 +1,8 @@
 //! Times a model folder as `mlx_lm.benchmark` does: a prompt of random token ids
-//! (`-p`, 512), then a completion (`-g`, 128) with no end tokens, `-n` trials, printing each
-//! trial's prompt and generation tokens per second, the peak memory and the load time.
+//! (`-p`, 512), then a completion (`-g`, 128) with no end tokens: a warm-up run (as
+//! mlx_lm.benchmark's, which also brings the mapped weights into memory), then `-n` trials,
+//! printing each trial's prompt and generation tokens per second, the peak memory and the
+//! load time.
 //!
 //! ```sh
 //! cargo run --release -p nuvec-lm --example bench_lm -- --model DIR -p 512 -g 128 -n 3
@@ -47,7 +49,8 @@ fn run() -> Result<(), String> {
         .to_vec::<u32>()
         .map_err(|e| e.to_string())?;
     println!("load_s={load_seconds:.3}");
-    for trial in 0..trials {
+    // Trial -1 is the warm-up.
+    for trial in -1..trials as i64 {
         let options = GenerateOptions {
             max_tokens: generation_tokens,
             ..GenerateOptions::default()
@@ -67,6 +70,9 @@ fn run() -> Result<(), String> {
             count += 1;
         }
         let generation_seconds = tic.elapsed().as_secs_f64();
+        if trial < 0 {
+            continue;
+        }
         println!(
             "trial={trial} prompt_tps={:.3} generation_tps={:.3} peak_gb={:.3}",
             prompt_tokens as f64 / prompt_seconds,
