@@ -46,7 +46,25 @@ impl<T: Element> Mapped<T> {
             };
             return Array::from_owner(mapped, shape);
         }
-        let values: Vec<T> = bytes.chunks_exact(width).map(T::read_le).collect();
+        // mlx.save_safetensors does not pad the header, so an MLX checkpoint's tensors are
+        // usually not aligned: they are copied, in one pass, into aligned memory.
+        if T::DTYPE == DType::Bool || cfg!(target_endian = "big") {
+            let values: Vec<T> = bytes.chunks_exact(width).map(T::read_le).collect();
+            return Array::from_vec(values, shape);
+        }
+        let mut values: Vec<T> = Vec::with_capacity(len);
+        // SAFETY: `values` has room for `len` elements, that is `len · width` bytes, which
+        // `bytes` holds (safetensors checked the tensor's extent); the two do not overlap;
+        // every bit pattern is a valid value of the numeric types copied here (bool takes
+        // the path above), and the file's little-endian bytes are this machine's order.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                values.as_mut_ptr().cast::<u8>(),
+                len * width,
+            );
+            values.set_len(len);
+        }
         Array::from_vec(values, shape)
     }
 }
