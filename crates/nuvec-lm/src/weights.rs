@@ -5,7 +5,8 @@
 use crate::{Error, Result};
 use memmap2::Mmap;
 use nuvec_core::{with_dtype, Array, DType, Element};
-use safetensors::tensor::{Dtype, SafeTensors};
+use nuvec_nn::dtype_from_safetensors as nuvec_dtype;
+use safetensors::tensor::SafeTensors;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -67,25 +68,6 @@ impl<T: Element> Mapped<T> {
         }
         Array::from_vec(values, shape)
     }
-}
-
-fn nuvec_dtype(dtype: Dtype) -> Option<DType> {
-    Some(match dtype {
-        Dtype::BOOL => DType::Bool,
-        Dtype::U8 => DType::U8,
-        Dtype::U16 => DType::U16,
-        Dtype::U32 => DType::U32,
-        Dtype::U64 => DType::U64,
-        Dtype::I8 => DType::I8,
-        Dtype::I16 => DType::I16,
-        Dtype::I32 => DType::I32,
-        Dtype::I64 => DType::I64,
-        Dtype::F16 => DType::F16,
-        Dtype::BF16 => DType::BF16,
-        Dtype::F32 => DType::F32,
-        Dtype::F64 => DType::F64,
-        _ => return None,
-    })
 }
 
 /// The tensors of a checkpoint, by name.

@@ -33,7 +33,8 @@ fn safetensors_dtype(dtype: DType) -> Dtype {
     }
 }
 
-fn nuvec_dtype(dtype: Dtype) -> Option<DType> {
+/// nuvec's dtype of a safetensors dtype, if nuvec has it (not the 8-bit floats).
+pub fn nuvec_dtype(dtype: Dtype) -> Option<DType> {
     Some(match dtype {
         Dtype::BOOL => DType::Bool,
         Dtype::U8 => DType::U8,

@@ -29,7 +29,7 @@ pub mod sharded;
 pub use activations::Activation;
 pub use distributed::{average_gradients, DEFAULT_ALL_REDUCE_SIZE};
 pub use grad::value_and_grad;
-pub use io::{load_safetensors, save_safetensors, Weights};
+pub use io::{load_safetensors, nuvec_dtype as dtype_from_safetensors, save_safetensors, Weights};
 pub use layers::{Dropout, Embedding, Layer, LayerNorm, Linear, RmsNorm, Rope, Sequential};
 pub use module::{Module, Parameters};
 pub use nuvec_core::transforms::{ModuleState, Tree};
