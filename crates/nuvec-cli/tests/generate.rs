@@ -156,3 +156,50 @@ fn generate_on_a_bad_folder_is_a_readable_error() {
         "nuvec generate: [load] /no/such/folder: not a folder"
     );
 }
+
+#[test]
+fn chat_answers_each_turn_as_generate_does_and_starts_over_on_r() {
+    use std::io::Write;
+    let dir = fixture("qwen2-f32");
+    let run = |input: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nuvec"))
+            .args([
+                "chat",
+                "--model",
+                dir.to_str().unwrap(),
+                "--max-tokens",
+                "12",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success());
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let transcript = run(b"Tell me about the fox.\nAnd then?\nr\nTell me about the fox.\nq\n");
+    let replies: Vec<&str> = transcript.split(">> ").skip(1).collect();
+    assert_eq!(replies.len(), 5, "{transcript}");
+    // The chat template with one user message is what `generate` feeds the model.
+    let generated = Command::new(env!("CARGO_BIN_EXE_nuvec"))
+        .args([
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt",
+            "Tell me about the fox.",
+            "--max-tokens",
+            "12",
+            "--verbose",
+            "false",
+        ])
+        .output()
+        .unwrap();
+    let generated = String::from_utf8(generated.stdout).unwrap();
+    assert_eq!(replies[0], generated, "{transcript}");
+    // After 'r' the conversation starts over and gives the first reply again.
+    assert_eq!(replies[3], replies[0], "{transcript}");
+    assert!(!replies[1].trim().is_empty(), "{transcript}");
+}
