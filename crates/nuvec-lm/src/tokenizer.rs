@@ -85,7 +85,9 @@ impl Tokenizer {
                 "missing (nuvec-lm reads tokenizer.json)",
             ));
         }
-        let inner = tokenizers::Tokenizer::from_file(&file)
+        let text = std::fs::read_to_string(&file).map_err(|e| Error::load(&file, e.to_string()))?;
+        let inner: tokenizers::Tokenizer = text
+            .parse()
             .map_err(|e| Error::load(&file, format!("not a readable tokenizer: {e}")))?;
         let config = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
         let template_file = dir.join("chat_template.jinja");
@@ -118,9 +120,8 @@ impl Tokenizer {
         if let Some(id) = eos_token.as_deref().and_then(|t| inner.token_to_id(t)) {
             eos_token_ids.insert(id);
         }
-        let decoder_is_byte_level = std::fs::read_to_string(&file)
+        let decoder_is_byte_level = serde_json::from_str::<Value>(&text)
             .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
             .and_then(|j| j.get("decoder").and_then(|d| d.get("type")).cloned())
             == Some(Value::String("ByteLevel".into()));
         let vocabulary = if decoder_is_byte_level {

@@ -1,6 +1,7 @@
 //! MLX's affine quantization as ops: [`quantize`], [`dequantize`], [`quantized_matmul`].
 
-use crate::primitives::quantized::{dequantize_array, quantize_array, quantized_matmul_array};
+use crate::primitives::quantized::{dequantize_array, quantize_array};
+use crate::primitives::quantized_matmul::quantized_matmul_array;
 use crate::{ops, Array, DType};
 
 /// Checks MLX's supported parameters; the reason when they are not.

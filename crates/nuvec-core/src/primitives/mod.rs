@@ -10,6 +10,7 @@ pub(crate) mod layout;
 pub(crate) mod linear;
 pub(crate) mod matmul;
 pub(crate) mod quantized;
+pub(crate) mod quantized_matmul;
 pub(crate) mod random_bits;
 pub(crate) mod reduce;
 pub(crate) mod scan;
