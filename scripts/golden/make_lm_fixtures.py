@@ -81,6 +81,12 @@ tokenizer has 400 ids, so ids 400..511 are rows no text maps to):
                  experts (switch_mlp, stacked) are quantized too; README.md is
                  the model card. convert loads the f32 folder (so qwen3_moe-q4
                  holds the stacked switch_mlp layout).
+  llama-q4-bf16  the same from llama-f32 with `--q-group-size 64 --dtype
+                 bfloat16`: packed weights with bfloat16 scales, biases and
+                 everything else (the layout of mlx-community's 4-bit models,
+                 and the bfloat16 route of nuvec's packed product).
+                 `make_lm_fixtures.py --only llama-q4-bf16` remakes just this
+                 folder from the committed llama-f32.
 
 Weights: each model is built with mlx-lm's own class
 (mlx_lm.models.<type>.Model) after mx.random.seed(seed) (seeds 101..105 in
@@ -567,10 +573,11 @@ DERIVED = {
     "qwen2-q4": ("qwen2-f32", "q4"),
     "qwen3-q4": ("qwen3-f32", "q4"),
     "qwen3_moe-q4": ("qwen3_moe-f32", "q4"),
+    "llama-q4-bf16": ("llama-f32", "q4-bf16"),
 }
 ALL_MODELS = ["llama-f32", "llama-bf16", "mistral-f32", "qwen2-f32",
               "qwen3-f32", "qwen3_moe-f32", "llama-q4", "qwen2-q4", "qwen3-q4",
-              "qwen3_moe-q4"]
+              "qwen3_moe-q4", "llama-q4-bf16"]
 
 # Weight preparation (see the docstring).
 NORM_JITTER = 0.2
@@ -719,10 +726,20 @@ def make_base_models(tok_jsons):
             write_tokenizer_files(bf, style, tmpl_in_cfg, tok_jsons)
 
 
-def convert_q4(src, dst):
+def convert_derived(src, dst, how):
+    if how == "q4":
+        convert_q4(src, dst)
+    elif how == "q4-bf16":
+        convert_q4(src, dst, group_size=64, dtype="bfloat16")
+    else:
+        return
+    print(f"converted {src} -> {dst}")
+
+
+def convert_q4(src, dst, group_size=32, dtype="float32"):
     cmd = [str(BIN / "mlx_lm.convert"), "--hf-path", str(OUT_DIR / src),
            "--mlx-path", str(OUT_DIR / dst), "-q", "--q-bits", "4",
-           "--q-group-size", "32", "--dtype", "float32"]
+           "--q-group-size", str(group_size), "--dtype", dtype]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=OUT_DIR)
     if r.returncode != 0:
         print(r.stdout, r.stderr)
@@ -1124,6 +1141,14 @@ def fast_cases():
 def main():
     assert mx.__version__ == MLX_VERSION, mx.__version__
     assert mlx_lm.__version__ == MLX_LM_VERSION, mlx_lm.__version__
+    if sys.argv[1:2] == ["--only"]:
+        # One derived folder, from its committed source folder.
+        name = sys.argv[2]
+        src, how = DERIVED[name]
+        shutil.rmtree(OUT_DIR / name, ignore_errors=True)
+        convert_derived(src, name, how)
+        write_json(OUT_DIR / name / "expected.json", expected_for(name))
+        return
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     for name in ALL_MODELS:
         shutil.rmtree(OUT_DIR / name, ignore_errors=True)
@@ -1132,9 +1157,7 @@ def main():
     assert tok_jsons["qwen"] == build_tokenizer_json("qwen")  # deterministic
     make_base_models(tok_jsons)
     for dst, (src, how) in DERIVED.items():
-        if how == "q4":
-            convert_q4(src, dst)
-            print(f"converted {src} -> {dst}")
+        convert_derived(src, dst, how)
 
     for name in ALL_MODELS:
         print(f"expected.json for {name}")

@@ -2,6 +2,39 @@
 //! the operating system (lazily zeroed pages, huge pages on Linux), and loops compiled for the
 //! CPU's widest vectors.
 
+#[cfg(target_arch = "x86_64")]
+mod bf16_dot;
+
+/// Whether this CPU multiplies 4-bit weights by bfloat16 activations with bfloat16 dot
+/// products ([`bf16_dot_part`]): x86-64 with AVX-512 BF16.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_bf16_dot() -> bool {
+    bf16_dot::available()
+}
+
+/// One part of a 4-bit × bfloat16 product (see `os/bf16_dot.rs`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn bf16_dot_part(
+    operands: &crate::quantized::bfloat16::Operands<'_>,
+    first_row: usize,
+    part: &mut [f32],
+) {
+    bf16_dot::part(operands, first_row, part);
+}
+
+/// Whether this CPU multiplies 4-bit weights by bfloat16 activations with bfloat16 dot
+/// products: not on this architecture.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn has_bf16_dot() -> bool {
+    false
+}
+
+/// Never called: [`has_bf16_dot`] is false here.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn bf16_dot_part(_: &crate::quantized::bfloat16::Operands<'_>, _: usize, _: &mut [f32]) {
+    unreachable!("bf16_dot_part: no bfloat16 dot products on this architecture");
+}
+
 /// Runs `body` compiled for the widest vector instructions this CPU has: AVX2 on x86-64
 /// CPUs that have it (the default x86-64 target stops at SSE2's four float lanes), the
 /// plain build elsewhere (aarch64's NEON is always on).

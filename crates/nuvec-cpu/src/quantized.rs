@@ -107,6 +107,9 @@ pub fn quantized_matmul_t<T: Float>(
     if m == 0 || n == 0 {
         return;
     }
+    if bfloat16::try_product(x, bytes, scales, biases, dims, out) {
+        return;
+    }
     let weights = Packed {
         bytes,
         scales,
@@ -498,5 +501,6 @@ fn gather_columns<T: Float>(columns: &[f32], n: usize, rows_per_part: usize, out
     });
 }
 
+pub(crate) mod bfloat16;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! The packed product against dequantize-then-multiply, at every width, group and row count.
 
+use super::bfloat16::try_product;
 use super::*;
 use crate::bf16;
 
@@ -122,6 +123,7 @@ fn products_split_across_threads_cover_every_output() {
             };
             check_against_dequantized::<f32>(dims, 1e-5, 7 + m as u64);
             check_against_dequantized::<crate::f16>(dims, 1.0 / 512.0, 9 + m as u64);
+            check_against_dequantized::<bf16>(dims, 1.0 / 128.0, 11 + m as u64);
         }
     }
 }
@@ -158,6 +160,56 @@ fn a_row_of_x_gives_the_same_bits_alone_or_with_other_rows() {
         let x_row = &x[row * 256..(row + 1) * 256];
         quantized_matmul_t(x_row, &w.bytes, &w.scales, &w.biases, one_row, &mut alone);
         assert_eq!(alone, expected, "row {row}");
+    }
+}
+
+/// bfloat16 operands (the bfloat16 dot-product route where the CPU has it) give the f32
+/// route's sums on the same values, up to the order of the additions, and a row of `x` the
+/// same bits alone or in a tile.
+#[test]
+fn bfloat16_route_sums_as_the_f32_route_does() {
+    if !crate::os::has_bf16_dot() {
+        eprintln!("note: this CPU has no bfloat16 dot products; the route is not taken here");
+    }
+    for (m, group_size) in [(1, 64), (1, 128), (6, 64), (MIN_GEMM_ROWS - 1, 128)] {
+        let dims = QuantizedDims {
+            m,
+            n: 45,
+            k: 4 * group_size,
+            group_size,
+            bits: 4,
+        };
+        let mut numbers = Numbers(m as u64 + group_size as u64);
+        let w = quantized::<bf16>(dims, &mut numbers);
+        let x: Vec<bf16> = (0..m * dims.k)
+            .map(|_| bf16::from_f64(numbers.next() * 2.0 - 1.0))
+            .collect();
+        let mut got = vec![bf16::ZERO; m * 45];
+        assert_eq!(
+            try_product(&x, &w.bytes, &w.scales, &w.biases, dims, &mut got),
+            crate::os::has_bf16_dot(),
+            "the bfloat16 route is taken exactly when the CPU has it"
+        );
+        quantized_matmul_t(&x, &w.bytes, &w.scales, &w.biases, dims, &mut got);
+        let widen = |v: &[bf16]| v.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
+        let mut wide = vec![0.0f32; m * 45];
+        let (scales, biases) = (widen(&w.scales), widen(&w.biases));
+        quantized_matmul_t(&widen(&x), &w.bytes, &scales, &biases, dims, &mut wide);
+        for (index, (g, w)) in got.iter().zip(&wide).enumerate() {
+            // Both sum in f32; only the rounding to bfloat16 and the order differ.
+            let expected = bf16::from_f32(*w).to_f32();
+            assert!(
+                (g.to_f32() - expected).abs() <= expected.abs() / 128.0 + 1e-4,
+                "{dims:?}: y[{index}] = {g}, the f32 route gives {w}"
+            );
+        }
+        for row in 0..m {
+            let one_row = QuantizedDims { m: 1, ..dims };
+            let mut alone = vec![bf16::ZERO; 45];
+            let x_row = &x[row * dims.k..(row + 1) * dims.k];
+            quantized_matmul_t(x_row, &w.bytes, &w.scales, &w.biases, one_row, &mut alone);
+            assert_eq!(alone, got[row * 45..(row + 1) * 45], "{dims:?} row {row}");
+        }
     }
 }
 
