@@ -20,6 +20,24 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// [`eval`] run on a thread of the kernels' pool, this thread waiting for it: for loops that
+/// evaluate many small graphs one after the other, such as decoding a token at a time, where
+/// handing each parallel kernel from this thread to the pool and back costs up to a fifth of
+/// the time. The same results as [`eval`]; on a pool thread, or with a pool of one thread, it
+/// is [`eval`].
+///
+/// ```
+/// use nuvec_core::{array, eval_on_pool};
+/// let a = array![1.0, 2.0];
+/// let b = &a * 3.0;
+/// eval_on_pool(&[b.clone()])?;
+/// assert_eq!(b.to_vec::<f32>()?, [3.0, 6.0]);
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+pub fn eval_on_pool(outputs: &[Array]) -> Result<()> {
+    nuvec_cpu::parallel::on_pool(|| eval(outputs))
+}
+
 /// Computes every array in `outputs` and what they depend on; returns the first error.
 ///
 /// ```

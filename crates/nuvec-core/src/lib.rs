@@ -24,6 +24,6 @@ pub mod transforms;
 
 pub use array::Array;
 pub use error::{Error, Result, SourceLocation};
-pub use eval::{async_eval, eval};
+pub use eval::{async_eval, eval, eval_on_pool};
 pub use nuvec_cpu::{bf16, f16, with_dtype, with_float_dtype, DType, Element};
 pub use stream::{default_device, default_stream, Device, Stream};

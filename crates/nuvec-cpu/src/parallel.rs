@@ -40,6 +40,19 @@ pub fn for_each_row<T: Send>(out: &mut [T], row_len: usize, body: impl Fn(usize,
         .for_each(|(row, slice)| body(row, slice));
 }
 
+/// Runs `body` on a thread of the pool that runs the kernels, and waits for it: a thread
+/// outside the pool hands each parallel kernel over and sleeps until it ends, which for a
+/// loop of many small kernels (decoding a token) costs a tenth of its time in thread
+/// switches; a pool thread takes part in the kernels instead. Runs `body` here when this is
+/// already a pool thread, or when the pool has a single thread (which a `body` that waits on
+/// other threads could otherwise block).
+pub fn on_pool<R: Send>(body: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() || rayon::current_num_threads() < 2 {
+        return body();
+    }
+    rayon::join(body, || ()).0
+}
+
 /// Calls `body(start, part)` over consecutive parts of `out` of `part_len` elements (the
 /// last may be shorter): in parallel when `work` (the kernel's cost, in multiply-adds or
 /// similar steps) reaches [`MIN_PARALLEL_ELEMENTS`], otherwise one after the other.

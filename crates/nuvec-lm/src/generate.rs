@@ -174,7 +174,7 @@ impl<'m> TokenGenerator<'m> {
             // Only the cache is evaluated: the chunk's logits are never computed.
             let _logits = self.model.forward(&token_row(chunk), &mut self.cache)?;
             let state: Vec<Array> = self.cache.iter().flat_map(KvCache::state).collect();
-            nuvec_core::eval(&state)?;
+            nuvec_core::eval_on_pool(&state)?;
             self.history.extend_from_slice(chunk);
         }
         self.pending = last.to_vec();
@@ -209,7 +209,7 @@ impl<'m> TokenGenerator<'m> {
         let logprobs = ops::reshape(&logprobs, &[vocabulary]);
         let mut outputs = vec![token.clone(), logprobs.clone()];
         outputs.extend(self.cache.iter().flat_map(KvCache::state));
-        nuvec_core::eval(&outputs)?;
+        nuvec_core::eval_on_pool(&outputs)?;
         let token = ops::reshape(&token, &[-1])
             .astype(DType::U32)
             .to_vec::<u32>()?[0];
