@@ -86,7 +86,8 @@ tokenizer has 400 ids, so ids 400..511 are rows no text maps to):
                  everything else (the layout of mlx-community's 4-bit models,
                  and the bfloat16 route of nuvec's packed product).
                  `make_lm_fixtures.py --only llama-q4-bf16` remakes just this
-                 folder from the committed llama-f32.
+                 folder from the committed llama-f32 (`--only fast.json` the
+                 mx.fast and gather cases).
 
 Weights: each model is built with mlx-lm's own class
 (mlx_lm.models.<type>.Model) after mx.random.seed(seed) (seeds 101..105 in
@@ -267,6 +268,9 @@ case has "cotangent" and "grads", grads are d/d input of sum(y * cotangent)
   "gather_mm"   the float MoE path of SwitchLinear: "w" [E, N, K], "y" =
                 mx.gather_mm(x, w.swapaxes(-1, -2), rhs_indices=idx)
                 ("b_is_w_transposed": true), x [5,1,1,K], rhs [5,2].
+                gather_qmm_lhs_rhs and gather_mm_moe also hold "cotangent"
+                and "grads" (of sum(y · cotangent)): {"x"} for gather_qmm,
+                {"x", "w"} for gather_mm.
 """
 
 import glob
@@ -1132,6 +1136,19 @@ def fast_cases():
     cases.append({"name": "gather_mm_moe", "kind": "gather_mm",
                   "w": enc(w), "b_is_w_transposed": True, "x": enc(x),
                   "lhs_indices": None, "rhs_indices": enc(idx), "y": enc(y3)})
+    # Gradients of sum(y * cotangent): gather_qmm's in x, gather_mm's in x and w.
+    ct = f32(normal(rs, tuple(y2.shape)))
+    gx = mx.grad(lambda x_: (mx.gather_qmm(
+        x_, wq, scales, biases, lhs_indices=lhs, rhs_indices=rhs,
+        transpose=True, group_size=32, bits=4) * ct).sum())(x2)
+    ct3 = f32(normal(rs, tuple(y3.shape)))
+    gx3, gw3 = mx.grad(lambda x_, w_: (mx.gather_mm(
+        x_, w_.swapaxes(-1, -2), rhs_indices=idx) * ct3).sum(),
+        argnums=(0, 1))(x, w)
+    mx.eval(gx, gx3, gw3)
+    cases[-2].update({"cotangent": enc(ct), "grads": {"x": enc(gx)}})
+    cases[-1].update({"cotangent": enc(ct3),
+                      "grads": {"x": enc(gx3), "w": enc(gw3)}})
     return cases
 
 
@@ -1141,6 +1158,10 @@ def fast_cases():
 def main():
     assert mx.__version__ == MLX_VERSION, mx.__version__
     assert mlx_lm.__version__ == MLX_LM_VERSION, mlx_lm.__version__
+    if sys.argv[1:3] == ["--only", "fast.json"]:
+        write_json(OUT_DIR / "fast.json",
+                   {"mlx_version": MLX_VERSION, "cases": fast_cases()})
+        return
     if sys.argv[1:2] == ["--only"]:
         # One derived folder, from its committed source folder.
         name = sys.argv[2]

@@ -32,10 +32,28 @@ impl Packed {
     /// Takes `<name>.{weight,scales,biases}` of a quantized `[rows, cols]` matrix, working
     /// out its group size and bits from the shapes (as mlx-lm does).
     fn take(weights: &mut Weights, name: &str, rows: i32, cols: i32) -> Result<Packed> {
-        let scales = weights.take(&format!("{name}.scales"), &[Some(rows), None])?;
-        let groups = scales.shape()[1];
-        let weight = weights.take(&format!("{name}.weight"), &[Some(rows), None])?;
-        let words = weight.shape()[1];
+        Packed::take_stacked(weights, name, &[], rows, cols)
+    }
+
+    /// [`take`](Packed::take) for a stack of matrices: every tensor has the leading
+    /// dimensions `lead` (a mixture of experts' `[experts]`).
+    pub(crate) fn take_stacked(
+        weights: &mut Weights,
+        name: &str,
+        lead: &[i32],
+        rows: i32,
+        cols: i32,
+    ) -> Result<Packed> {
+        let shape = |last: Option<i32>| -> Vec<Option<i32>> {
+            lead.iter()
+                .map(|&d| Some(d))
+                .chain([Some(rows), last])
+                .collect()
+        };
+        let scales = weights.take(&format!("{name}.scales"), &shape(None))?;
+        let groups = scales.shape()[lead.len() + 1];
+        let weight = weights.take(&format!("{name}.weight"), &shape(None))?;
+        let words = weight.shape()[lead.len() + 1];
         let bad = |reason: String| Error::load("<weights>", format!("{name}: {reason}"));
         if groups <= 0 || cols % groups != 0 || (words * 32) % cols != 0 {
             return Err(bad(format!(
@@ -62,7 +80,7 @@ impl Packed {
                 weight.dtype()
             )));
         }
-        let biases = weights.take(&format!("{name}.biases"), &[Some(rows), Some(groups)])?;
+        let biases = weights.take(&format!("{name}.biases"), &shape(Some(groups)))?;
         Ok(Packed {
             weight,
             scales,

@@ -2,11 +2,12 @@
 //! `scripts/golden/make_lm_fixtures.py`): `rms_norm`, `layer_norm`, `rope` (halves and pairs,
 //! partial dims, offsets, scales, explicit frequencies) and `scaled_dot_product_attention`
 //! (no mask, causal, additive and boolean masks, grouped heads, one query against a cache),
-//! their values and the gradients of `sum(out · cotangent)`.
+//! and `gather_qmm` / `gather_mm` (mixture-of-experts products): their values and the
+//! gradients of `sum(out · cotangent)`.
 
 use nuvec_core::ops::fast::{self, AttentionMask, RopeFrequencies};
 use nuvec_core::transforms::vjp;
-use nuvec_core::{Array, DType};
+use nuvec_core::{ops, Array, DType};
 use nuvec_test_support::{array_of, compare_with};
 use serde_json::Value;
 
@@ -112,8 +113,8 @@ fn attention_matches_mlx() {
 
 #[test]
 fn bad_arguments_are_errors_naming_the_op() {
-    let x = nuvec_core::ops::ones(&[2, 8], DType::F32);
-    let error = fast::rms_norm(&x, Some(&nuvec_core::ops::ones(&[4], DType::F32)), 1e-5)
+    let x = ops::ones(&[2, 8], DType::F32);
+    let error = fast::rms_norm(&x, Some(&ops::ones(&[4], DType::F32)), 1e-5)
         .check()
         .unwrap_err();
     assert!(
@@ -126,8 +127,8 @@ fn bad_arguments_are_errors_naming_the_op() {
         .check()
         .unwrap_err();
     assert!(error.to_string().contains("[rope]"), "{error}");
-    let q = nuvec_core::ops::ones(&[1, 3, 2, 8], DType::F32);
-    let kv = nuvec_core::ops::ones(&[1, 2, 2, 8], DType::F32);
+    let q = ops::ones(&[1, 3, 2, 8], DType::F32);
+    let kv = ops::ones(&[1, 2, 2, 8], DType::F32);
     let error = fast::scaled_dot_product_attention(&q, &kv, &kv, 1.0, AttentionMask::None)
         .check()
         .unwrap_err();
@@ -137,4 +138,55 @@ fn bad_arguments_are_errors_naming_the_op() {
             .contains("3 query heads are not a multiple of 2"),
         "{error}"
     );
+}
+
+fn indices(case: &Value, name: &str) -> Option<Array> {
+    case.get(name).filter(|v| !v.is_null()).map(array_of)
+}
+
+#[test]
+fn gather_qmm_matches_mlx_with_its_gradient() {
+    for case in cases("gather_qmm") {
+        let name = case["name"].as_str().unwrap();
+        let (wq, scales, biases) = (
+            array_of(&case["wq"]),
+            array_of(&case["scales"]),
+            array_of(&case["biases"]),
+        );
+        let (lhs, rhs) = (indices(&case, "lhs_indices"), indices(&case, "rhs_indices"));
+        let group_size = case["group_size"].as_u64().unwrap() as usize;
+        let bits = case["bits"].as_u64().unwrap() as u32;
+        let f = |x: &Array| {
+            ops::gather_qmm(
+                x,
+                &wq,
+                &scales,
+                &biases,
+                lhs.as_ref(),
+                rhs.as_ref(),
+                true,
+                group_size,
+                bits,
+            )
+        };
+        let x = array_of(&case["x"]);
+        compare_with(&f(&x), &case["y"], TOLERANCE).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if case.get("cotangent").is_some() {
+            let cotangent = array_of(&case["cotangent"]);
+            let (_, grads) = vjp(|a| vec![f(&a[0])], &[x], &[cotangent]).unwrap();
+            compare_with(&grads[0], &case["grads"]["x"], TOLERANCE)
+                .unwrap_or_else(|e| panic!("{name}: gradient of x: {e}"));
+        }
+    }
+}
+
+#[test]
+fn gather_mm_matches_mlx_with_its_gradients() {
+    for case in cases("gather_mm") {
+        assert!(case["b_is_w_transposed"].as_bool().unwrap());
+        let rhs = indices(&case, "rhs_indices");
+        check(&case, &["x", "w"], |a| {
+            ops::gather_mm(&a[0], &ops::swapaxes(&a[1], -1, -2), None, rhs.as_ref())
+        });
+    }
 }

@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod creation;
 pub mod fast;
+pub mod gather_matmul;
 pub mod index;
 pub mod linalg;
 pub mod operand;
@@ -16,6 +17,7 @@ pub mod unary;
 
 pub use binary::*;
 pub use creation::*;
+pub use gather_matmul::{gather_mm, gather_qmm};
 pub use index::*;
 pub use linalg::*;
 pub use operand::IntoOperand;

@@ -60,7 +60,7 @@ pub fn quantize(w: &Array, group_size: usize, bits: u32) -> (Array, Array, Array
 
 /// Why `wq`, `scales` and `biases` are not a quantized matrix of `bits`-bit values in groups
 /// of `group_size`, if they are not.
-fn quantized_problem(
+pub(crate) fn quantized_problem(
     wq: &Array,
     scales: &Array,
     biases: &Array,

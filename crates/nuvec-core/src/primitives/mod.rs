@@ -5,6 +5,7 @@ pub(crate) mod astype;
 pub(crate) mod batching;
 pub(crate) mod binary;
 pub(crate) mod fused;
+pub(crate) mod gather_matmul;
 pub(crate) mod index;
 pub(crate) mod layout;
 pub(crate) mod linear;

@@ -2,48 +2,96 @@
 //! router scores the experts per token (softmax in float32), each token goes to its top
 //! `k`, whose SwiGLU MLPs' outputs are summed with the (optionally renormalised) scores.
 //!
-//! Tokens are grouped by expert on the host, so each expert runs once per step over the
-//! tokens routed to it (no gathered copy of an expert's weights per token).
+//! The experts' projections are stacks (`[experts, out, in]`) multiplied through
+//! `gather_qmm` / `gather_mm`, so routing stays in the graph (no round trip to the host).
+//! From 64 (token, expert) pairs on, the pairs are sorted by expert first, as mlx-lm sorts
+//! them: the gathered product then reads each expert's weights once for all its tokens.
 
 use super::transformer::{swiglu, MoeSpec};
-use crate::layers::Linear;
+use crate::layers::{Linear, Packed};
 use crate::weights::Weights;
 use crate::{Error, Result};
 use nuvec_core::{ops, Array, DType};
 
+/// From this many (token, expert) pairs on, they are sorted by expert (mlx-lm's threshold).
+const SORT_FROM_PAIRS: i32 = 64;
+
+/// One projection of every expert.
 #[derive(Debug, Clone)]
-struct Expert {
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+enum Stack {
+    /// Floats, transposed once at load: `[experts, in, out]`, `gather_mm`'s layout.
+    Full(Array),
+    /// MLX-quantized `[experts, out, in]`, multiplied transposed by `gather_qmm`.
+    Quantized(Packed),
+}
+
+impl Stack {
+    /// Takes `<prefix>.switch_mlp.<proj>.*` (`[experts, out, in]`), stacking checkpoints'
+    /// per-expert `<prefix>.experts.<e>.<proj>.*` under that name first, as mlx-lm's
+    /// `sanitize` does.
+    fn take(
+        weights: &mut Weights,
+        prefix: &str,
+        proj: &str,
+        (out, input): (i32, i32),
+        experts: usize,
+    ) -> Result<Stack> {
+        let name = format!("{prefix}.switch_mlp.{proj}");
+        for part in ["weight", "scales", "biases"] {
+            let one = |e: usize| format!("{prefix}.experts.{e}.{proj}.{part}");
+            if !weights.contains(&one(0)) {
+                continue;
+            }
+            let mut each = Vec::with_capacity(experts);
+            for e in 0..experts {
+                each.push(weights.take(&one(e), &[None, None])?);
+            }
+            weights.insert(format!("{name}.{part}"), ops::stack(&each, 0));
+        }
+        let lead = [experts as i32];
+        if weights.contains(&format!("{name}.scales")) {
+            return Packed::take_stacked(weights, &name, &lead, out, input).map(Stack::Quantized);
+        }
+        let shape = [Some(lead[0]), Some(out), Some(input)];
+        let w = weights.take(&format!("{name}.weight"), &shape)?;
+        // Transposed once here rather than at every step.
+        let transposed = ops::swapaxes(&w, -1, -2);
+        transposed
+            .eval()
+            .map_err(|e| Error::load("<weights>", format!("{name}: {e}")))?;
+        Ok(Stack::Full(transposed))
+    }
+
+    /// `x [..., M, in]` times the experts `indices` picks: `[..., M, out]`.
+    fn forward(&self, x: &Array, indices: &Array) -> Array {
+        match self {
+            Stack::Full(w) => ops::gather_mm(x, w, None, Some(indices)),
+            Stack::Quantized(p) => {
+                let q = p.quantization;
+                ops::gather_qmm(
+                    x,
+                    &p.weight,
+                    &p.scales,
+                    &p.biases,
+                    None,
+                    Some(indices),
+                    true,
+                    q.group_size,
+                    q.bits,
+                )
+            }
+        }
+    }
 }
 
 /// The experts of one layer and their router.
 #[derive(Debug, Clone)]
 pub(crate) struct Experts {
     router: Linear,
-    experts: Vec<Expert>,
+    gate: Stack,
+    up: Stack,
+    down: Stack,
     spec: MoeSpec,
-}
-
-/// Splits mlx-lm's stacked `switch_mlp.<proj>.{weight,scales,biases}` `[E, …]` into
-/// per-expert tensors `experts.<e>.<proj>.*`, the names checkpoints store them under.
-fn unstack(weights: &mut Weights, prefix: &str, experts: usize) -> Result<()> {
-    for proj in ["gate_proj", "up_proj", "down_proj"] {
-        for part in ["weight", "scales", "biases"] {
-            let name = format!("{prefix}.switch_mlp.{proj}.{part}");
-            let Some(stacked) =
-                weights.take_optional(&name, &[Some(experts as i32), None, None])?
-            else {
-                continue;
-            };
-            for e in 0..experts {
-                let one = ops::take(&stacked, &Array::scalar(e as i32), Some(0));
-                weights.insert(format!("{prefix}.experts.{e}.{proj}.{part}"), one);
-            }
-        }
-    }
-    Ok(())
 }
 
 impl Experts {
@@ -53,25 +101,6 @@ impl Experts {
         dims: i32,
         spec: MoeSpec,
     ) -> Result<Experts> {
-        unstack(weights, prefix, spec.experts)?;
-        let router = Linear::take(
-            weights,
-            &format!("{prefix}.gate"),
-            dims,
-            spec.experts as i32,
-            false,
-        )?;
-        let hidden = spec.intermediate as i32;
-        let experts = (0..spec.experts)
-            .map(|e| {
-                let name = |proj: &str| format!("{prefix}.experts.{e}.{proj}");
-                Ok(Expert {
-                    gate: Linear::take(weights, &name("gate_proj"), dims, hidden, false)?,
-                    up: Linear::take(weights, &name("up_proj"), dims, hidden, false)?,
-                    down: Linear::take(weights, &name("down_proj"), hidden, dims, false)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
         if spec.per_token == 0 || spec.per_token > spec.experts {
             return Err(Error::load(
                 "<config>",
@@ -81,9 +110,21 @@ impl Experts {
                 ),
             ));
         }
+        let router = Linear::take(
+            weights,
+            &format!("{prefix}.gate"),
+            dims,
+            spec.experts as i32,
+            false,
+        )?;
+        let hidden = spec.intermediate as i32;
+        let mut stack =
+            |proj: &str, shape: (i32, i32)| Stack::take(weights, prefix, proj, shape, spec.experts);
         Ok(Experts {
             router,
-            experts,
+            gate: stack("gate_proj", (hidden, dims))?,
+            up: stack("up_proj", (hidden, dims))?,
+            down: stack("down_proj", (dims, hidden))?,
             spec,
         })
     }
@@ -93,50 +134,43 @@ impl Experts {
         let shape = x.shape().to_vec();
         let dims = shape[shape.len() - 1];
         let flat = ops::reshape(x, &[-1, dims]);
-        let tokens = flat.shape()[0] as usize;
+        let tokens = flat.shape()[0];
         let (count, k) = (self.spec.experts as i32, self.spec.per_token as i32);
         let logits = self.router.forward(&flat);
         let gates = ops::softmax(&logits.astype(DType::F32), -1).astype(logits.dtype());
         let order = ops::argsort(&gates, Some(-1));
-        let chosen = ops::slice(&order, &[0, count - k], &[tokens as i32, count], &[1, 1]);
+        let chosen = ops::slice(&order, &[0, count - k], &[tokens, count], &[1, 1]);
         let mut scores = ops::take_along_axis(&gates, &chosen, Some(-1));
         if self.spec.normalize {
             scores = &scores / ops::sum(&scores, -1, true);
         }
-        let chosen = chosen.astype(DType::U32).to_vec::<u32>()?;
-        // Each expert's (token, slot) pairs, then every expert's outputs in that order.
-        let mut routed: Vec<Vec<usize>> = vec![Vec::new(); self.experts.len()];
-        for (pair, &e) in chosen.iter().enumerate() {
-            routed[e as usize].push(pair);
-        }
-        let mut outputs = Vec::new();
-        let mut position = vec![0i32; chosen.len()];
-        let mut next = 0;
-        for (expert, pairs) in self.experts.iter().zip(&routed) {
-            if pairs.is_empty() {
-                continue;
-            }
-            let rows: Vec<i32> = pairs.iter().map(|&p| (p / k as usize) as i32).collect();
-            let picked = ops::take(
-                &flat,
-                &Array::from_vec(rows, &[pairs.len() as i32]),
-                Some(0),
-            );
-            let hidden = swiglu(&expert.gate.forward(&picked), &expert.up.forward(&picked));
-            outputs.push(expert.down.forward(&hidden));
-            for &p in pairs {
-                position[p] = next;
-                next += 1;
-            }
-        }
-        let all = ops::concatenate(&outputs, 0);
-        let per_pair = ops::take(
-            &all,
-            &Array::from_vec(position, &[tokens as i32 * k]),
-            Some(0),
-        );
-        let per_pair = ops::reshape(&per_pair, &[tokens as i32, k, dims]);
-        let mixed = ops::sum(&(per_pair * ops::expand_dims(&scores, &[-1])), -2, false);
+        let outputs = self.switch_glu(&flat, &chosen);
+        let mixed = ops::sum(&(outputs * ops::expand_dims(&scores, &[-1])), -2, false);
         Ok(ops::reshape(&mixed, &shape))
+    }
+
+    /// mlx-lm's `SwitchGLU`: tokens `[T, D]` through the experts `chosen` (`[T, k]`) picks,
+    /// `[T, k, D]`.
+    fn switch_glu(&self, tokens: &Array, chosen: &Array) -> Array {
+        let (t, dims) = (tokens.shape()[0], tokens.shape()[1]);
+        let k = chosen.shape()[1];
+        let mlp = |x: &Array, indices: &Array| {
+            let hidden = swiglu(&self.gate.forward(x, indices), &self.up.forward(x, indices));
+            self.down.forward(&hidden, indices)
+        };
+        if t * k < SORT_FROM_PAIRS {
+            // x [T, 1, 1, D] against indices [T, k]: [T, k, 1, D].
+            let x = ops::reshape(tokens, &[t, 1, 1, dims]);
+            return ops::reshape(&mlp(&x, chosen), &[t, k, dims]);
+        }
+        // One row per pair, sorted by expert: [T·k, 1, D]; then back in pair order.
+        let pairs = ops::reshape(chosen, &[-1]);
+        let by_expert = ops::argsort(&pairs, Some(0));
+        let back = ops::argsort(&by_expert, Some(0));
+        let rows = ops::floor_divide(&by_expert, &Array::scalar(k).astype(by_expert.dtype()));
+        let x = ops::expand_dims(&ops::take(tokens, &rows, Some(0)), &[1]);
+        let sorted = ops::take(&pairs, &by_expert, Some(0));
+        let y = ops::take(&mlp(&x, &sorted), &back, Some(0));
+        ops::reshape(&y, &[t, k, dims])
     }
 }
