@@ -1,10 +1,12 @@
 //! `nuvec generate` and `nuvec chat`: mlx_lm.generate and mlx_lm.chat over nuvec-lm, with
 //! their options, output and defaults.
 
+use crate::group;
 use clap::Args;
+use nuvec_core::distributed::Group;
 use nuvec_lm::{
-    load, stream_generate, GenerateOptions, GenerationResponse, KvCache, Message, Prompt,
-    SamplerOptions, TokenGenerator,
+    load, load_sharded, stream_generate, GenerateOptions, GenerationResponse, KvCache, Message,
+    Prompt, SamplerOptions, TokenGenerator,
 };
 use std::io::{BufRead, Write};
 
@@ -87,17 +89,37 @@ fn parse_bool(value: &str) -> Result<bool, String> {
     }
 }
 
-/// Runs `nuvec generate`; the exit status.
+/// The model and tokenizer of `dir`: this rank's share of the model when `group` has
+/// several ranks (tensor parallel, as mlx-lm's `sharded_load`).
+fn load_for(
+    dir: &std::path::Path,
+    group: &Group,
+) -> Result<(nuvec_lm::Model, nuvec_lm::Tokenizer), String> {
+    let loaded = if group.size() > 1 {
+        load_sharded(dir, group)
+    } else {
+        load(dir)
+    };
+    loaded.map_err(|e| e.to_string())
+}
+
+/// Runs `nuvec generate`; the exit status. Started as the ranks of a group, the model is
+/// split over them and rank 0 alone prints.
 pub(crate) fn generate(args: GenerateArgs) -> Result<i32, String> {
+    let group = group::join()?;
     let mut prompt = args.prompt.replace("\\n", "\n").replace("\\t", "\t");
     if prompt == "-" {
-        prompt.clear();
-        std::io::stdin()
-            .lock()
-            .read_to_string_lossy(&mut prompt)
-            .map_err(|e| format!("cannot read the prompt from standard input: {e}"))?;
+        let read = || {
+            let mut text = String::new();
+            std::io::stdin()
+                .lock()
+                .read_to_string_lossy(&mut text)
+                .map_err(|e| format!("cannot read the prompt from standard input: {e}"))?;
+            Ok(Some(text))
+        };
+        prompt = group::from_rank_0(&group, read)?.unwrap_or_default();
     }
-    let (model, tokenizer) = load(&args.model).map_err(|e| e.to_string())?;
+    let (model, tokenizer) = load_for(&args.model, &group)?;
     let use_template = !args.ignore_chat_template && tokenizer.has_chat_template();
     let tokens = if use_template {
         let mut messages = Vec::new();
@@ -119,7 +141,7 @@ pub(crate) fn generate(args: GenerateArgs) -> Result<i32, String> {
         args.sampling.options(args.max_tokens),
     )
     .map_err(|e| e.to_string())?;
-    let mut out = std::io::stdout().lock();
+    let mut out = group::output(&group);
     let mut text = String::new();
     let mut last: Option<GenerationResponse> = None;
     if args.verbose {
@@ -193,7 +215,8 @@ pub(crate) struct ChatArgs {
 /// cache of the conversation so far is kept between turns, so each turn only runs its
 /// new tokens.
 pub(crate) fn chat(args: ChatArgs) -> Result<i32, String> {
-    let (model, tokenizer) = load(&args.model).map_err(|e| e.to_string())?;
+    let group = group::join()?;
+    let (model, tokenizer) = load_for(&args.model, &group)?;
     if !tokenizer.has_chat_template() {
         return Err(format!("{} has no chat template", args.model.display()));
     }
@@ -205,25 +228,33 @@ pub(crate) fn chat(args: ChatArgs) -> Result<i32, String> {
     let mut messages = opening.clone();
     let mut cache: Vec<KvCache> = model.make_cache();
     let mut cached: Vec<u32> = Vec::new();
-    println!(
+    let mut out = group::output(&group);
+    writeln!(
+        out,
         "[INFO] Starting chat session with {}.",
         args.model.display()
-    );
-    println!("[INFO] Press 'q' to exit, 'r' to reset the conversation.");
+    )
+    .ok();
+    writeln!(
+        out,
+        "[INFO] Press 'q' to exit, 'r' to reset the conversation."
+    )
+    .ok();
     let stdin = std::io::stdin();
-    let mut out = std::io::stdout();
     loop {
-        print!(">> ");
+        write!(out, ">> ").ok();
         out.flush().ok();
-        let mut line = String::new();
-        if stdin
-            .lock()
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?
-            == 0
-        {
+        let read = || {
+            let mut line = String::new();
+            match stdin.lock().read_line(&mut line) {
+                Ok(0) => Ok(None),
+                Ok(_) => Ok(Some(line)),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let Some(line) = group::from_rank_0(&group, read)? else {
             return Ok(0);
-        }
+        };
         let query = line.trim_end_matches(['\n', '\r']);
         match query {
             "q" => return Ok(0),
@@ -267,11 +298,11 @@ pub(crate) fn chat(args: ChatArgs) -> Result<i32, String> {
                 break;
             }
             detokenizer.add_token(token);
-            print!("{}", detokenizer.last_segment());
+            write!(out, "{}", detokenizer.last_segment()).ok();
             out.flush().ok();
         }
         detokenizer.finalize();
-        println!("{}", detokenizer.last_segment());
+        writeln!(out, "{}", detokenizer.last_segment()).ok();
         messages.push(Message::new("assistant", detokenizer.text()));
         cache = generator.into_cache();
         cached = tokens;

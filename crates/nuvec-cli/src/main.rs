@@ -5,6 +5,7 @@
 //! environment mlx.launch writes. See docs/launch.md. `nuvec generate` and `nuvec chat` run
 //! a language model folder through nuvec-lm (docs/lm.md).
 
+mod group;
 mod launch;
 mod lm;
 mod os;

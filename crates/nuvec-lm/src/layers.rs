@@ -4,6 +4,7 @@
 
 use crate::weights::Weights;
 use crate::{Error, Result};
+use nuvec_core::distributed::{all_sum, Group};
 use nuvec_core::{ops, Array, DType};
 
 /// MLX's quantization of one layer: `bits` per value, groups of `group_size` along the input.
@@ -31,18 +32,19 @@ pub struct Packed {
 impl Packed {
     /// Takes `<name>.{weight,scales,biases}` of a quantized `[rows, cols]` matrix, working
     /// out its group size and bits from the shapes (as mlx-lm does).
-    fn take(weights: &mut Weights, name: &str, rows: i32, cols: i32) -> Result<Packed> {
-        Packed::take_stacked(weights, name, &[], rows, cols)
+    fn take(weights: &mut Weights, name: &str, rows: i32, cols: i32, part: Part) -> Result<Packed> {
+        Packed::take_stacked(weights, name, &[], (rows, cols), part)
     }
 
     /// [`take`](Packed::take) for a stack of matrices: every tensor has the leading
-    /// dimensions `lead` (a mixture of experts' `[experts]`).
+    /// dimensions `lead` (a mixture of experts' `[experts]`). With a `part`, only that part
+    /// of each tensor is read: whole groups of the packed input features.
     pub(crate) fn take_stacked(
         weights: &mut Weights,
         name: &str,
         lead: &[i32],
-        rows: i32,
-        cols: i32,
+        (rows, cols): (i32, i32),
+        part: Part,
     ) -> Result<Packed> {
         let shape = |last: Option<i32>| -> Vec<Option<i32>> {
             lead.iter()
@@ -50,10 +52,19 @@ impl Packed {
                 .chain([Some(rows), last])
                 .collect()
         };
-        let scales = weights.take(&format!("{name}.scales"), &shape(None))?;
-        let groups = scales.shape()[lead.len() + 1];
-        let weight = weights.take(&format!("{name}.weight"), &shape(None))?;
-        let words = weight.shape()[lead.len() + 1];
+        let scales_name = format!("{name}.scales");
+        let weight_name = format!("{name}.weight");
+        let last = |tensor: &str| {
+            weights
+                .shape(tensor)
+                .and_then(|s| s.last().copied())
+                .unwrap_or(0)
+        };
+        let (groups, words) = (last(&scales_name), last(&weight_name));
+        let axis = lead.len() + part.axis;
+        let (index, parts) = (part.index, part.parts);
+        let scales = weights.take_part(&scales_name, &shape(None), axis, index, parts)?;
+        let weight = weights.take_part(&weight_name, &shape(None), axis, index, parts)?;
         let bad = |reason: String| Error::load("<weights>", format!("{name}: {reason}"));
         if groups <= 0 || cols % groups != 0 || (words * 32) % cols != 0 {
             return Err(bad(format!(
@@ -80,7 +91,8 @@ impl Packed {
                 weight.dtype()
             )));
         }
-        let biases = weights.take(&format!("{name}.biases"), &shape(Some(groups)))?;
+        let biases_name = format!("{name}.biases");
+        let biases = weights.take_part(&biases_name, &shape(Some(groups)), axis, index, parts)?;
         Ok(Packed {
             weight,
             scales,
@@ -130,21 +142,25 @@ impl Matrix {
     /// Takes `<name>.weight` (and, when `<name>.scales` exists, the packed form) of shape
     /// `[rows, cols]`.
     pub fn take(weights: &mut Weights, name: &str, rows: i32, cols: i32) -> Result<Matrix> {
+        Matrix::take_part(weights, name, rows, cols, Part::WHOLE)
+    }
+
+    /// [`take`](Matrix::take), reading only `part` of the matrix.
+    pub fn take_part(
+        weights: &mut Weights,
+        name: &str,
+        rows: i32,
+        cols: i32,
+        part: Part,
+    ) -> Result<Matrix> {
         if weights.contains(&format!("{name}.scales")) {
-            Packed::take(weights, name, rows, cols).map(Matrix::Quantized)
-        } else {
-            let weight = weights.take(&format!("{name}.weight"), &[Some(rows), Some(cols)])?;
-            if !weight.dtype().is_float() {
-                return Err(Error::load(
-                    "<weights>",
-                    format!(
-                        "{name}.weight has dtype {}, expected floats",
-                        weight.dtype()
-                    ),
-                ));
-            }
-            Ok(Matrix::Full(weight))
+            return Packed::take(weights, name, rows, cols, part).map(Matrix::Quantized);
         }
+        let shape = [Some(rows), Some(cols)];
+        let weight_name = format!("{name}.weight");
+        weights
+            .take_part(&weight_name, &shape, part.axis, part.index, part.parts)
+            .map(Matrix::Full)
     }
 
     /// `x · Wᵀ`.
@@ -172,13 +188,67 @@ impl Matrix {
     }
 }
 
-/// `y = x·Wᵀ + b`.
+/// Part `index` of `parts` equal parts of a matrix along `axis` (0: rows, 1: columns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// 0 splits the rows (output features), 1 the columns (input features).
+    pub axis: usize,
+    /// Which part.
+    pub index: usize,
+    /// How many parts.
+    pub parts: usize,
+}
+
+impl Part {
+    /// The whole matrix.
+    pub const WHOLE: Part = Part {
+        axis: 0,
+        index: 0,
+        parts: 1,
+    };
+}
+
+/// How a tensor-parallel rank holds a projection `W [out, in]`, as mlx-lm's `shard_linear`.
+#[derive(Debug, Clone, Copy)]
+pub enum Sharding {
+    /// Every rank holds all of it.
+    Whole,
+    /// Each rank holds its contiguous share of the output features (and of the bias):
+    /// "all-to-sharded".
+    Outputs(Group),
+    /// Each rank holds its share of the input features; the partial products are summed
+    /// over the group with one `all_sum`, then the (whole) bias added: "sharded-to-all".
+    Inputs(Group),
+}
+
+impl Sharding {
+    /// The part of `W` this rank holds.
+    pub fn part(&self) -> Part {
+        match self {
+            Sharding::Whole => Part::WHOLE,
+            Sharding::Outputs(group) => Part {
+                axis: 0,
+                index: group.rank(),
+                parts: group.size(),
+            },
+            Sharding::Inputs(group) => Part {
+                axis: 1,
+                index: group.rank(),
+                parts: group.size(),
+            },
+        }
+    }
+}
+
+/// `y = x·Wᵀ + b`, or this rank's share of it (see [`Sharding`]).
 #[derive(Debug, Clone)]
 pub struct Linear {
-    /// `W` `[out, in]`.
+    /// `W` `[out, in]` (this rank's part when sharded).
     pub weight: Matrix,
-    /// `b` `[out]`.
+    /// `b` `[out]` (this rank's part when the outputs are sharded).
     pub bias: Option<Array>,
+    /// The group the partial products are summed over (sharded inputs).
+    pub sum_over: Option<Group>,
 }
 
 impl Linear {
@@ -190,18 +260,51 @@ impl Linear {
         output: i32,
         bias: bool,
     ) -> Result<Linear> {
-        let weight = Matrix::take(weights, name, output, input)?;
-        let bias = if bias {
-            Some(weights.take(&format!("{name}.bias"), &[Some(output)])?)
-        } else {
-            None
-        };
-        Ok(Linear { weight, bias })
+        Linear::take_sharded(weights, name, input, output, bias, Sharding::Whole)
     }
 
-    /// Applies the layer to `x` `[..., in]`.
+    /// [`take`](Linear::take) of this rank's share, reading only that share's bytes.
+    pub fn take_sharded(
+        weights: &mut Weights,
+        name: &str,
+        input: i32,
+        output: i32,
+        bias: bool,
+        sharding: Sharding,
+    ) -> Result<Linear> {
+        let part = sharding.part();
+        let weight = Matrix::take_part(weights, name, output, input, part)?;
+        let bias_name = format!("{name}.bias");
+        let bias = match (bias, sharding) {
+            (false, _) => None,
+            (true, Sharding::Outputs(group)) => Some(weights.take_part(
+                &bias_name,
+                &[Some(output)],
+                0,
+                group.rank(),
+                group.size(),
+            )?),
+            (true, _) => Some(weights.take(&bias_name, &[Some(output)])?),
+        };
+        let sum_over = match sharding {
+            Sharding::Inputs(group) => Some(group),
+            _ => None,
+        };
+        Ok(Linear {
+            weight,
+            bias,
+            sum_over,
+        })
+    }
+
+    /// Applies the layer to `x` `[..., in]` (this rank's share of `in` when the inputs are
+    /// sharded).
     pub fn forward(&self, x: &Array) -> Array {
         let y = self.weight.matmul_transposed(x);
+        let y = match &self.sum_over {
+            Some(group) => all_sum(&y, Some(group)),
+            None => y,
+        };
         match &self.bias {
             Some(b) => y + b,
             None => y,

@@ -39,6 +39,7 @@ pub use models::Model;
 pub use sample::{LogitsProcessors, SamplerOptions};
 pub use tokenizer::{Message, Tokenizer};
 
+use nuvec_core::distributed::Group;
 use serde_json::Value;
 use std::path::Path;
 
@@ -61,6 +62,22 @@ pub fn load_model(dir: impl AsRef<Path>) -> Result<Model> {
     let config = load_config(dir)?;
     let weights = weights::Weights::open(dir)?;
     Model::from_weights(config, weights, dir)
+}
+
+/// Loads this rank's share of a model folder's model, split over `tensor_group` as mlx-lm's
+/// `shard(group)` splits it, reading only that share of the sharded tensors from the files
+/// (mlx-lm reads whole tensors and slices them), and the tokenizer. Every rank of the group
+/// loads the same folder and computes the same logits.
+pub fn load_sharded(dir: impl AsRef<Path>, tensor_group: &Group) -> Result<(Model, Tokenizer)> {
+    let dir = dir.as_ref();
+    if !dir.is_dir() {
+        return Err(Error::load(dir, "not a folder"));
+    }
+    let config = load_config(dir)?;
+    let weights = weights::Weights::open(dir)?;
+    let model = Model::from_weights_sharded(config, weights, dir, Some(tensor_group))?;
+    let tokenizer = Tokenizer::from_dir(dir, model.config())?;
+    Ok((model, tokenizer))
 }
 
 /// Loads a model folder's model and tokenizer, as `mlx_lm.load`.

@@ -4,7 +4,7 @@
 
 use crate::{Error, Result};
 use memmap2::Mmap;
-use nuvec_core::{with_dtype, Array, DType, Element};
+use nuvec_core::{ops, with_dtype, Array, DType, Element};
 use nuvec_nn::dtype_from_safetensors as nuvec_dtype;
 use safetensors::tensor::SafeTensors;
 use std::collections::BTreeMap;
@@ -21,7 +21,7 @@ struct Mapped<T> {
 
 impl<T: Element> AsRef<[T]> for Mapped<T> {
     fn as_ref(&self) -> &[T] {
-        // SAFETY: `Mapped::new` checked that `offset` is aligned for `T` and that
+        // SAFETY: `Mapped::array` checked that `offset` is aligned for `T` and that
         // `len · size_of::<T>()` bytes from it lie inside the map, which lives as long as
         // `self`; the mapping is read-only, and every bit pattern is a valid `T` for the
         // numeric element types (bool is never mapped: `Array::from_owner` copies it).
@@ -32,48 +32,161 @@ impl<T: Element> AsRef<[T]> for Mapped<T> {
 }
 
 impl<T: Element> Mapped<T> {
-    /// The tensor at `bytes` (a slice of `map`) as an array in place, or copied when its
-    /// offset is not aligned for `T`.
-    fn array(map: &Arc<Mmap>, bytes: &[u8], shape: &[i32]) -> Array {
-        let offset = bytes.as_ptr() as usize - map.as_ptr() as usize;
+    /// The values in `segments` (byte ranges of `map`, in order) as one array of `shape`:
+    /// in place when there is one segment aligned for `T`, otherwise copied in one pass into
+    /// aligned memory, after which the copied pages of the file are given back.
+    fn array(map: &Arc<Mmap>, segments: &[(usize, usize)], shape: &[i32]) -> Array {
         let width = size_of::<T>();
-        let len = bytes.len() / width;
-        if T::DTYPE != DType::Bool && offset.is_multiple_of(align_of::<T>()) {
-            let mapped = Mapped::<T> {
-                map: map.clone(),
-                offset,
-                len,
-                _type: std::marker::PhantomData,
-            };
-            return Array::from_owner(mapped, shape);
+        if let [(offset, bytes)] = segments {
+            if T::DTYPE != DType::Bool && offset.is_multiple_of(align_of::<T>()) {
+                let mapped = Mapped::<T> {
+                    map: map.clone(),
+                    offset: *offset,
+                    len: bytes / width,
+                    _type: std::marker::PhantomData,
+                };
+                return Array::from_owner(mapped, shape);
+            }
         }
         // mlx.save_safetensors does not pad the header, so an MLX checkpoint's tensors are
-        // usually not aligned: they are copied, in one pass, into aligned memory.
-        if T::DTYPE == DType::Bool || cfg!(target_endian = "big") {
-            let values: Vec<T> = bytes.chunks_exact(width).map(T::read_le).collect();
-            return Array::from_vec(values, shape);
-        }
+        // usually not aligned: they are copied into aligned memory.
+        let len: usize = segments.iter().map(|(_, bytes)| bytes / width).sum();
         let mut values: Vec<T> = Vec::with_capacity(len);
-        // SAFETY: `values` has room for `len` elements, that is `len · width` bytes, which
-        // `bytes` holds (safetensors checked the tensor's extent); the two do not overlap;
-        // every bit pattern is a valid value of the numeric types copied here (bool takes
-        // the path above), and the file's little-endian bytes are this machine's order.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                values.as_mut_ptr().cast::<u8>(),
-                len * width,
-            );
-            values.set_len(len);
+        for &(offset, bytes) in segments {
+            let from = &map[offset..offset + bytes];
+            if T::DTYPE == DType::Bool || cfg!(target_endian = "big") {
+                values.extend(from.chunks_exact(width).map(T::read_le));
+                continue;
+            }
+            let filled = values.len();
+            // SAFETY: `values` has room for `len` elements and `filled + bytes / width` of
+            // them at most are written; `from` holds `bytes` bytes (safetensors checked the
+            // tensor's extent) and does not overlap `values`; every bit pattern is a valid
+            // value of the numeric types copied here (bool takes the path above), and the
+            // file's little-endian bytes are this machine's order.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    from.as_ptr(),
+                    values.as_mut_ptr().add(filled).cast::<u8>(),
+                    bytes,
+                );
+                values.set_len(filled + bytes / width);
+            }
+        }
+        if let (Some(first), Some(last)) = (segments.first(), segments.last()) {
+            release(map, first.0, last.0 + last.1 - first.0);
         }
         Array::from_vec(values, shape)
     }
 }
 
+/// Gives back the pages of `map` wholly inside `offset..offset + len`, read and copied: they
+/// would otherwise stay resident beside the copy. Reading them again (an in-place tensor
+/// sharing a page) brings them back from the file, unchanged.
+fn release(map: &Mmap, offset: usize, len: usize) {
+    // The largest page size of the platforms served (Apple silicon's 16 KiB): rounding
+    // inward to it is page-aligned on every one of them.
+    const PAGE: usize = 16 << 10;
+    let (start, end) = (offset.next_multiple_of(PAGE), (offset + len) / PAGE * PAGE);
+    if end <= start {
+        return;
+    }
+    #[cfg(unix)]
+    // SAFETY: the mapping is private and read-only, so dropping its pages loses nothing:
+    // any later read of them is served from the file, which is not modified while mapped
+    // (see `add_file`).
+    unsafe {
+        let _ = map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start);
+    }
+}
+
+/// A tensor not read yet: where its bytes lie in a mapped file.
+struct Stored {
+    map: Arc<Mmap>,
+    offset: usize,
+    dtype: DType,
+    shape: Vec<i32>,
+}
+
+impl Stored {
+    /// Part `index` of `parts` equal parts along `axis` (the caller checked that they are
+    /// equal), reading only its bytes.
+    fn part(&self, axis: usize, index: usize, parts: usize) -> Array {
+        let dims: Vec<usize> = self.shape.iter().map(|&d| d as usize).collect();
+        let width = self.dtype.size();
+        let outer: usize = dims[..axis].iter().product();
+        let inner: usize = dims[axis + 1..].iter().product::<usize>() * width;
+        let along = dims[axis] / parts;
+        let segments: Vec<(usize, usize)> = (0..outer)
+            .map(|o| {
+                let first = o * dims[axis] + index * along;
+                (self.offset + first * inner, along * inner)
+            })
+            .filter(|&(_, bytes)| bytes > 0)
+            .collect();
+        let mut shape = self.shape.clone();
+        shape[axis] = along as i32;
+        with_dtype!(
+            self.dtype,
+            T,
+            Mapped::<T>::array(&self.map, &segments, &shape)
+        )
+    }
+}
+
+/// A checkpoint's tensor, or one a model's sanitizing built.
+enum Tensor {
+    Stored(Stored),
+    Built(Array),
+}
+
+impl Tensor {
+    fn shape(&self) -> &[i32] {
+        match self {
+            Tensor::Stored(stored) => &stored.shape,
+            Tensor::Built(array) => array.shape(),
+        }
+    }
+
+    fn whole(self) -> Array {
+        match self {
+            Tensor::Stored(stored) => {
+                let elements: usize = stored.shape.iter().map(|&d| d as usize).product();
+                let segment = [(stored.offset, elements * stored.dtype.size())];
+                let segments = &segment[..usize::from(elements > 0)];
+                let (map, shape) = (&stored.map, &stored.shape);
+                with_dtype!(stored.dtype, T, Mapped::<T>::array(map, segments, shape))
+            }
+            Tensor::Built(array) => array,
+        }
+    }
+
+    /// Part `index` of `parts` (at least 2) along `axis`.
+    fn part(self, axis: usize, index: usize, parts: usize) -> Array {
+        match self {
+            Tensor::Stored(stored) => stored.part(axis, index, parts),
+            Tensor::Built(array) => {
+                let along = array.shape()[axis] / parts as i32;
+                let mut start = vec![0; array.ndim()];
+                let mut stop = array.shape().to_vec();
+                start[axis] = along * index as i32;
+                stop[axis] = start[axis] + along;
+                ops::slice(&array, &start, &stop, &vec![1; array.ndim()])
+            }
+        }
+    }
+}
+
 /// The tensors of a checkpoint, by name.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Weights {
-    tensors: BTreeMap<String, (Array, PathBuf)>,
+    tensors: BTreeMap<String, (Tensor, PathBuf)>,
+}
+
+impl std::fmt::Debug for Weights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Weights({} tensors)", self.tensors.len())
+    }
 }
 
 impl Weights {
@@ -121,14 +234,21 @@ impl Weights {
                 )
             })?;
             let shape: Vec<i32> = view.shape().iter().map(|&d| d as i32).collect();
-            let array = with_dtype!(dtype, T, Mapped::<T>::array(&map, view.data(), &shape));
+            let offset = view.data().as_ptr() as usize - map.as_ptr() as usize;
+            let stored = Stored {
+                map: map.clone(),
+                offset,
+                dtype,
+                shape,
+            };
             if let Some((_, first)) = self.tensors.get(&name) {
                 return Err(Error::load(
                     file,
                     format!("tensor {name} is also in {}", first.display()),
                 ));
             }
-            self.tensors.insert(name, (array, file.to_path_buf()));
+            self.tensors
+                .insert(name, (Tensor::Stored(stored), file.to_path_buf()));
         }
         Ok(())
     }
@@ -138,7 +258,7 @@ impl Weights {
         Weights {
             tensors: arrays
                 .into_iter()
-                .map(|(k, v)| (k, (v, PathBuf::from("<memory>"))))
+                .map(|(k, v)| (k, (Tensor::Built(v), PathBuf::from("<memory>"))))
                 .collect(),
         }
     }
@@ -153,14 +273,32 @@ impl Weights {
         self.tensors.keys().map(String::as_str)
     }
 
+    /// The shape of tensor `name`, if there is one.
+    pub fn shape(&self, name: &str) -> Option<&[i32]> {
+        self.tensors.get(name).map(|(tensor, _)| tensor.shape())
+    }
+
     /// Takes the tensor `name` out, checking its shape (`None` in `shape` accepts any size).
     pub fn take(&mut self, name: &str, shape: &[Option<i32>]) -> Result<Array> {
-        let (array, file) = self
+        self.take_part(name, shape, 0, 0, 1)
+    }
+
+    /// Takes part `index` of `parts` equal parts of tensor `name` along `axis` (a rank's
+    /// shard), reading only that part's bytes from the file; `shape` is the whole tensor's.
+    pub fn take_part(
+        &mut self,
+        name: &str,
+        shape: &[Option<i32>],
+        axis: usize,
+        index: usize,
+        parts: usize,
+    ) -> Result<Array> {
+        let (tensor, file) = self
             .tensors
             .remove(name)
             .ok_or_else(|| Error::load("<weights>", format!("tensor {name} is missing")))?;
-        let fits = array.ndim() == shape.len()
-            && array
+        let fits = tensor.shape().len() == shape.len()
+            && tensor
                 .shape()
                 .iter()
                 .zip(shape)
@@ -174,12 +312,26 @@ impl Weights {
                 file,
                 format!(
                     "tensor {name} has shape {:?}, expected [{}]",
-                    array.shape(),
+                    tensor.shape(),
                     want.join(", ")
                 ),
             ));
         }
-        Ok(array)
+        let along = tensor.shape().get(axis).copied().unwrap_or(1);
+        if parts == 0 || index >= parts || along % parts as i32 != 0 {
+            return Err(Error::load(
+                file,
+                format!(
+                    "tensor {name} of shape {:?} does not split into {parts} equal parts along axis {axis}",
+                    tensor.shape()
+                ),
+            ));
+        }
+        Ok(if parts == 1 {
+            tensor.whole()
+        } else {
+            tensor.part(axis, index, parts)
+        })
     }
 
     /// Takes `name` if present.
@@ -199,7 +351,7 @@ impl Weights {
     /// Adds or replaces a tensor (for a model's sanitizing, e.g. stacking experts).
     pub fn insert(&mut self, name: String, array: Array) {
         self.tensors
-            .insert(name, (array, PathBuf::from("<sanitized>")));
+            .insert(name, (Tensor::Built(array), PathBuf::from("<sanitized>")));
     }
 
     /// The names nobody took: a checkpoint with tensors the model does not know is refused,

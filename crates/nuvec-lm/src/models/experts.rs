@@ -8,9 +8,10 @@
 //! them: the gathered product then reads each expert's weights once for all its tokens.
 
 use super::transformer::{swiglu, MoeSpec};
-use crate::layers::{Linear, Packed};
+use crate::layers::{Linear, Packed, Part, Sharding};
 use crate::weights::Weights;
 use crate::{Error, Result};
+use nuvec_core::distributed::{all_sum, Group};
 use nuvec_core::{ops, Array, DType};
 
 /// From this many (token, expert) pairs on, they are sorted by expert (mlx-lm's threshold).
@@ -26,34 +27,54 @@ enum Stack {
 }
 
 impl Stack {
-    /// Takes `<prefix>.switch_mlp.<proj>.*` (`[experts, out, in]`), stacking checkpoints'
-    /// per-expert `<prefix>.experts.<e>.<proj>.*` under that name first, as mlx-lm's
-    /// `sanitize` does.
+    /// Takes `<prefix>.switch_mlp.<proj>.*` (`[experts, out, in]`), or this rank's `part` of
+    /// every expert's matrix, stacking checkpoints' per-expert `<prefix>.experts.<e>.<proj>.*`
+    /// under that name first, as mlx-lm's `sanitize` does.
     fn take(
         weights: &mut Weights,
         prefix: &str,
         proj: &str,
         (out, input): (i32, i32),
-        experts: usize,
+        (experts, part): (usize, Part),
     ) -> Result<Stack> {
         let name = format!("{prefix}.switch_mlp.{proj}");
-        for part in ["weight", "scales", "biases"] {
-            let one = |e: usize| format!("{prefix}.experts.{e}.{proj}.{part}");
-            if !weights.contains(&one(0)) {
-                continue;
+        let mut shape = (out, input);
+        let mut part = part;
+        if weights.contains(&format!("{prefix}.experts.0.{proj}.weight")) {
+            for kind in ["weight", "scales", "biases"] {
+                let one = |e: usize| format!("{prefix}.experts.{e}.{proj}.{kind}");
+                if !weights.contains(&one(0)) {
+                    continue;
+                }
+                let mut each = Vec::with_capacity(experts);
+                for e in 0..experts {
+                    let (axis, index, parts) = (part.axis, part.index, part.parts);
+                    each.push(weights.take_part(&one(e), &[None, None], axis, index, parts)?);
+                }
+                weights.insert(format!("{name}.{kind}"), ops::stack(&each, 0));
             }
-            let mut each = Vec::with_capacity(experts);
-            for e in 0..experts {
-                each.push(weights.take(&one(e), &[None, None])?);
-            }
-            weights.insert(format!("{name}.{part}"), ops::stack(&each, 0));
+            // Stacked from the parts: the whole of what is left is this rank's.
+            let parts = part.parts as i32;
+            shape = match part.axis {
+                0 => (out / parts, input),
+                _ => (out, input / parts),
+            };
+            part = Part::WHOLE;
         }
         let lead = [experts as i32];
         if weights.contains(&format!("{name}.scales")) {
-            return Packed::take_stacked(weights, &name, &lead, out, input).map(Stack::Quantized);
+            let packed = Packed::take_stacked(weights, &name, &lead, shape, part)?;
+            return Ok(Stack::Quantized(packed));
         }
-        let shape = [Some(lead[0]), Some(out), Some(input)];
-        let w = weights.take(&format!("{name}.weight"), &shape)?;
+        let dims = [Some(lead[0]), Some(shape.0), Some(shape.1)];
+        let axis = 1 + part.axis;
+        let w = weights.take_part(
+            &format!("{name}.weight"),
+            &dims,
+            axis,
+            part.index,
+            part.parts,
+        )?;
         // Transposed once here rather than at every step.
         let transposed = ops::swapaxes(&w, -1, -2);
         transposed
@@ -92,14 +113,20 @@ pub(crate) struct Experts {
     up: Stack,
     down: Stack,
     spec: MoeSpec,
+    /// Tensor parallel: each rank holds its share of every expert's hidden features, and
+    /// the layer's output is summed over this group.
+    sum_over: Option<Group>,
 }
 
 impl Experts {
+    /// Takes the router and the experts; with a `group`, this rank's share of each expert's
+    /// hidden features (mlx-lm's `shard_inplace`: gate and up by rows, down by columns).
     pub(crate) fn load(
         weights: &mut Weights,
         prefix: &str,
         dims: i32,
         spec: MoeSpec,
+        group: Option<Group>,
     ) -> Result<Experts> {
         if spec.per_token == 0 || spec.per_token > spec.experts {
             return Err(Error::load(
@@ -118,14 +145,23 @@ impl Experts {
             false,
         )?;
         let hidden = spec.intermediate as i32;
-        let mut stack =
-            |proj: &str, shape: (i32, i32)| Stack::take(weights, prefix, proj, shape, spec.experts);
+        let (outputs, inputs) = match group {
+            Some(group) => (
+                Sharding::Outputs(group).part(),
+                Sharding::Inputs(group).part(),
+            ),
+            None => (Part::WHOLE, Part::WHOLE),
+        };
+        let mut stack = |proj: &str, shape: (i32, i32), part: Part| {
+            Stack::take(weights, prefix, proj, shape, (spec.experts, part))
+        };
         Ok(Experts {
             router,
-            gate: stack("gate_proj", (hidden, dims))?,
-            up: stack("up_proj", (hidden, dims))?,
-            down: stack("down_proj", (dims, hidden))?,
+            gate: stack("gate_proj", (hidden, dims), outputs)?,
+            up: stack("up_proj", (hidden, dims), outputs)?,
+            down: stack("down_proj", (dims, hidden), inputs)?,
             spec,
+            sum_over: group,
         })
     }
 
@@ -146,6 +182,10 @@ impl Experts {
         }
         let outputs = self.switch_glu(&flat, &chosen);
         let mixed = ops::sum(&(outputs * ops::expand_dims(&scores, &[-1])), -2, false);
+        let mixed = match &self.sum_over {
+            Some(group) => all_sum(&mixed, Some(group)),
+            None => mixed,
+        };
         Ok(ops::reshape(&mixed, &shape))
     }
 

@@ -2,7 +2,7 @@
 //! optional biases, and Llama 3's rope scaling.
 
 use super::rope;
-use super::transformer::{Spec, Transformer};
+use super::transformer::Spec;
 use crate::weights::Weights;
 use crate::Result;
 use serde::Deserialize;
@@ -39,7 +39,7 @@ fn yes() -> bool {
     true
 }
 
-pub(crate) fn load(config: &Value, weights: &mut Weights) -> Result<Transformer> {
+pub(crate) fn spec(config: &Value, weights: &mut Weights) -> Result<Spec> {
     let args: Args = super::args(config)?;
     let head_dim = args
         .head_dim
@@ -70,5 +70,5 @@ pub(crate) fn load(config: &Value, weights: &mut Weights) -> Result<Transformer>
         tied_embeddings: args.tie_word_embeddings,
         moe: None,
     };
-    Transformer::load(spec, weights)
+    Ok(spec)
 }

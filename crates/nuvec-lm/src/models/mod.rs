@@ -13,20 +13,23 @@ pub mod transformer;
 use crate::cache::KvCache;
 use crate::weights::Weights;
 use crate::{Error, Result};
+use nuvec_core::distributed::Group;
 use nuvec_core::{Array, DType};
 use serde_json::Value;
 use std::path::Path;
 use transformer::Transformer;
 
-type Loader = fn(&Value, &mut Weights) -> Result<Transformer>;
+/// Reads an architecture's config into the decoder's shape (dropping tensors the
+/// architecture does not use, as mlx-lm's `sanitize`).
+type Loader = fn(&Value, &mut Weights) -> Result<transformer::Spec>;
 
 /// Every supported `model_type` and its loader (`mistral` is `llama`, as in mlx-lm).
 pub const ARCHITECTURES: &[(&str, Loader)] = &[
-    ("llama", llama::load),
-    ("mistral", llama::load),
-    ("qwen2", qwen2::load),
-    ("qwen3", qwen3::load),
-    ("qwen3_moe", qwen3_moe::load),
+    ("llama", llama::spec),
+    ("mistral", llama::spec),
+    ("qwen2", qwen2::spec),
+    ("qwen3", qwen3::spec),
+    ("qwen3_moe", qwen3_moe::spec),
 ];
 
 /// An architecture's settings from `config.json`, with serde's message (naming the field)
@@ -52,7 +55,19 @@ pub struct Model {
 
 impl Model {
     /// Builds the model `config.json` describes from `weights`; every tensor must be used.
-    pub fn from_weights(config: Value, mut weights: Weights, dir: &Path) -> Result<Model> {
+    pub fn from_weights(config: Value, weights: Weights, dir: &Path) -> Result<Model> {
+        Model::from_weights_sharded(config, weights, dir, None)
+    }
+
+    /// [`from_weights`](Model::from_weights) split over a tensor-parallel group as mlx-lm's
+    /// `shard(group)` splits it (see [`transformer::Transformer::load`]): this rank reads
+    /// only its share of the sharded tensors.
+    pub fn from_weights_sharded(
+        config: Value,
+        mut weights: Weights,
+        dir: &Path,
+        tensor_group: Option<&Group>,
+    ) -> Result<Model> {
         let model_type = config
             .get("model_type")
             .and_then(Value::as_str)
@@ -68,7 +83,9 @@ impl Model {
                 ),
             ));
         };
-        let transformer = loader(&config, &mut weights).map_err(|e| match e {
+        let built = loader(&config, &mut weights)
+            .and_then(|spec| Transformer::load(spec, &mut weights, tensor_group));
+        let transformer = built.map_err(|e| match e {
             Error::Load { path, reason } if path.to_str() == Some("<weights>") => {
                 Error::load(dir, reason)
             }

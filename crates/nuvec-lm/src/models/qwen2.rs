@@ -1,7 +1,7 @@
 //! `qwen2` (Qwen 2 and 2.5): biases on the query, key and value projections.
 
 use super::rope;
-use super::transformer::{Spec, Transformer};
+use super::transformer::Spec;
 use crate::weights::Weights;
 use crate::Result;
 use serde::Deserialize;
@@ -33,7 +33,7 @@ fn yes() -> bool {
     true
 }
 
-pub(crate) fn load(config: &Value, weights: &mut Weights) -> Result<Transformer> {
+pub(crate) fn spec(config: &Value, weights: &mut Weights) -> Result<Spec> {
     let args: Args = super::args(config)?;
     let head_dim = args.hidden_size / args.num_attention_heads.max(1);
     super::drop_rotary_frequencies(weights, args.num_hidden_layers);
@@ -62,5 +62,5 @@ pub(crate) fn load(config: &Value, weights: &mut Weights) -> Result<Transformer>
         tied_embeddings: args.tie_word_embeddings,
         moe: None,
     };
-    Transformer::load(spec, weights)
+    Ok(spec)
 }

@@ -1,7 +1,7 @@
 //! `qwen3`: RMS norms of the queries and keys per head, an explicit head size, no biases.
 
 use super::rope;
-use super::transformer::{Spec, Transformer};
+use super::transformer::Spec;
 use crate::weights::Weights;
 use crate::{Error, Result};
 use serde::Deserialize;
@@ -23,7 +23,7 @@ struct Args {
     rope_parameters: Option<Value>,
 }
 
-pub(crate) fn load(config: &Value, weights: &mut Weights) -> Result<Transformer> {
+pub(crate) fn spec(config: &Value, weights: &mut Weights) -> Result<Spec> {
     let args: Args = super::args(config)?;
     // transformers 5 nests rope_theta and the scaling under rope_parameters.
     let nested = args.rope_parameters.as_ref();
@@ -57,5 +57,5 @@ pub(crate) fn load(config: &Value, weights: &mut Weights) -> Result<Transformer>
         tied_embeddings: args.tie_word_embeddings,
         moe: None,
     };
-    Transformer::load(spec, weights)
+    Ok(spec)
 }

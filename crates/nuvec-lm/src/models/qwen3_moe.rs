@@ -2,7 +2,7 @@
 //! layers `decoder_sparse_step` selects (except `mlp_only_layers`).
 
 use super::rope;
-use super::transformer::{MoeSpec, Spec, Transformer};
+use super::transformer::{MoeSpec, Spec};
 use crate::weights::Weights;
 use crate::Result;
 use serde::Deserialize;
@@ -28,7 +28,7 @@ struct Args {
     norm_topk_prob: bool,
 }
 
-pub(crate) fn load(config: &Value, weights: &mut Weights) -> Result<Transformer> {
+pub(crate) fn spec(config: &Value, weights: &mut Weights) -> Result<Spec> {
     let args: Args = super::args(config)?;
     if args.tie_word_embeddings {
         weights.discard("lm_head.weight");
@@ -65,5 +65,5 @@ pub(crate) fn load(config: &Value, weights: &mut Weights) -> Result<Transformer>
         tied_embeddings: args.tie_word_embeddings,
         moe: Some((moe, sparse)),
     };
-    Transformer::load(spec, weights)
+    Ok(spec)
 }

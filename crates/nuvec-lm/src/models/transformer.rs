@@ -6,9 +6,10 @@
 
 use super::experts::Experts;
 use crate::cache::KvCache;
-use crate::layers::{Embedding, Linear, RmsNorm};
+use crate::layers::{Embedding, Linear, RmsNorm, Sharding};
 use crate::weights::Weights;
-use crate::Result;
+use crate::{Error, Result};
+use nuvec_core::distributed::Group;
 use nuvec_core::ops::fast::{self, AttentionMask, RopeFrequencies};
 use nuvec_core::{ops, Array};
 
@@ -107,13 +108,24 @@ struct Attention {
 }
 
 impl Attention {
-    fn load(spec: &Spec, weights: &mut Weights, prefix: &str) -> Result<Attention> {
+    /// With a group, this rank's heads: query and key/value projections by rows (whole
+    /// heads), the output projection by columns (mlx-lm's `shard`).
+    fn load(
+        spec: &Spec,
+        weights: &mut Weights,
+        prefix: &str,
+        group: Option<Group>,
+    ) -> Result<Attention> {
         let (d, h, kv, hd) = (
             spec.hidden as i32,
             spec.heads as i32,
             spec.kv_heads as i32,
             spec.head_dim as i32,
         );
+        let (outputs, inputs, ranks) = match group {
+            Some(g) => (Sharding::Outputs(g), Sharding::Inputs(g), g.size() as i32),
+            None => (Sharding::Whole, Sharding::Whole, 1),
+        };
         let norm = |weights: &mut Weights, name: &str| -> Result<Option<RmsNorm>> {
             if spec.qk_norm {
                 RmsNorm::take(weights, &format!("{prefix}.{name}"), hd, spec.eps).map(Some)
@@ -121,33 +133,23 @@ impl Attention {
                 Ok(None)
             }
         };
+        let mut projection = |name: &str, (input, output): (i32, i32), bias, sharding| {
+            let name = format!("{prefix}.{name}");
+            Linear::take_sharded(weights, &name, input, output, bias, sharding)
+        };
+        let q = projection("q_proj", (d, h * hd), spec.qkv_bias, outputs)?;
+        let k = projection("k_proj", (d, kv * hd), spec.qkv_bias, outputs)?;
+        let v = projection("v_proj", (d, kv * hd), spec.qkv_bias, outputs)?;
+        let o = projection("o_proj", (h * hd, d), spec.o_bias, inputs)?;
         Ok(Attention {
-            q: Linear::take(
-                weights,
-                &format!("{prefix}.q_proj"),
-                d,
-                h * hd,
-                spec.qkv_bias,
-            )?,
-            k: Linear::take(
-                weights,
-                &format!("{prefix}.k_proj"),
-                d,
-                kv * hd,
-                spec.qkv_bias,
-            )?,
-            v: Linear::take(
-                weights,
-                &format!("{prefix}.v_proj"),
-                d,
-                kv * hd,
-                spec.qkv_bias,
-            )?,
-            o: Linear::take(weights, &format!("{prefix}.o_proj"), h * hd, d, spec.o_bias)?,
+            q,
+            k,
+            v,
+            o,
             q_norm: norm(weights, "q_norm")?,
             k_norm: norm(weights, "k_norm")?,
-            heads: h,
-            kv_heads: kv,
+            heads: h / ranks,
+            kv_heads: kv / ranks,
             head_dim: hd,
             rope: spec.rope.clone(),
         })
@@ -194,17 +196,27 @@ pub(crate) struct Mlp {
 }
 
 impl Mlp {
+    /// With a group, this rank's share of the hidden features: gate and up by rows, down by
+    /// columns (mlx-lm's `shard`).
     fn load(
         weights: &mut Weights,
         prefix: &str,
-        dims: i32,
-        hidden: i32,
+        (dims, hidden): (i32, i32),
         bias: bool,
+        group: Option<Group>,
     ) -> Result<Mlp> {
+        let (outputs, inputs) = match group {
+            Some(g) => (Sharding::Outputs(g), Sharding::Inputs(g)),
+            None => (Sharding::Whole, Sharding::Whole),
+        };
+        let mut projection = |name: &str, (input, output): (i32, i32), sharding| {
+            let name = format!("{prefix}.{name}");
+            Linear::take_sharded(weights, &name, input, output, bias, sharding)
+        };
         Ok(Mlp {
-            gate: Linear::take(weights, &format!("{prefix}.gate_proj"), dims, hidden, bias)?,
-            up: Linear::take(weights, &format!("{prefix}.up_proj"), dims, hidden, bias)?,
-            down: Linear::take(weights, &format!("{prefix}.down_proj"), hidden, dims, bias)?,
+            gate: projection("gate_proj", (dims, hidden), outputs)?,
+            up: projection("up_proj", (dims, hidden), outputs)?,
+            down: projection("down_proj", (hidden, dims), inputs)?,
         })
     }
 
@@ -244,24 +256,50 @@ pub struct Transformer {
 }
 
 impl Transformer {
-    /// Takes the decoder's tensors from `weights` by mlx-lm's names.
-    pub fn load(spec: Spec, weights: &mut Weights) -> Result<Transformer> {
+    /// Takes the decoder's tensors from `weights` by mlx-lm's names. With a `tensor_group`
+    /// of several ranks, this rank takes its share as mlx-lm's `shard(group)` splits the
+    /// model: attention by heads and the MLPs (and each expert) by hidden features, in
+    /// contiguous equal parts, with one `all_sum` after each attention and each
+    /// feed-forward; embeddings, norms, routers and the output projection whole.
+    pub fn load(
+        spec: Spec,
+        weights: &mut Weights,
+        tensor_group: Option<&Group>,
+    ) -> Result<Transformer> {
         let (d, v) = (spec.hidden as i32, spec.vocabulary as i32);
+        let group = tensor_group.filter(|g| g.size() > 1).copied();
+        if let Some(g) = group {
+            let n = g.size();
+            if spec.heads % n != 0 || spec.kv_heads % n != 0 {
+                return Err(Error::load(
+                    "<config>",
+                    format!(
+                        "model.layers.*.self_attn: {} query heads and {} key/value heads do not \
+                         split over {n} ranks (each rank needs whole heads of both)",
+                        spec.heads, spec.kv_heads
+                    ),
+                ));
+            }
+        }
         let embed = Embedding::take(weights, "model.embed_tokens", v, d)?;
         let mut layers = Vec::with_capacity(spec.layers);
         for i in 0..spec.layers {
             let prefix = format!("model.layers.{i}");
             let sparse = spec.moe.as_ref().filter(|(_, which)| which[i]);
             let feed_forward = match sparse {
-                Some((moe, _)) => {
-                    FeedForward::Experts(Experts::load(weights, &format!("{prefix}.mlp"), d, *moe)?)
-                }
-                None => FeedForward::Dense(Mlp::load(
+                Some((moe, _)) => FeedForward::Experts(Experts::load(
                     weights,
                     &format!("{prefix}.mlp"),
                     d,
-                    spec.intermediate as i32,
+                    *moe,
+                    group,
+                )?),
+                None => FeedForward::Dense(Mlp::load(
+                    weights,
+                    &format!("{prefix}.mlp"),
+                    (d, spec.intermediate as i32),
                     spec.mlp_bias,
+                    group,
                 )?),
             };
             layers.push(Block {
@@ -271,7 +309,7 @@ impl Transformer {
                     d,
                     spec.eps,
                 )?,
-                attention: Attention::load(&spec, weights, &format!("{prefix}.self_attn"))?,
+                attention: Attention::load(&spec, weights, &format!("{prefix}.self_attn"), group)?,
                 post_norm: RmsNorm::take(
                     weights,
                     &format!("{prefix}.post_attention_layernorm"),
