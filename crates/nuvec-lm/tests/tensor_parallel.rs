@@ -10,7 +10,7 @@ use nuvec_core::distributed::Group;
 use nuvec_core::{ops, random, Array, DType};
 use nuvec_lm::{load, load_sharded, GenerateOptions, Model, TokenGenerator};
 use nuvec_nn::save_safetensors;
-use nuvec_test_support::ranks::run_ranks;
+use nuvec_test_support::ranks::{launch_ranks, run_ranks, Launch};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -246,6 +246,58 @@ fn models_with_four_key_value_heads_split_over_4_ranks_and_two_heads_do_not() {
                     && error.contains("4 ranks"),
                 "{error}"
             );
+        },
+    );
+}
+
+/// Rank 0 generates until its peer fails; rank 1 fails (by `fail`) after 4 tokens. Rank 0
+/// must end with an error naming rank 1 within the group's timeout.
+fn peer_failure_ends_generation(test_name: &str, fail: fn()) {
+    let launch = Launch {
+        expendable: vec![1],
+        group_timeout: Some(Duration::from_secs(3)),
+        ..Launch::default()
+    };
+    launch_ranks(test_name, 2, TIMEOUT, &launch, |group| {
+        let group = group.expect("joining the group");
+        let (model, _) = load_sharded(fixture_dir("qwen3-f32"), &group).unwrap();
+        let options = GenerateOptions {
+            max_tokens: 1_000_000,
+            ..GenerateOptions::default()
+        };
+        let started = std::time::Instant::now();
+        let mut steps = TokenGenerator::new(&model, &[5, 6, 7], options).unwrap();
+        for generated in 0.. {
+            let step = steps.next().expect("a step or an error");
+            if group.rank() == 1 && generated == 4 {
+                fail();
+            }
+            if let Err(error) = step {
+                let text = error.to_string();
+                assert!(text.contains("rank 1"), "the error names rank 1: {text}");
+                let waited = started.elapsed();
+                assert!(waited < Duration::from_secs(30), "ended after {waited:?}");
+                eprintln!("rank 0 stopped after {generated} tokens: {text}");
+                return;
+            }
+        }
+    });
+}
+
+#[test]
+fn a_rank_killed_during_generation_ends_the_others_with_an_error_naming_it() {
+    peer_failure_ends_generation(
+        "a_rank_killed_during_generation_ends_the_others_with_an_error_naming_it",
+        || std::process::abort(),
+    );
+}
+
+#[test]
+fn a_rank_stalled_during_generation_ends_the_others_within_the_timeout() {
+    peer_failure_ends_generation(
+        "a_rank_stalled_during_generation_ends_the_others_within_the_timeout",
+        || loop {
+            std::thread::sleep(Duration::from_secs(60));
         },
     );
 }
