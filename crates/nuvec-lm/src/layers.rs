@@ -101,6 +101,17 @@ impl Packed {
         })
     }
 
+    /// `<prefix>.weight`, `.scales` and `.biases`.
+    pub(crate) fn named(&self, prefix: &str, out: &mut Vec<(String, Array)>) {
+        for (part, array) in [
+            ("weight", &self.weight),
+            ("scales", &self.scales),
+            ("biases", &self.biases),
+        ] {
+            out.push((format!("{prefix}.{part}"), array.clone()));
+        }
+    }
+
     /// `x · Wᵀ` straight from the packed words.
     fn matmul_transposed(&self, x: &Array) -> Array {
         let q = self.quantization;
@@ -176,6 +187,15 @@ impl Matrix {
         match self {
             Matrix::Full(w) => ops::take(w, indices, Some(0)),
             Matrix::Quantized(p) => p.rows(indices),
+        }
+    }
+
+    /// The tensors under mlx-lm's names: `<prefix>.weight`, and `.scales`, `.biases` when
+    /// packed.
+    pub fn named(&self, prefix: &str, out: &mut Vec<(String, Array)>) {
+        match self {
+            Matrix::Full(w) => out.push((format!("{prefix}.weight"), w.clone())),
+            Matrix::Quantized(p) => p.named(prefix, out),
         }
     }
 
@@ -295,6 +315,14 @@ impl Linear {
             bias,
             sum_over,
         })
+    }
+
+    /// The layer's tensors under mlx-lm's names (`<prefix>.weight`, …, `<prefix>.bias`).
+    pub fn named(&self, prefix: &str, out: &mut Vec<(String, Array)>) {
+        self.weight.named(prefix, out);
+        if let Some(bias) = &self.bias {
+            out.push((format!("{prefix}.bias"), bias.clone()));
+        }
     }
 
     /// Applies the layer to `x` `[..., in]` (this rank's share of `in` when the inputs are

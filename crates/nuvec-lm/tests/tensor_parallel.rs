@@ -223,6 +223,53 @@ fn every_fixture_that_splits_in_two_gives_the_whole_models_logits_on_2_ranks() {
     );
 }
 
+/// Each rank's parameters against mlx-lm's `shard` of the same folder (fixtures/shards.json,
+/// from scripts/golden/make_shard_fixtures.py): the same names, shapes, dtypes and sums.
+fn same_slices_as_mlx_lm(group: Group) {
+    let path = fixture_dir("shards.json");
+    let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(all["ranks"], json!(group.size()));
+    for (name, ranks) in all["models"].as_object().unwrap() {
+        let want = ranks[group.rank()].as_object().unwrap();
+        let (model, _) = load_sharded(fixture_dir(name), &group).unwrap();
+        let got = model.parameters();
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        let want_names: Vec<&str> = want.keys().map(String::as_str).collect();
+        assert_eq!(names, want_names, "{name}: parameter names");
+        for (parameter, array) in &got {
+            let expected = &want[parameter];
+            let context = format!("{name} rank {}: {parameter}", group.rank());
+            let shape: Vec<i32> = serde_json::from_value(expected["shape"].clone()).unwrap();
+            assert_eq!(array.shape(), shape.as_slice(), "{context}");
+            assert_eq!(array.dtype().name(), expected["dtype"], "{context}");
+            let wide = array.astype(DType::F64);
+            let sum = ops::sum(&wide, None, false).item::<f64>().unwrap();
+            let abs_sum = ops::sum(&ops::abs(&wide), None, false)
+                .item::<f64>()
+                .unwrap();
+            let (want_sum, want_abs) = (
+                expected["sum"].as_f64().unwrap(),
+                expected["abs_sum"].as_f64().unwrap(),
+            );
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * want_abs.max(1.0);
+            assert!(
+                close(sum, want_sum) && close(abs_sum, want_abs),
+                "{context}: sums {sum}, {abs_sum}; mlx-lm's {want_sum}, {want_abs}"
+            );
+        }
+    }
+}
+
+#[test]
+fn each_rank_holds_the_slices_mlx_lms_shard_gives_it() {
+    run_ranks(
+        "each_rank_holds_the_slices_mlx_lms_shard_gives_it",
+        2,
+        TIMEOUT,
+        same_slices_as_mlx_lm,
+    );
+}
+
 #[test]
 fn models_with_four_key_value_heads_split_over_4_ranks_and_two_heads_do_not() {
     run_ranks(

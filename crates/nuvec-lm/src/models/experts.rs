@@ -83,6 +83,15 @@ impl Stack {
         Ok(Stack::Full(transposed))
     }
 
+    /// `<prefix>.weight` (`[experts, out, in]`, as stored) and, when packed, `.scales` and
+    /// `.biases`.
+    fn named(&self, prefix: &str, out: &mut Vec<(String, Array)>) {
+        match self {
+            Stack::Full(w) => out.push((format!("{prefix}.weight"), ops::swapaxes(w, -1, -2))),
+            Stack::Quantized(p) => p.named(prefix, out),
+        }
+    }
+
     /// `x [..., M, in]` times the experts `indices` picks: `[..., M, out]`.
     fn forward(&self, x: &Array, indices: &Array) -> Array {
         match self {
@@ -163,6 +172,19 @@ impl Experts {
             spec,
             sum_over: group,
         })
+    }
+
+    /// The router's and the experts' tensors under mlx-lm's names (`<prefix>.gate.*`,
+    /// `<prefix>.switch_mlp.<proj>.*`).
+    pub(crate) fn named(&self, prefix: &str, out: &mut Vec<(String, Array)>) {
+        self.router.named(&format!("{prefix}.gate"), out);
+        for (proj, stack) in [
+            ("gate_proj", &self.gate),
+            ("up_proj", &self.up),
+            ("down_proj", &self.down),
+        ] {
+            stack.named(&format!("{prefix}.switch_mlp.{proj}"), out);
+        }
     }
 
     /// `x` `[..., D]` through each token's experts.

@@ -112,6 +112,13 @@ impl Model {
         &self.config
     }
 
+    /// Every tensor of the model under mlx-lm's names (`model.layers.0.mlp.up_proj.weight`,
+    /// …), sorted; for a sharded model, this rank's part of each sharded tensor, as
+    /// `tree_flatten(model.parameters())` lists it after mlx-lm's `shard`.
+    pub fn parameters(&self) -> Vec<(String, Array)> {
+        self.transformer.parameters()
+    }
+
     /// The architecture's shape.
     pub fn spec(&self) -> &transformer::Spec {
         self.transformer.spec()

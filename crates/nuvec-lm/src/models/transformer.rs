@@ -334,6 +334,51 @@ impl Transformer {
         })
     }
 
+    /// Every tensor under mlx-lm's names (`model.layers.0.self_attn.q_proj.weight`, …),
+    /// sorted: this rank's part of the sharded ones.
+    pub fn parameters(&self) -> Vec<(String, Array)> {
+        let mut out = Vec::new();
+        self.embed.table.named("model.embed_tokens", &mut out);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            let norm = |name: &str, n: &RmsNorm| (format!("{p}.{name}.weight"), n.weight.clone());
+            out.push(norm("input_layernorm", &layer.input_norm));
+            out.push(norm("post_attention_layernorm", &layer.post_norm));
+            let a = &layer.attention;
+            for (name, linear) in [
+                ("q_proj", &a.q),
+                ("k_proj", &a.k),
+                ("v_proj", &a.v),
+                ("o_proj", &a.o),
+            ] {
+                linear.named(&format!("{p}.self_attn.{name}"), &mut out);
+            }
+            for (name, n) in [("q_norm", &a.q_norm), ("k_norm", &a.k_norm)] {
+                if let Some(n) = n {
+                    out.push(norm(&format!("self_attn.{name}"), n));
+                }
+            }
+            match &layer.feed_forward {
+                FeedForward::Dense(mlp) => {
+                    for (name, linear) in [
+                        ("gate_proj", &mlp.gate),
+                        ("up_proj", &mlp.up),
+                        ("down_proj", &mlp.down),
+                    ] {
+                        linear.named(&format!("{p}.mlp.{name}"), &mut out);
+                    }
+                }
+                FeedForward::Experts(experts) => experts.named(&format!("{p}.mlp"), &mut out),
+            }
+        }
+        out.push(("model.norm.weight".into(), self.norm.weight.clone()));
+        if let Some(head) = &self.head {
+            head.named("lm_head", &mut out);
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     /// The shape read from the config.
     pub fn spec(&self) -> &Spec {
         &self.spec
