@@ -5,8 +5,8 @@ use crate::group;
 use clap::Args;
 use nuvec_core::distributed::Group;
 use nuvec_lm::{
-    load, load_sharded, stream_generate, GenerateOptions, GenerationResponse, KvCache, Message,
-    Prompt, SamplerOptions, TokenGenerator,
+    load, load_parallel, stream_generate, GenerateOptions, GenerationResponse, KvCache, Message,
+    Parallel, Prompt, SamplerOptions, TokenGenerator,
 };
 use std::io::{BufRead, Write};
 
@@ -54,6 +54,19 @@ impl Sampling {
     }
 }
 
+/// How a launched group splits the model.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct Splitting {
+    /// Split the model into stages of layers over the ranks (pipeline parallel) instead of
+    /// splitting every layer (tensor parallel).
+    #[arg(long)]
+    pipeline: bool,
+    /// Layers per pipeline rank, rank 0 first (rank 0 runs the last layers), e.g. 10,14;
+    /// an even split when absent.
+    #[arg(long, value_delimiter = ',', requires = "pipeline")]
+    pipeline_split: Option<Vec<usize>>,
+}
+
 /// `nuvec generate`'s options (mlx_lm.generate's).
 #[derive(Args, Debug)]
 pub(crate) struct GenerateArgs {
@@ -78,6 +91,8 @@ pub(crate) struct GenerateArgs {
     verbose: bool,
     #[command(flatten)]
     sampling: Sampling,
+    #[command(flatten)]
+    splitting: Splitting,
 }
 
 /// Python's `str2bool` as mlx-lm's options read it.
@@ -90,17 +105,28 @@ fn parse_bool(value: &str) -> Result<bool, String> {
 }
 
 /// The model and tokenizer of `dir`: this rank's share of the model when `group` has
-/// several ranks (tensor parallel, as mlx-lm's `sharded_load`).
+/// several ranks (tensor parallel, or pipeline stages), as mlx-lm's `sharded_load`.
 fn load_for(
     dir: &std::path::Path,
     group: &Group,
+    splitting: &Splitting,
 ) -> Result<(nuvec_lm::Model, nuvec_lm::Tokenizer), String> {
-    let loaded = if group.size() > 1 {
-        load_sharded(dir, group)
+    if group.size() == 1 {
+        return load(dir).map_err(|e| e.to_string());
+    }
+    let parallel = if splitting.pipeline {
+        Parallel {
+            pipeline: Some(*group),
+            split: splitting.pipeline_split.clone(),
+            ..Parallel::default()
+        }
     } else {
-        load(dir)
+        Parallel {
+            tensor: Some(*group),
+            ..Parallel::default()
+        }
     };
-    loaded.map_err(|e| e.to_string())
+    load_parallel(dir, &parallel).map_err(|e| e.to_string())
 }
 
 /// Runs `nuvec generate`; the exit status. Started as the ranks of a group, the model is
@@ -119,7 +145,7 @@ pub(crate) fn generate(args: GenerateArgs) -> Result<i32, String> {
         };
         prompt = group::from_rank_0(&group, read)?.unwrap_or_default();
     }
-    let (model, tokenizer) = load_for(&args.model, &group)?;
+    let (model, tokenizer) = load_for(&args.model, &group, &args.splitting)?;
     let use_template = !args.ignore_chat_template && tokenizer.has_chat_template();
     let tokens = if use_template {
         let mut messages = Vec::new();
@@ -209,6 +235,8 @@ pub(crate) struct ChatArgs {
     max_tokens: usize,
     #[command(flatten)]
     sampling: Sampling,
+    #[command(flatten)]
+    splitting: Splitting,
 }
 
 /// Runs `nuvec chat`: a conversation on standard input ('q' quits, 'r' starts over). The
@@ -216,7 +244,7 @@ pub(crate) struct ChatArgs {
 /// new tokens.
 pub(crate) fn chat(args: ChatArgs) -> Result<i32, String> {
     let group = group::join()?;
-    let (model, tokenizer) = load_for(&args.model, &group)?;
+    let (model, tokenizer) = load_for(&args.model, &group, &args.splitting)?;
     if !tokenizer.has_chat_template() {
         return Err(format!("{} has no chat template", args.model.display()));
     }

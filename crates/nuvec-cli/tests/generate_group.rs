@@ -1,5 +1,5 @@
 //! `nuvec generate` and `nuvec chat` started by `nuvec launch` on 2 ranks split the model
-//! over the group (tensor parallel) and print once, on rank 0, what one process prints
+//! over the group (tensor parallel, or `--pipeline` stages) and print once, on rank 0, what one process prints
 //! (rank 0 reads standard input and hands it to the other rank).
 
 use nuvec_test_support::ranks::launch_on_free_ports;
@@ -76,6 +76,33 @@ fn generate_on_two_ranks_prints_once_what_one_process_prints() {
         assert!(!alone.trim().is_empty(), "{name}: no completion");
         assert_eq!(split, alone, "{name}: 2 ranks against one process");
     }
+}
+
+#[test]
+fn generate_in_two_pipeline_stages_prints_once_what_one_process_prints() {
+    let dir = fixture("qwen3_moe-q4");
+    let mut args = vec![
+        "generate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--prompt",
+        "The weather was cold",
+        "--ignore-chat-template",
+        "--max-tokens",
+        "24",
+        "--verbose",
+        "false",
+    ];
+    let alone = stdout_of(&run(1, &args, ""), "one process");
+    args.push("--pipeline");
+    let split = stdout_of(&run(2, &args, ""), "2 pipeline stages");
+    assert!(!alone.trim().is_empty(), "no completion");
+    assert_eq!(split, alone);
+    args.extend(["--pipeline-split", "2,0"]);
+    let refused = run(2, &args, "");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("pipeline split [2, 0]"), "{stderr}");
 }
 
 #[test]

@@ -10,6 +10,8 @@ pub struct KvCache {
     keys: Option<Array>,
     values: Option<Array>,
     offset: usize,
+    /// Evaluated with the cache: a pipeline stage's `send` of its last step.
+    with: Option<Array>,
 }
 
 impl KvCache {
@@ -42,8 +44,16 @@ impl KvCache {
         self.keys
             .iter()
             .chain(self.values.iter())
+            .chain(self.with.iter())
             .cloned()
             .collect()
+    }
+
+    /// Makes `array` part of [`state`](KvCache::state) until the next one, as mlx-lm's
+    /// `mx.depends(cache.keys, h)`: a pipeline stage sends its activations when its cache
+    /// is evaluated.
+    pub fn evaluate_with(&mut self, array: Array) {
+        self.with = Some(array);
     }
 
     /// Evaluates the cached keys and values.
@@ -70,6 +80,10 @@ impl KvCache {
 
     /// Bytes held by the cached keys and values.
     pub fn nbytes(&self) -> usize {
-        self.state().iter().map(Array::nbytes).sum()
+        self.keys
+            .iter()
+            .chain(self.values.iter())
+            .map(Array::nbytes)
+            .sum()
     }
 }

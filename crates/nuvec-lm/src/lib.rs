@@ -35,6 +35,7 @@ pub use generate::{
     generate, stream_generate, FinishReason, GenerateOptions, GenerationResponse, Prompt,
     TextStream, TokenGenerator,
 };
+pub use models::transformer::{Parallel, Stage};
 pub use models::Model;
 pub use sample::{LogitsProcessors, SamplerOptions};
 pub use tokenizer::{Message, Tokenizer};
@@ -64,18 +65,40 @@ pub fn load_model(dir: impl AsRef<Path>) -> Result<Model> {
     Model::from_weights(config, weights, dir)
 }
 
-/// Loads this rank's share of a model folder's model, split over `tensor_group` as mlx-lm's
-/// `shard(group)` splits it, reading only that share of the sharded tensors from the files
-/// (mlx-lm reads whole tensors and slices them), and the tokenizer. Every rank of the group
-/// loads the same folder and computes the same logits.
-pub fn load_sharded(dir: impl AsRef<Path>, tensor_group: &Group) -> Result<(Model, Tokenizer)> {
+/// Loads this rank's share of a model folder's model, and the tokenizer, as mlx-lm's
+/// `sharded_load(repo, pipeline_group, tensor_group)`: split over `tensor_group` as mlx-lm's
+/// `shard(group)` splits it and into stages over `pipeline_group` (for every architecture),
+/// reading only this rank's share of the tensors from the files (mlx-lm reads whole tensors
+/// and slices them). With neither group, the default group splits it tensor-parallel, as in
+/// mlx-lm. Every rank of the groups computes the same logits.
+pub fn sharded_load(
+    dir: impl AsRef<Path>,
+    pipeline_group: Option<&Group>,
+    tensor_group: Option<&Group>,
+) -> Result<(Model, Tokenizer)> {
+    let parallel = match (pipeline_group, tensor_group) {
+        (None, None) => Parallel {
+            tensor: Some(nuvec_core::distributed::default_group()),
+            ..Parallel::default()
+        },
+        (pipeline, tensor) => Parallel {
+            tensor: tensor.copied(),
+            pipeline: pipeline.copied(),
+            split: None,
+        },
+    };
+    load_parallel(dir, &parallel)
+}
+
+/// [`sharded_load`] with every choice open: the groups and the pipeline's split.
+pub fn load_parallel(dir: impl AsRef<Path>, parallel: &Parallel) -> Result<(Model, Tokenizer)> {
     let dir = dir.as_ref();
     if !dir.is_dir() {
         return Err(Error::load(dir, "not a folder"));
     }
     let config = load_config(dir)?;
     let weights = weights::Weights::open(dir)?;
-    let model = Model::from_weights_sharded(config, weights, dir, Some(tensor_group))?;
+    let model = Model::from_weights_parallel(config, weights, dir, parallel)?;
     let tokenizer = Tokenizer::from_dir(dir, model.config())?;
     Ok((model, tokenizer))
 }

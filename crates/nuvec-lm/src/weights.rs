@@ -348,6 +348,12 @@ impl Weights {
         self.tensors.remove(name);
     }
 
+    /// Removes, unread, every tensor whose name starts with `prefix` (the layers of other
+    /// pipeline stages).
+    pub fn discard_prefix(&mut self, prefix: &str) {
+        self.tensors.retain(|name, _| !name.starts_with(prefix));
+    }
+
     /// Adds or replaces a tensor (for a model's sanitizing, e.g. stacking experts).
     pub fn insert(&mut self, name: String, array: Array) {
         self.tensors

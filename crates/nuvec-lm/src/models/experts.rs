@@ -229,7 +229,7 @@ impl Experts {
         let pairs = ops::reshape(chosen, &[-1]);
         let by_expert = ops::argsort(&pairs, Some(0));
         let back = ops::argsort(&by_expert, Some(0));
-        let rows = ops::floor_divide(&by_expert, &Array::scalar(k).astype(by_expert.dtype()));
+        let rows = ops::floor_divide(&by_expert, Array::scalar(k).astype(by_expert.dtype()));
         let x = ops::expand_dims(&ops::take(tokens, &rows, Some(0)), &[1]);
         let sorted = ops::take(&pairs, &by_expert, Some(0));
         let y = ops::take(&mlp(&x, &sorted), &back, Some(0));

@@ -13,11 +13,10 @@ pub mod transformer;
 use crate::cache::KvCache;
 use crate::weights::Weights;
 use crate::{Error, Result};
-use nuvec_core::distributed::Group;
 use nuvec_core::{Array, DType};
 use serde_json::Value;
 use std::path::Path;
-use transformer::Transformer;
+use transformer::{Parallel, Transformer};
 
 /// Reads an architecture's config into the decoder's shape (dropping tensors the
 /// architecture does not use, as mlx-lm's `sanitize`).
@@ -56,17 +55,17 @@ pub struct Model {
 impl Model {
     /// Builds the model `config.json` describes from `weights`; every tensor must be used.
     pub fn from_weights(config: Value, weights: Weights, dir: &Path) -> Result<Model> {
-        Model::from_weights_sharded(config, weights, dir, None)
+        Model::from_weights_parallel(config, weights, dir, &Parallel::default())
     }
 
-    /// [`from_weights`](Model::from_weights) split over a tensor-parallel group as mlx-lm's
-    /// `shard(group)` splits it (see [`transformer::Transformer::load`]): this rank reads
-    /// only its share of the sharded tensors.
-    pub fn from_weights_sharded(
+    /// [`from_weights`](Model::from_weights) split over groups as mlx-lm's `shard(group)`
+    /// and `pipeline(group)` split it (see [`transformer::Transformer::load`]): this rank
+    /// reads only its share of the tensors.
+    pub fn from_weights_parallel(
         config: Value,
         mut weights: Weights,
         dir: &Path,
-        tensor_group: Option<&Group>,
+        parallel: &Parallel,
     ) -> Result<Model> {
         let model_type = config
             .get("model_type")
@@ -84,7 +83,7 @@ impl Model {
             ));
         };
         let built = loader(&config, &mut weights)
-            .and_then(|spec| Transformer::load(spec, &mut weights, tensor_group));
+            .and_then(|spec| Transformer::load(spec, &mut weights, parallel));
         let transformer = built.map_err(|e| match e {
             Error::Load { path, reason } if path.to_str() == Some("<weights>") => {
                 Error::load(dir, reason)
@@ -124,9 +123,19 @@ impl Model {
         self.transformer.spec()
     }
 
-    /// Decoder layers (one cache each).
+    /// Decoder layers of the whole model.
     pub fn num_layers(&self) -> usize {
         self.spec().layers
+    }
+
+    /// The layers this rank runs, one cache each: all of them, or a pipeline stage's.
+    pub fn local_layers(&self) -> usize {
+        self.transformer.local_layers()
+    }
+
+    /// This rank's stage of a pipeline, if the model is one.
+    pub fn stage(&self) -> Option<&transformer::Stage> {
+        self.transformer.stage()
     }
 
     /// Size of the output vocabulary.
@@ -136,7 +145,7 @@ impl Model {
 
     /// A fresh cache, one entry per layer.
     pub fn make_cache(&self) -> Vec<KvCache> {
-        vec![KvCache::new(); self.num_layers()]
+        vec![KvCache::new(); self.local_layers()]
     }
 
     /// Logits `[B, L, vocabulary]` for `tokens` `[B, L]` (integers), continuing from what
@@ -149,11 +158,11 @@ impl Model {
                 tokens.shape()
             )));
         }
-        if cache.len() != self.num_layers() {
+        if cache.len() != self.local_layers() {
             return Err(Error::Generate(format!(
-                "the cache has {} layers, the model {}",
+                "the cache has {} layers, the model {} on this rank",
                 cache.len(),
-                self.num_layers()
+                self.local_layers()
             )));
         }
         self.transformer.forward(&tokens.astype(DType::I32), cache)

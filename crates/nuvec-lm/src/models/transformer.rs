@@ -9,7 +9,7 @@ use crate::cache::KvCache;
 use crate::layers::{Embedding, Linear, RmsNorm, Sharding};
 use crate::weights::Weights;
 use crate::{Error, Result};
-use nuvec_core::distributed::Group;
+use nuvec_core::distributed::{all_gather, recv_like, send, Group};
 use nuvec_core::ops::fast::{self, AttentionMask, RopeFrequencies};
 use nuvec_core::{ops, Array};
 
@@ -91,6 +91,71 @@ pub struct Spec {
     pub tied_embeddings: bool,
     /// Mixture of experts, and which layers use it.
     pub moe: Option<(MoeSpec, Vec<bool>)>,
+}
+
+/// How a model is split over groups of processes (mlx-lm's `sharded_load`): each rank of
+/// `tensor` holds a share of every layer; each rank of `pipeline` runs a contiguous stage
+/// of layers.
+#[derive(Debug, Clone, Default)]
+pub struct Parallel {
+    /// Tensor parallelism: attention by heads, MLPs and experts by hidden features.
+    pub tensor: Option<Group>,
+    /// Pipeline parallelism: contiguous stages of layers, the last layers on rank 0.
+    pub pipeline: Option<Group>,
+    /// Layers per pipeline rank (rank 0 first), summing to the model's layers; `None`
+    /// splits them evenly, the low ranks taking one more when they do not divide.
+    pub split: Option<Vec<usize>>,
+}
+
+/// The layers `start..end` this rank runs as a stage of a pipeline over `group`.
+#[derive(Debug, Clone)]
+pub struct Stage {
+    group: Group,
+    /// The first layer of this stage.
+    pub start: usize,
+    /// One past its last layer.
+    pub end: usize,
+}
+
+impl Stage {
+    /// This rank's stage of `layers` layers split over `group` as mlx-lm's `pipeline`
+    /// splits them: rank `r` runs the layers after those of ranks `r + 1 …`, so the last
+    /// rank runs the first layers and rank 0 the last.
+    pub fn new(layers: usize, group: Group, split: Option<&[usize]>) -> Result<Stage> {
+        let size = group.size();
+        let split: Vec<usize> = match split {
+            Some(split) => split.to_vec(),
+            None => {
+                let (base, extra) = (layers / size, layers % size);
+                (0..size).map(|r| base + usize::from(r < extra)).collect()
+            }
+        };
+        if split.len() != size {
+            return Err(Error::load(
+                "<config>",
+                format!(
+                    "the pipeline split {split:?} has {} entries for {size} ranks",
+                    split.len()
+                ),
+            ));
+        }
+        if split.contains(&0) || split.iter().sum::<usize>() != layers {
+            return Err(Error::load(
+                "<config>",
+                format!(
+                    "the pipeline split {split:?} must give every one of {size} ranks at least one \
+                     layer and sum to the model's {layers} layers"
+                ),
+            ));
+        }
+        let rank = group.rank();
+        let start = split[rank + 1..].iter().sum::<usize>();
+        Ok(Stage {
+            group,
+            start,
+            end: start + split[rank],
+        })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -249,10 +314,12 @@ struct Block {
 #[derive(Debug, Clone)]
 pub struct Transformer {
     embed: Embedding,
+    /// The layers this rank runs (all of them outside a pipeline).
     layers: Vec<Block>,
     norm: RmsNorm,
     head: Option<Linear>,
     spec: Spec,
+    stage: Option<Stage>,
 }
 
 impl Transformer {
@@ -261,16 +328,24 @@ impl Transformer {
     /// model: attention by heads and the MLPs (and each expert) by hidden features, in
     /// contiguous equal parts, with one `all_sum` after each attention and each
     /// feed-forward; embeddings, norms, routers and the output projection whole.
-    pub fn load(
-        spec: Spec,
-        weights: &mut Weights,
-        tensor_group: Option<&Group>,
-    ) -> Result<Transformer> {
+    ///
+    /// With a `pipeline` group of several ranks, this rank takes only its stage's layers
+    /// (the other layers' tensors are never read), and the embeddings, final norm and output
+    /// projection; activations pass from stage to stage by `send`/`recv`.
+    pub fn load(spec: Spec, weights: &mut Weights, parallel: &Parallel) -> Result<Transformer> {
         let (d, v) = (spec.hidden as i32, spec.vocabulary as i32);
-        let group = tensor_group.filter(|g| g.size() > 1).copied();
+        let group = parallel.tensor.filter(|g| g.size() > 1);
+        let stage = match parallel.pipeline.filter(|g| g.size() > 1) {
+            Some(g) => Some(Stage::new(spec.layers, g, parallel.split.as_deref())?),
+            None => None,
+        };
+        let own = stage.as_ref().map_or(0..spec.layers, |s| s.start..s.end);
+        for i in (0..spec.layers).filter(|i| !own.contains(i)) {
+            weights.discard_prefix(&format!("model.layers.{i}."));
+        }
         if let Some(g) = group {
             let n = g.size();
-            if spec.heads % n != 0 || spec.kv_heads % n != 0 {
+            if !spec.heads.is_multiple_of(n) || !spec.kv_heads.is_multiple_of(n) {
                 return Err(Error::load(
                     "<config>",
                     format!(
@@ -282,8 +357,8 @@ impl Transformer {
             }
         }
         let embed = Embedding::take(weights, "model.embed_tokens", v, d)?;
-        let mut layers = Vec::with_capacity(spec.layers);
-        for i in 0..spec.layers {
+        let mut layers = Vec::with_capacity(own.len());
+        for i in own {
             let prefix = format!("model.layers.{i}");
             let sparse = spec.moe.as_ref().filter(|(_, which)| which[i]);
             let feed_forward = match sparse {
@@ -331,6 +406,7 @@ impl Transformer {
             norm,
             head,
             spec,
+            stage,
         })
     }
 
@@ -339,8 +415,9 @@ impl Transformer {
     pub fn parameters(&self) -> Vec<(String, Array)> {
         let mut out = Vec::new();
         self.embed.table.named("model.embed_tokens", &mut out);
+        let first = self.stage.as_ref().map_or(0, |s| s.start);
         for (i, layer) in self.layers.iter().enumerate() {
-            let p = format!("model.layers.{i}");
+            let p = format!("model.layers.{}", first + i);
             let norm = |name: &str, n: &RmsNorm| (format!("{p}.{name}.weight"), n.weight.clone());
             out.push(norm("input_layernorm", &layer.input_norm));
             out.push(norm("post_attention_layernorm", &layer.post_norm));
@@ -379,6 +456,16 @@ impl Transformer {
         out
     }
 
+    /// The layers this rank runs (one cache each): all of them outside a pipeline.
+    pub fn local_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// This rank's stage of a pipeline, if the model is one.
+    pub fn stage(&self) -> Option<&Stage> {
+        self.stage.as_ref()
+    }
+
     /// The shape read from the config.
     pub fn spec(&self) -> &Spec {
         &self.spec
@@ -388,6 +475,13 @@ impl Transformer {
     /// `cache` (one per layer).
     pub fn forward(&self, tokens: &Array, cache: &mut [KvCache]) -> Result<Array> {
         let mut h = self.embed.forward(tokens);
+        if let Some(stage) = &self.stage {
+            // The activations of the previous stage (the next rank), as mlx-lm's pipeline.
+            let (rank, size) = (stage.group.rank(), stage.group.size());
+            if rank + 1 < size {
+                h = recv_like(&h, rank + 1, Some(&stage.group));
+            }
+        }
         for (layer, cache) in self.layers.iter().zip(cache.iter_mut()) {
             let attended = layer
                 .attention
@@ -399,6 +493,22 @@ impl Transformer {
                 FeedForward::Experts(experts) => experts.forward(&normed)?,
             };
             h = h + ff;
+        }
+        if let Some(stage) = &self.stage {
+            let batch = h.shape()[0];
+            if stage.group.rank() != 0 {
+                h = send(&h, stage.group.rank() - 1, Some(&stage.group));
+                // Evaluating the cache (the prompt's chunks) sends them on: the next chunk's
+                // first stages run while the later ones work on this one.
+                if let Some(last) = cache.last_mut() {
+                    last.evaluate_with(h.clone());
+                }
+            }
+            // Rank 0's output, on every rank.
+            let gathered = all_gather(&h, Some(&stage.group));
+            let mut stop = gathered.shape().to_vec();
+            stop[0] = batch;
+            h = ops::slice(&gathered, &vec![0; stop.len()], &stop, &vec![1; stop.len()]);
         }
         let h = self.norm.forward(&h);
         Ok(match &self.head {

@@ -1,6 +1,7 @@
-//! Tensor-parallel nuvec-lm: on 1, 2 and 4 ranks, each rank's share of a model (read from
-//! the files part by part) gives the logits of the whole model in one process, and the
-//! same greedy completion; shapes that do not split are errors naming the tensor or layer.
+//! nuvec-lm split over ranks. Tensor parallel, on 1, 2 and 4 ranks: each rank's share of a
+//! model (read from the files part by part) gives the logits of the whole model in one
+//! process, and the same greedy completion; shapes that do not split are errors naming the
+//! tensor or layer. Pipeline parallel, on 2 ranks: the same for stages of layers.
 //!
 //! The 2-rank case runs every golden fixture (mlx-lm's tiny models) that splits in two; the
 //! 4-rank case, and mixture-of-experts 4-bit, run models with more heads made here (the
@@ -8,7 +9,9 @@
 
 use nuvec_core::distributed::Group;
 use nuvec_core::{ops, random, Array, DType};
-use nuvec_lm::{load, load_sharded, GenerateOptions, Model, TokenGenerator};
+use nuvec_lm::{
+    load, load_parallel, sharded_load, GenerateOptions, Model, Parallel, TokenGenerator,
+};
 use nuvec_nn::save_safetensors;
 use nuvec_test_support::ranks::{launch_ranks, run_ranks, Launch};
 use serde_json::{json, Value};
@@ -43,9 +46,18 @@ fn greedy(model: &Model, prompt: &[u32], tokens: usize) -> Vec<u32> {
 
 /// The sharded model's logits and greedy completion against the whole model's.
 fn sharded_equals_whole(dir: &Path, group: Group, tolerance: f32) {
+    let parallel = Parallel {
+        tensor: Some(group),
+        ..Parallel::default()
+    };
+    split_equals_whole(dir, &parallel, group, tolerance);
+}
+
+/// The model split as `parallel` says against the whole model.
+fn split_equals_whole(dir: &Path, parallel: &Parallel, group: Group, tolerance: f32) {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
     let (whole, _) = load(dir).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let (part, _) = load_sharded(dir, &group).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let (part, _) = load_parallel(dir, parallel).unwrap_or_else(|e| panic!("{name}: {e}"));
     let prompt: Vec<i32> = (0..12).map(|i| (i * 41 + 7) % 500).collect();
     let (want, got) = (logits(&whole, &prompt), logits(&part, &prompt));
     let worst = ops::max(
@@ -72,7 +84,7 @@ fn sharded_equals_whole(dir: &Path, group: Group, tolerance: f32) {
 }
 
 fn load_error(dir: &Path, group: Group) -> String {
-    match load_sharded(dir, &group) {
+    match sharded_load(dir, None, Some(&group)) {
         Ok(_) => panic!("{} split over {} ranks", dir.display(), group.size()),
         Err(error) => error.to_string(),
     }
@@ -231,7 +243,7 @@ fn same_slices_as_mlx_lm(group: Group) {
     assert_eq!(all["ranks"], json!(group.size()));
     for (name, ranks) in all["models"].as_object().unwrap() {
         let want = ranks[group.rank()].as_object().unwrap();
-        let (model, _) = load_sharded(fixture_dir(name), &group).unwrap();
+        let (model, _) = sharded_load(fixture_dir(name), None, Some(&group)).unwrap();
         let got = model.parameters();
         let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
         let want_names: Vec<&str> = want.keys().map(String::as_str).collect();
@@ -307,7 +319,7 @@ fn peer_failure_ends_generation(test_name: &str, fail: fn()) {
     };
     launch_ranks(test_name, 2, TIMEOUT, &launch, |group| {
         let group = group.expect("joining the group");
-        let (model, _) = load_sharded(fixture_dir("qwen3-f32"), &group).unwrap();
+        let (model, _) = sharded_load(fixture_dir("qwen3-f32"), None, Some(&group)).unwrap();
         let options = GenerateOptions {
             max_tokens: 1_000_000,
             ..GenerateOptions::default()
@@ -345,6 +357,52 @@ fn a_rank_stalled_during_generation_ends_the_others_within_the_timeout() {
         "a_rank_stalled_during_generation_ends_the_others_within_the_timeout",
         || loop {
             std::thread::sleep(Duration::from_secs(60));
+        },
+    );
+}
+
+#[test]
+fn every_fixture_in_two_pipeline_stages_gives_the_whole_models_logits() {
+    run_ranks(
+        "every_fixture_in_two_pipeline_stages_gives_the_whole_models_logits",
+        2,
+        TIMEOUT,
+        |group| {
+            let pipeline = Parallel {
+                pipeline: Some(group),
+                ..Parallel::default()
+            };
+            let mut names: Vec<(&str, f32)> = SPLIT_IN_TWO.to_vec();
+            names.extend([("qwen3_moe-q4", 1e-3), ("llama-q4-bf16", 0.1)]);
+            for (name, tolerance) in names {
+                split_equals_whole(&fixture_dir(name), &pipeline, group, tolerance);
+            }
+            // Rank 0 runs the last layer, rank 1 the first; each reads only its own.
+            let (model, _) = load_parallel(fixture_dir("qwen3-q4"), &pipeline).unwrap();
+            let stage = model.stage().unwrap();
+            assert_eq!(
+                (stage.start, stage.end),
+                (1 - group.rank(), 2 - group.rank())
+            );
+            let other = format!("model.layers.{}.", group.rank());
+            let names: Vec<String> = model.parameters().into_iter().map(|(n, _)| n).collect();
+            assert!(names.iter().all(|n| !n.starts_with(&other)), "{names:?}");
+            assert!(
+                names.iter().any(|n| n.starts_with("model.layers.")),
+                "{names:?}"
+            );
+            // A split must give each rank a layer and cover the model.
+            for split in [vec![2, 0], vec![1, 2], vec![1]] {
+                let parallel = Parallel {
+                    split: Some(split.clone()),
+                    ..pipeline.clone()
+                };
+                let error = match load_parallel(fixture_dir("qwen3-f32"), &parallel) {
+                    Ok(_) => panic!("split {split:?} accepted"),
+                    Err(error) => error.to_string(),
+                };
+                assert!(error.contains("pipeline split"), "{split:?}: {error}");
+            }
         },
     );
 }
