@@ -4,7 +4,8 @@
 //! time, with each side's share of this machine's rooflines.
 //!
 //! Options: `--prompt N` (512), `--generate N` (128), `--rounds N` (1), `--models DIR`
-//! (target/lm-bench), `--only bf16|4bit`.
+//! (target/lm-bench), `--only bf16|4bit`; `--parallel` runs the multi-rank comparison of
+//! `bench_lm_parallel` instead.
 
 use crate::bench_mlx::mlx_python;
 use crate::{run, stdout_of, workspace_root};
@@ -155,6 +156,10 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             "bench_lm",
         ],
     )?;
+    run("cargo", &["build", "--release", "-p", "nuvec-cli"])?;
+    if args.iter().any(|a| a == "--parallel") {
+        return crate::bench_lm_parallel::run_parallel(&models, prompt, generate);
+    }
     let binary = root.join("target/release/examples/bench_lm");
     // This machine's ceilings: bytes of weights read per generated token at the memory
     // bandwidth of one core, and the prompt's multiply-adds at the matrix products' rate.

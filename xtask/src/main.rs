@@ -21,6 +21,7 @@ mod bench_distributed;
 mod bench_floor;
 mod bench_hosts;
 mod bench_lm;
+mod bench_lm_parallel;
 mod bench_mlx;
 mod bench_plot;
 mod bench_rounds;

@@ -36,6 +36,15 @@ fn dot<W: Float>(w: &[W], x: &[f32]) -> f32 {
     total + sums.iter().sum::<f32>()
 }
 
+/// The bits of `values` when they are bfloat16.
+fn bf16_bits<T: Float>(values: &[T]) -> Option<&[u16]> {
+    crate::matmul::same_type::<T, crate::bf16>(values).map(|v| {
+        // SAFETY: bf16 is a transparent wrapper of u16: same size, alignment and every bit
+        // pattern valid both ways.
+        unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u16>(), v.len()) }
+    })
+}
+
 /// `out[m, n] = x[m, k] · w[n, k]ᵀ`.
 ///
 /// # Panics
@@ -43,9 +52,26 @@ fn dot<W: Float>(w: &[W], x: &[f32]) -> f32 {
 pub fn linear<T: Float, W: Float>(x: &[T], w: &[W], dims: MatmulDims, out: &mut [T]) {
     let MatmulDims { m, n, k } = dims;
     let (x, w, out) = (&x[..m * k], &w[..n * k], &mut out[..m * n]);
-    let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
     // The product transposed, [n, m]: each part is a run of output features.
     let mut transposed = vec![0f32; n * m];
+    let few_rows = m <= DOT_ROWS && m > 0;
+    if let (Some(x_bits), Some(w_bits), true) = (
+        bf16_bits(x),
+        bf16_bits(w),
+        few_rows && crate::os::has_bf16_dot(),
+    ) {
+        // bfloat16 times bfloat16: exact products summed in f32 by the CPU's dot products.
+        for_each_part(&mut transposed, 16 * m, n * k * m, |start, part| {
+            crate::os::bf16_dense_rows(w_bits, x_bits, (m, k), start / m, part);
+        });
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = T::from_f32(transposed[j * m + i]);
+            }
+        }
+        return;
+    }
+    let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
     if m <= DOT_ROWS || k == 0 {
         let part_rows = 16;
         for_each_part(
@@ -131,6 +157,36 @@ mod tests {
                 assert!(
                     (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
                     "{m}x{n}x{k}: {g} vs {e}"
+                );
+            }
+        }
+    }
+
+    /// bfloat16 activations and weights (the CPU's bfloat16 dot products where it has
+    /// them): the exact products summed, rounded once to bfloat16.
+    #[test]
+    fn bfloat16_rows_of_x_give_the_widened_product() {
+        if !crate::os::has_bf16_dot() {
+            eprintln!("note: this CPU has no bfloat16 dot products; the route is not taken here");
+        }
+        for &(m, n, k) in &[
+            (1, 7, 33),
+            (3, 100, 64),
+            (8, 129, 300),
+            (1, 1000, 896),
+            (2, 5, 0),
+        ] {
+            let x: Vec<bf16> = values(m * k, 5).into_iter().map(bf16::from_f32).collect();
+            let w: Vec<bf16> = values(n * k, 6).into_iter().map(bf16::from_f32).collect();
+            let widen = |v: &[bf16]| v.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
+            let want = reference(&widen(&x), &widen(&w), m, n, k);
+            let mut got = vec![bf16::from_f32(f32::NAN); m * n];
+            linear(&x, &w, MatmulDims { m, n, k }, &mut got);
+            for (index, (g, e)) in got.iter().zip(&want).enumerate() {
+                let expected = bf16::from_f32(*e).to_f32();
+                assert!(
+                    (g.to_f32() - expected).abs() <= 1e-2 * (1.0 + e.abs()),
+                    "{m}x{n}x{k}: y[{index}] = {g} vs {e}"
                 );
             }
         }

@@ -5,8 +5,8 @@
 #[cfg(target_arch = "x86_64")]
 mod bf16_dot;
 
-/// Whether this CPU multiplies 4-bit weights by bfloat16 activations with bfloat16 dot
-/// products ([`bf16_dot_part`]): x86-64 with AVX-512 BF16.
+/// Whether this CPU multiplies 4-bit or bfloat16 weights by bfloat16 activations with
+/// bfloat16 dot products ([`bf16_dot_part`], [`bf16_dense_rows`]): x86-64 with AVX-512 BF16.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn has_bf16_dot() -> bool {
     bf16_dot::available()
@@ -20,6 +20,25 @@ pub(crate) fn bf16_dot_part(
     part: &mut [f32],
 ) {
     bf16_dot::part(operands, first_row, part);
+}
+
+/// Dot products of bfloat16 weight rows with bfloat16 activations (see `os/bf16_dot.rs`):
+/// `out[r·m + i]` for weight rows `first_row..` and the `m` rows of `x`.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn bf16_dense_rows(
+    w: &[u16],
+    x: &[u16],
+    shape: (usize, usize),
+    first_row: usize,
+    out: &mut [f32],
+) {
+    bf16_dot::rows_bf16(w, x, shape, first_row, out);
+}
+
+/// Never called: [`has_bf16_dot`] is false here.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn bf16_dense_rows(_: &[u16], _: &[u16], _: (usize, usize), _: usize, _: &mut [f32]) {
+    unreachable!("bf16_dense_rows: no bfloat16 dot products on this architecture");
 }
 
 /// Whether this CPU multiplies 4-bit weights by bfloat16 activations with bfloat16 dot

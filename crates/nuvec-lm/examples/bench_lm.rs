@@ -7,9 +7,13 @@
 //! ```sh
 //! cargo run --release -p nuvec-lm --example bench_lm -- --model DIR -p 512 -g 128 -n 3
 //! ```
+//!
+//! Started as the ranks of a group (`nuvec launch -n 2 -- bench_lm ...`), `--tensor` splits
+//! the model tensor-parallel and `--pipeline` into stages; rank 0 prints the trials and
+//! every rank its peak memory (`rank=R peak_gb=G`).
 
 use nuvec_core::{random, DType};
-use nuvec_lm::{load_model, GenerateOptions, TokenGenerator};
+use nuvec_lm::{load_model, load_parallel, GenerateOptions, Parallel, TokenGenerator};
 use std::time::Instant;
 
 fn value(args: &[String], names: &[&str], default: usize) -> Result<usize, String> {
@@ -40,15 +44,31 @@ fn run() -> Result<(), String> {
     let prompt_tokens = value(&args, &["-p", "--prompt-tokens"], 512)?;
     let generation_tokens = value(&args, &["-g", "--generation-tokens"], 128)?;
     let trials = value(&args, &["-n", "--num-trials"], 3)?;
+    let group = nuvec_distributed::init(false).map_err(|e| e.to_string())?;
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    let parallel = Parallel {
+        tensor: flag("--tensor").then_some(group),
+        pipeline: flag("--pipeline").then_some(group),
+        split: None,
+    };
     let start = Instant::now();
-    let model = load_model(model_dir).map_err(|e| e.to_string())?;
+    let model = if group.size() > 1 {
+        load_parallel(model_dir, &parallel)
+            .map_err(|e| e.to_string())?
+            .0
+    } else {
+        load_model(model_dir).map_err(|e| e.to_string())?
+    };
     let load_seconds = start.elapsed().as_secs_f64();
+    let leader = group.rank() == 0;
     random::seed(0);
     let vocabulary = model.vocab_size() as i64;
     let prompt = random::randint(0, vocabulary, &[prompt_tokens as i32], DType::U32, None)
         .to_vec::<u32>()
         .map_err(|e| e.to_string())?;
-    println!("load_s={load_seconds:.3}");
+    if leader {
+        println!("load_s={load_seconds:.3}");
+    }
     // Trial -1 is the warm-up.
     for trial in -1..trials as i64 {
         let options = GenerateOptions {
@@ -70,7 +90,7 @@ fn run() -> Result<(), String> {
             count += 1;
         }
         let generation_seconds = tic.elapsed().as_secs_f64();
-        if trial < 0 {
+        if trial < 0 || !leader {
             continue;
         }
         println!(
@@ -80,5 +100,10 @@ fn run() -> Result<(), String> {
             nuvec_lm::memory::peak_bytes() as f64 / 1e9
         );
     }
+    println!(
+        "rank={} peak_gb={:.3}",
+        group.rank(),
+        nuvec_lm::memory::peak_bytes() as f64 / 1e9
+    );
     Ok(())
 }

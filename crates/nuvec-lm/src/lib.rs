@@ -113,3 +113,8 @@ pub fn load(dir: impl AsRef<Path>) -> Result<(Model, Tokenizer)> {
     let tokenizer = Tokenizer::from_dir(dir, model.config())?;
     Ok((model, tokenizer))
 }
+
+/// The Rust examples of docs/lm.md, compiled as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/lm.md")]
+pub struct LmGuide;

@@ -1,4 +1,5 @@
-//! 4-bit packed weights times bfloat16 activations with AVX-512's bfloat16 dot products.
+//! 4-bit packed weights, or bfloat16 weights, times bfloat16 activations with AVX-512's
+//! bfloat16 dot products.
 //!
 //! A bfloat16 activation times a 4-bit level (0–15, exact in bfloat16) is exact in f32, and
 //! `vdpbf16ps` adds such products into f32 lanes: the same sums as widening both sides to
@@ -163,4 +164,94 @@ fn tile<const XR: usize, const WR: usize>(
 #[inline(always)]
 fn bf16_to_f32(bits: u16) -> f32 {
     f32::from_bits(u32::from(bits) << 16)
+}
+
+/// `out[r·m + i] = Σ_k w[first_row + r][k] · x[i][k]` for the weight rows of a part (`out` is
+/// `[rows, m]`), all of `w` and `x` bfloat16 bits with rows of `k`: two bfloat16 values make
+/// an exact f32 product, so these are the sums of the widened values, 32 products per
+/// instruction.
+///
+/// # Panics
+/// If [`available`] is false or the slices are shorter than the shape says.
+pub(super) fn rows_bf16(
+    w: &[u16],
+    x: &[u16],
+    (m, k): (usize, usize),
+    first_row: usize,
+    out: &mut [f32],
+) {
+    assert!(
+        available(),
+        "bf16_dot::rows_bf16: the CPU lacks AVX-512 BF16"
+    );
+    let rows = out.len() / m.max(1);
+    assert!(
+        w.len() >= (first_row + rows) * k && x.len() >= m * k,
+        "bf16_dot::rows_bf16: operands shorter than their shape"
+    );
+    // SAFETY: the CPU has the features `dense_avx512` is compiled for (checked just above)
+    // and the slices hold what the shape says (asserted above), which is all it reads.
+    unsafe { dense_avx512(w, x, (m, k), first_row, out) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+fn dense_avx512(w: &[u16], x: &[u16], (m, k): (usize, usize), first_row: usize, out: &mut [f32]) {
+    let rows = out.len() / m.max(1);
+    let whole = rows - rows % 4;
+    for row in (0..whole).step_by(4) {
+        for i in 0..m {
+            let y = dense_tile::<4>(w, x, k, first_row + row, i);
+            for (r, value) in y.iter().enumerate() {
+                out[(row + r) * m + i] = *value;
+            }
+        }
+    }
+    for row in whole..rows {
+        for i in 0..m {
+            out[row * m + i] = dense_tile::<1>(w, x, k, first_row + row, i)[0];
+        }
+    }
+}
+
+/// The dot products of weight rows `w_row..w_row + WR` with row `i` of `x`.
+#[inline(always)]
+fn dense_tile<const WR: usize>(
+    w: &[u16],
+    x: &[u16],
+    k: usize,
+    w_row: usize,
+    i: usize,
+) -> [f32; WR] {
+    const VALUES: usize = 32;
+    let body = k - k % VALUES;
+    // Rows lie end to end: reading a few KiB ahead keeps lines in flight.
+    let ahead = 4096 / size_of::<u16>();
+    let x_row = &x[i * k..(i + 1) * k];
+    // SAFETY: this runs inside `dense_avx512`, compiled for AVX-512 F, BW and BF16; every
+    // load reads 32 values at `c < body <= k` of a row `rows_bf16` checked lies in `w` or `x`;
+    // the prefetch is a hint that never faults.
+    let sums: [__m512; WR] = unsafe {
+        let mut sums = [_mm512_setzero_ps(); WR];
+        for c in (0..body).step_by(VALUES) {
+            let xs =
+                transmute::<__m512i, __m512bh>(_mm512_loadu_si512(x_row.as_ptr().add(c).cast()));
+            for (r, sum) in sums.iter_mut().enumerate() {
+                let at = w.as_ptr().add((w_row + r) * k + c);
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(ahead).cast());
+                let ws = transmute::<__m512i, __m512bh>(_mm512_loadu_si512(at.cast()));
+                *sum = _mm512_dpbf16_ps(*sum, ws, xs);
+            }
+        }
+        sums
+    };
+    from_fn(|r| {
+        let row = &w[(w_row + r) * k..(w_row + r + 1) * k];
+        let tail: f32 = row[body..]
+            .iter()
+            .zip(&x_row[body..])
+            .map(|(&a, &b)| bf16_to_f32(a) * bf16_to_f32(b))
+            .sum();
+        // SAFETY: as above; a reduction of a register.
+        unsafe { _mm512_reduce_add_ps(sums[r]) + tail }
+    })
 }
