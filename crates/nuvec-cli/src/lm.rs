@@ -121,8 +121,15 @@ fn load_for(
             ..Parallel::default()
         }
     } else {
+        // The vocabulary too, when it divides: fewer bytes per token on each rank.
+        let config = std::fs::read_to_string(dir.join("config.json")).unwrap_or_default();
+        let vocabulary = serde_json::from_str::<serde_json::Value>(&config)
+            .ok()
+            .and_then(|c| c["vocab_size"].as_u64())
+            .is_some_and(|v| v % group.size() as u64 == 0);
         Parallel {
             tensor: Some(*group),
+            vocabulary,
             ..Parallel::default()
         }
     };

@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Started as the ranks of a group (`nuvec launch -n 2 -- bench_lm ...`), `--tensor` splits
-//! the model tensor-parallel and `--pipeline` into stages; rank 0 prints the trials and
+//! the model tensor-parallel (`--vocabulary`: the embeddings and output projection too) and
+//! `--pipeline` into stages; rank 0 prints the trials and
 //! every rank its peak memory (`rank=R peak_gb=G`).
 
 use nuvec_core::{random, DType};
@@ -50,6 +51,7 @@ fn run() -> Result<(), String> {
         tensor: flag("--tensor").then_some(group),
         pipeline: flag("--pipeline").then_some(group),
         split: None,
+        vocabulary: flag("--vocabulary"),
     };
     let start = Instant::now();
     let model = if group.size() > 1 {

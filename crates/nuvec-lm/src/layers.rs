@@ -4,7 +4,7 @@
 
 use crate::weights::Weights;
 use crate::{Error, Result};
-use nuvec_core::distributed::{all_sum, Group};
+use nuvec_core::distributed::{all_gather, all_sum, Group};
 use nuvec_core::{ops, Array, DType};
 
 /// MLX's quantization of one layer: `bits` per value, groups of `group_size` along the input.
@@ -341,11 +341,14 @@ impl Linear {
 }
 
 /// An embedding table `[vocabulary, dims]`, which can also serve as the output projection
-/// (tied embeddings).
+/// (tied embeddings); in a tensor-parallel group, optionally each rank's contiguous share of
+/// the vocabulary.
 #[derive(Debug, Clone)]
 pub struct Embedding {
-    /// The table.
+    /// The table (this rank's rows when split).
     pub table: Matrix,
+    /// The group the vocabulary is split over, and this rank's first row.
+    pub split: Option<(Group, i32)>,
 }
 
 impl Embedding {
@@ -356,20 +359,67 @@ impl Embedding {
         vocabulary: i32,
         dims: i32,
     ) -> Result<Embedding> {
-        Ok(Embedding {
-            table: Matrix::take(weights, name, vocabulary, dims)?,
-        })
+        Embedding::take_split(weights, name, vocabulary, dims, None)
     }
 
-    /// The rows of `tokens`.
+    /// [`take`](Embedding::take) of this rank's share of the vocabulary when `group` is
+    /// given: only those rows are read.
+    pub fn take_split(
+        weights: &mut Weights,
+        name: &str,
+        vocabulary: i32,
+        dims: i32,
+        group: Option<Group>,
+    ) -> Result<Embedding> {
+        let part = group.map_or(Part::WHOLE, |g| Sharding::Outputs(g).part());
+        let table = Matrix::take_part(weights, name, vocabulary, dims, part)?;
+        let split = group.map(|g| (g, vocabulary / g.size() as i32 * g.rank() as i32));
+        Ok(Embedding { table, split })
+    }
+
+    /// The rows of `tokens`. Split, each rank looks up the tokens in its rows (zeros for the
+    /// others) and one `all_sum` assembles them.
     pub fn forward(&self, tokens: &Array) -> Array {
-        self.table.rows(tokens)
+        let Some((group, first)) = &self.split else {
+            return self.table.rows(tokens);
+        };
+        let rows = self.rows();
+        let local = tokens - *first;
+        let mine = ops::logical_and(&ops::greater_equal(&local, 0), &ops::less(&local, rows));
+        let picked = self.table.rows(&ops::where_(&mine, &local, 0));
+        let kept = &picked * ops::expand_dims(&mine, &[-1]).astype(picked.dtype());
+        all_sum(&kept, Some(group))
     }
 
-    /// `x · tableᵀ`: scores over the vocabulary.
+    /// `x · tableᵀ`: scores over the vocabulary. Split, each rank scores its rows and one
+    /// `all_gather` puts the scores together.
     pub fn as_linear(&self, x: &Array) -> Array {
-        self.table.matmul_transposed(x)
+        let scores = self.table.matmul_transposed(x);
+        match &self.split {
+            Some((group, _)) => gather_last_axis(&scores, group),
+            None => scores,
+        }
     }
+
+    /// Rows of the table this rank holds.
+    fn rows(&self) -> i32 {
+        match &self.table {
+            Matrix::Full(w) => w.shape()[0],
+            Matrix::Quantized(p) => p.weight.shape()[0],
+        }
+    }
+}
+
+/// Every rank's `x` `[..., n]` side by side along the last axis, `[..., n · ranks]`, in rank
+/// order (`all_gather` joins along the first axis).
+pub fn gather_last_axis(x: &Array, group: &Group) -> Array {
+    let shape = x.shape().to_vec();
+    let n = shape[shape.len() - 1];
+    let columns = ops::transpose(&ops::reshape(x, &[-1, n]), None);
+    let gathered = ops::transpose(&all_gather(&columns, Some(group)), None);
+    let mut whole = shape;
+    *whole.last_mut().expect("scores have an axis") = n * group.size() as i32;
+    ops::reshape(&gathered, &whole)
 }
 
 /// RMS normalisation with a learned weight, as `nn.RMSNorm` (`mx.fast.rms_norm`).

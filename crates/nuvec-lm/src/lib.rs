@@ -85,6 +85,7 @@ pub fn sharded_load(
             tensor: tensor.copied(),
             pipeline: pipeline.copied(),
             split: None,
+            vocabulary: false,
         },
     };
     load_parallel(dir, &parallel)

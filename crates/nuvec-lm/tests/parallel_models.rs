@@ -1,7 +1,8 @@
 //! nuvec-lm split over ranks. Tensor parallel, on 1, 2 and 4 ranks: each rank's share of a
 //! model (read from the files part by part) gives the logits of the whole model in one
 //! process, and the same greedy completion; shapes that do not split are errors naming the
-//! tensor or layer. Pipeline parallel, on 2 ranks: the same for stages of layers.
+//! tensor or layer; with the vocabulary split too, the same. Pipeline parallel, on 2 ranks:
+//! the same for stages of layers.
 //!
 //! The 2-rank case runs every golden fixture (mlx-lm's tiny models) that splits in two; the
 //! 4-rank case, and mixture-of-experts 4-bit, run models with more heads made here (the
@@ -44,13 +45,17 @@ fn greedy(model: &Model, prompt: &[u32], tokens: usize) -> Vec<u32> {
         .collect()
 }
 
-/// The sharded model's logits and greedy completion against the whole model's.
+/// The sharded model's logits and greedy completion against the whole model's, with the
+/// embeddings and output projection whole (mlx-lm's layout) and split by vocabulary.
 fn sharded_equals_whole(dir: &Path, group: Group, tolerance: f32) {
-    let parallel = Parallel {
-        tensor: Some(group),
-        ..Parallel::default()
-    };
-    split_equals_whole(dir, &parallel, group, tolerance);
+    for vocabulary in [false, true] {
+        let parallel = Parallel {
+            tensor: Some(group),
+            vocabulary,
+            ..Parallel::default()
+        };
+        split_equals_whole(dir, &parallel, group, tolerance);
+    }
 }
 
 /// The model split as `parallel` says against the whole model.

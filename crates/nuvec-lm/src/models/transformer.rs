@@ -6,7 +6,7 @@
 
 use super::experts::Experts;
 use crate::cache::KvCache;
-use crate::layers::{Embedding, Linear, RmsNorm, Sharding};
+use crate::layers::{gather_last_axis, Embedding, Linear, RmsNorm, Sharding};
 use crate::weights::Weights;
 use crate::{Error, Result};
 use nuvec_core::distributed::{all_gather, recv_like, send, Group};
@@ -105,6 +105,10 @@ pub struct Parallel {
     /// Layers per pipeline rank (rank 0 first), summing to the model's layers; `None`
     /// splits them evenly, the low ranks taking one more when they do not divide.
     pub split: Option<Vec<usize>>,
+    /// With `tensor`, split the embeddings and the output projection by vocabulary too
+    /// (one more `all_sum` after the lookup, an `all_gather` of the scores): less memory and
+    /// fewer bytes read per token on each rank. mlx-lm keeps them whole; so does `false`.
+    pub vocabulary: bool,
 }
 
 /// The layers `start..end` this rank runs as a stage of a pipeline over `group`.
@@ -356,7 +360,8 @@ impl Transformer {
                 ));
             }
         }
-        let embed = Embedding::take(weights, "model.embed_tokens", v, d)?;
+        let by_vocabulary = group.filter(|_| parallel.vocabulary);
+        let embed = Embedding::take_split(weights, "model.embed_tokens", v, d, by_vocabulary)?;
         let mut layers = Vec::with_capacity(own.len());
         for i in own {
             let prefix = format!("model.layers.{i}");
@@ -398,7 +403,10 @@ impl Transformer {
         let head = if spec.tied_embeddings {
             None
         } else {
-            Some(Linear::take(weights, "lm_head", d, v, false)?)
+            let sharding = by_vocabulary.map_or(Sharding::Whole, Sharding::Outputs);
+            Some(Linear::take_sharded(
+                weights, "lm_head", d, v, false, sharding,
+            )?)
         };
         Ok(Transformer {
             embed,
@@ -511,9 +519,10 @@ impl Transformer {
             h = ops::slice(&gathered, &vec![0; stop.len()], &stop, &vec![1; stop.len()]);
         }
         let h = self.norm.forward(&h);
-        Ok(match &self.head {
-            Some(head) => head.forward(&h),
-            None => self.embed.as_linear(&h),
+        Ok(match (&self.head, &self.embed.split) {
+            (Some(head), Some((group, _))) => gather_last_axis(&head.forward(&h), group),
+            (Some(head), None) => head.forward(&h),
+            (None, _) => self.embed.as_linear(&h),
         })
     }
 }
