@@ -9,6 +9,9 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
+/// Cores the ranks are pinned to, in turn.
+const CORES: usize = 2;
+
 /// One run's figures: rank 0's speeds and every rank's peak memory.
 #[derive(Debug, Default)]
 struct Run {
@@ -29,7 +32,7 @@ fn field(line: &str, key: &str) -> Option<f64> {
 
 /// `command` (run by every rank, pinned to core `MLX_RANK`) on `ranks` ranks.
 fn launched(nuvec: &Path, ranks: usize, command: &str, what: &str) -> Result<String, String> {
-    let pinned = format!("exec taskset -c \"$MLX_RANK\" {command}");
+    let pinned = format!("exec taskset -c $((MLX_RANK % {CORES})) {command}");
     let mut launch = Command::new(nuvec);
     launch.args([
         "launch",
@@ -96,16 +99,17 @@ fn tensor_bytes(model: &Path) -> Result<Vec<(String, u64)>, String> {
     Ok(sizes)
 }
 
-/// The weights one rank holds, in GB: the replicated tensors (embeddings, norms) and its
-/// share of the rest (a `ranks`-th of every layer's, or of the layers, for a pipeline).
-fn share_gb(sizes: &[(String, u64)], ranks: usize) -> f64 {
-    let layered: u64 = sizes
-        .iter()
-        .filter(|(n, _)| n.starts_with("model.layers.") && !n.contains("layernorm"))
-        .map(|(_, b)| b)
-        .sum();
+/// The weights one rank holds, in GB: the replicated tensors (norms, and the embeddings
+/// unless `vocabulary`) and its share of the rest (a `ranks`-th of every layer's, or of the
+/// layers, for a pipeline).
+fn share_gb(sizes: &[(String, u64)], ranks: usize, vocabulary: bool) -> f64 {
+    let split = |n: &str| {
+        (n.starts_with("model.layers.") && !n.contains("layernorm"))
+            || (vocabulary && (n.starts_with("model.embed_tokens") || n.starts_with("lm_head")))
+    };
+    let shared: u64 = sizes.iter().filter(|(n, _)| split(n)).map(|(_, b)| b).sum();
     let total: u64 = sizes.iter().map(|(_, b)| b).sum();
-    ((total - layered) as f64 + layered as f64 / ranks as f64) / 1e9
+    ((total - shared) as f64 + shared as f64 / ranks as f64) / 1e9
 }
 
 pub(crate) fn run_parallel(models: &Path, prompt: usize, generate: usize) -> Result<(), String> {
@@ -127,11 +131,12 @@ pub(crate) fn run_parallel(models: &Path, prompt: usize, generate: usize) -> Res
     );
     println!("|---|---|---|---|---|---|---|---|");
     let report = |label: &str, side: &str, ranks: usize, run: &Run| {
-        let weights = share_gb(&sizes, ranks);
+        let weights = share_gb(&sizes, ranks, label.contains("vocabulary"));
         let worst = run.peaks_gb.iter().copied().fold(0.0, f64::max);
         let peaks: Vec<String> = run.peaks_gb.iter().map(|p| format!("{p:.3}")).collect();
         println!(
-            "| {label} | {side} | {ranks} × 1 | {:.1} | {:.2} | {} | {weights:.3} | {:.2} |",
+            "| {label} | {side} | {ranks} × {} | {:.1} | {:.2} | {} | {weights:.3} | {:.2} |",
+            ranks.min(CORES),
             run.prompt_tps,
             run.generation_tps,
             peaks.join(", "),
@@ -145,13 +150,30 @@ pub(crate) fn run_parallel(models: &Path, prompt: usize, generate: usize) -> Res
         "bench_lm on 1 rank",
     )?);
     report("alone", "nuvec-lm", 1, &one);
-    let tensor = ours(&launched(
+    let whole_vocabulary = ours(&launched(
         &nuvec,
         2,
         &ours_command("--tensor"),
         "bench_lm --tensor",
     )?);
-    report("tensor parallel", "nuvec-lm", 2, &tensor);
+    report(
+        "tensor parallel (mlx-lm's layout)",
+        "nuvec-lm",
+        2,
+        &whole_vocabulary,
+    );
+    let tensor = ours(&launched(
+        &nuvec,
+        2,
+        &ours_command("--tensor --vocabulary"),
+        "bench_lm --tensor --vocabulary",
+    )?);
+    report(
+        "tensor parallel, vocabulary split too",
+        "nuvec-lm",
+        2,
+        &tensor,
+    );
     let pipeline = ours(&launched(
         &nuvec,
         2,
@@ -166,7 +188,7 @@ pub(crate) fn run_parallel(models: &Path, prompt: usize, generate: usize) -> Res
         &ours_command("--pipeline"),
         "bench_lm on 4 stages",
     )?);
-    report("pipeline (4 ranks on 2 cores)", "nuvec-lm", 4, &four);
+    report("pipeline, 4 ranks on 2 cores", "nuvec-lm", 4, &four);
     let script = |flags: &str| {
         format!(
             "{} -c \"import resource, runpy, sys; sys.argv = ['mlx_lm.benchmark', '--model', '{m}', '-p', '{prompt}', '-g', '{generate}', '-n', '1'{flags}]; runpy.run_module('mlx_lm.benchmark', run_name='__main__'); print('peak_rss_gb=%.3f' % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9))\"",
@@ -190,7 +212,12 @@ pub(crate) fn run_parallel(models: &Path, prompt: usize, generate: usize) -> Res
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     println!();
     println!(
-        "tensor parallel on 2 ranks: generation {:.2}× one rank, {:.2}× mlx-lm's; prompt {:.2}× one rank, {:.2}× mlx-lm's",
+        "tensor parallel on 2 ranks, mlx-lm's layout: generation {:.2}× one rank, {:.2}× mlx-lm's",
+        ratio(whole_vocabulary.generation_tps, one.generation_tps),
+        ratio(whole_vocabulary.generation_tps, their_tensor.generation_tps),
+    );
+    println!(
+        "tensor parallel on 2 ranks, vocabulary split too: generation {:.2}× one rank, {:.2}× mlx-lm's; prompt {:.2}× one rank, {:.2}× mlx-lm's",
         ratio(tensor.generation_tps, one.generation_tps),
         ratio(tensor.generation_tps, their_tensor.generation_tps),
         ratio(tensor.prompt_tps, one.prompt_tps),
@@ -217,7 +244,8 @@ mod tests {
             ("model.layers.0.input_layernorm.weight".to_string(), 2),
             ("model.norm.weight".to_string(), 2),
         ];
-        assert_eq!(share_gb(&sizes, 2) * 1e9, 124.0);
-        assert_eq!(share_gb(&sizes, 1) * 1e9, 144.0);
+        assert_eq!(share_gb(&sizes, 2, false) * 1e9, 124.0);
+        assert_eq!(share_gb(&sizes, 1, false) * 1e9, 144.0);
+        assert_eq!(share_gb(&sizes, 2, true) * 1e9, 74.0);
     }
 }

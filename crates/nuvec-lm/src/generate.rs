@@ -170,7 +170,15 @@ impl<'m> TokenGenerator<'m> {
     /// Runs all but the last prompt token through the model, a chunk at a time.
     fn prefill(&mut self, prompt: &[u32]) -> Result<()> {
         let (head, last) = prompt.split_at(prompt.len() - 1);
-        for chunk in head.chunks(self.options.prefill_step_size) {
+        // In a pipeline, a stage starts the next chunk once it has sent this one on: enough
+        // chunks (four per stage) keep every stage busy.
+        let stages = self.model.stage().map_or(1, |stage| stage.stages());
+        let step = match stages {
+            1 => self.options.prefill_step_size,
+            _ => (self.options.prefill_step_size)
+                .min(head.len().div_ceil(4 * stages).max(MIN_PIPELINED_CHUNK)),
+        };
+        for chunk in head.chunks(step) {
             // Only the cache is evaluated: the chunk's logits are never computed.
             let _logits = self.model.forward(&token_row(chunk), &mut self.cache)?;
             let state: Vec<Array> = self.cache.iter().flat_map(KvCache::state).collect();
@@ -217,6 +225,9 @@ impl<'m> TokenGenerator<'m> {
         Ok((token, logprobs))
     }
 }
+
+/// The fewest prompt tokens per chunk when a pipeline's chunks are made smaller.
+const MIN_PIPELINED_CHUNK: usize = 32;
 
 /// Tokens `[1, L]` (int32).
 fn token_row(tokens: &[u32]) -> Array {

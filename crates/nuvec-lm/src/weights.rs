@@ -59,11 +59,10 @@ impl<T: Element> Mapped<T> {
                 continue;
             }
             let filled = values.len();
-            // SAFETY: `values` has room for `len` elements and `filled + bytes / width` of
-            // them at most are written; `from` holds `bytes` bytes (safetensors checked the
-            // tensor's extent) and does not overlap `values`; every bit pattern is a valid
-            // value of the numeric types copied here (bool takes the path above), and the
-            // file's little-endian bytes are this machine's order.
+            // SAFETY: `values` has room for `len ≥ filled + bytes / width` elements; `from`
+            // holds `bytes` bytes (checked by safetensors) apart from `values`; any bits are a
+            // valid value of the numeric types copied here (bool took the path above), and
+            // the file's little-endian order is this machine's.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     from.as_ptr(),

@@ -122,6 +122,11 @@ pub struct Stage {
 }
 
 impl Stage {
+    /// Stages in the pipeline (ranks of its group).
+    pub fn stages(&self) -> usize {
+        self.group.size()
+    }
+
     /// This rank's stage of `layers` layers split over `group` as mlx-lm's `pipeline`
     /// splits them: rank `r` runs the layers after those of ranks `r + 1 …`, so the last
     /// rank runs the first layers and rank 0 the last.
