@@ -2,12 +2,17 @@
 //! mlx-lm's own split (`sharded_load` in `mlx_lm.benchmark`), on the bfloat16 model of
 //! Qwen2.5-0.5B's shape, each rank pinned to its own core (`taskset -c RANK`), every side
 //! started by `nuvec launch` (which writes mlx.launch's environment). Reports tokens per
-//! second and each rank's peak resident memory against its share of the weights.
+//! second (nuvec-lm's the median of three trials) and each rank's peak resident memory
+//! against its share of the weights.
 
 use crate::{stdout_of, workspace_root};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
+
+/// nuvec-lm's trials per run (after a warm-up), of which the medians are reported; mlx-lm's
+/// side runs one (each takes minutes).
+const TRIALS: usize = 3;
 
 /// Cores the ranks are pinned to, in turn.
 const CORES: usize = 2;
@@ -48,15 +53,25 @@ fn launched(nuvec: &Path, ranks: usize, command: &str, what: &str) -> Result<Str
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
+/// The median of `values` (0 when empty).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Rank 0's trials (their medians) and every rank's peak memory.
 fn ours(text: &str) -> Run {
+    let (mut prompt, mut generation) = (Vec::new(), Vec::new());
     let mut run = Run::default();
     for line in text.lines() {
         if let (Some(p), Some(g)) = (field(line, "prompt_tps"), field(line, "generation_tps")) {
-            (run.prompt_tps, run.generation_tps) = (p, g);
+            prompt.push(p);
+            generation.push(g);
         } else if let (Some(_), Some(peak)) = (field(line, "rank"), field(line, "peak_gb")) {
             run.peaks_gb.push(peak);
         }
     }
+    (run.prompt_tps, run.generation_tps) = (median(prompt), median(generation));
     run
 }
 
@@ -121,7 +136,7 @@ pub(crate) fn run_parallel(models: &Path, prompt: usize, generate: usize) -> Res
     let m = model.to_string_lossy();
     let ours_command = |flags: &str| {
         format!(
-            "{} --model {m} -p {prompt} -g {generate} -n 1 {flags}",
+            "{} --model {m} -p {prompt} -g {generate} -n {TRIALS} {flags}",
             bench.display()
         )
     };

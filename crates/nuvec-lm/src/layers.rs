@@ -385,7 +385,7 @@ impl Embedding {
         };
         let rows = self.rows();
         let local = tokens - *first;
-        let mine = ops::logical_and(&ops::greater_equal(&local, 0), &ops::less(&local, rows));
+        let mine = ops::logical_and(ops::greater_equal(&local, 0), ops::less(&local, rows));
         let picked = self.table.rows(&ops::where_(&mine, &local, 0));
         let kept = &picked * ops::expand_dims(&mine, &[-1]).astype(picked.dtype());
         all_sum(&kept, Some(group))

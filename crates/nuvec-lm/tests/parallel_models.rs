@@ -108,25 +108,32 @@ const SPLIT_IN_TWO: &[(&str, f32)] = &[
     ("qwen3_moe-f32", 1e-4),
 ];
 
+/// A seed of its own for a tensor named by its layer and projection.
+fn seed_of(layer: &str, proj: &str) -> u64 {
+    layer.len() as u64 * 131 + proj.bytes().map(u64::from).sum::<u64>()
+}
+
 fn normal(shape: &[i32], seed: u64, scale: f32) -> Array {
     random::normal(shape, DType::F32, Some(&random::key(seed))) * scale
 }
 
 /// A random model with 8 query and 4 key/value heads, written to a folder of its own (with
-/// a fixture's tokenizer): `llama` or `qwen3_moe`, in float32 or with every projection
-/// quantized to 4 bits in groups of 64.
+/// a fixture's tokenizer and config): `llama`, `qwen2` (biased query, key and value
+/// projections), `qwen3` (query and key norms) or `qwen3_moe`, in float32 or with every
+/// projection quantized to 4 bits in groups of 64.
 fn random_model(architecture: &str, quantized: bool) -> PathBuf {
-    let (source, moe) = match architecture {
-        "llama" => ("llama-f32", false),
-        _ => ("qwen3_moe-f32", true),
-    };
+    let source = format!("{architecture}-f32");
+    let moe = architecture == "qwen3_moe";
+    let qk_norm = architecture.starts_with("qwen3");
+    let qkv_bias = architecture == "qwen2";
+    let tied = architecture != "llama";
     let dir = std::env::temp_dir().join(format!(
         "nuvec-lm-tp-{}-{architecture}-{}",
         std::process::id(),
         if quantized { "q4" } else { "f32" }
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let fixture = fixture_dir(source);
+    let fixture = fixture_dir(&source);
     for file in ["tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(fixture.join(file), dir.join(file)).unwrap();
     }
@@ -163,7 +170,7 @@ fn random_model(architecture: &str, quantized: bool) -> PathBuf {
         }
     };
     add(&mut tensors, "model.embed_tokens".into(), &[vocab, d]);
-    if !moe {
+    if !tied {
         add(&mut tensors, "lm_head".into(), &[vocab, d]);
     }
     for i in 0..2 {
@@ -175,6 +182,16 @@ fn random_model(architecture: &str, quantized: bool) -> PathBuf {
             ("o_proj", [d, heads * hd]),
         ] {
             add(&mut tensors, format!("{p}.self_attn.{proj}"), &shape);
+            if qkv_bias && proj != "o_proj" {
+                let name = format!("{p}.self_attn.{proj}.bias");
+                tensors.insert(name, normal(&[shape[0]], seed_of(&p, proj), 0.1));
+            }
+        }
+        if qk_norm {
+            for norm in ["q_norm", "k_norm"] {
+                let name = format!("{p}.self_attn.{norm}.weight");
+                tensors.insert(name, ops::ones(&[hd], DType::F32));
+            }
         }
         if moe {
             for (proj, shape) in [
@@ -185,10 +202,6 @@ fn random_model(architecture: &str, quantized: bool) -> PathBuf {
                 add(&mut tensors, format!("{p}.mlp.switch_mlp.{proj}"), &shape);
             }
             add(&mut tensors, format!("{p}.mlp.gate"), &[4, d]);
-            for norm in ["q_norm", "k_norm"] {
-                let name = format!("{p}.self_attn.{norm}.weight");
-                tensors.insert(name, ops::ones(&[hd], DType::F32));
-            }
         } else {
             for (proj, shape) in [
                 ("gate_proj", [hidden, d]),
@@ -297,6 +310,10 @@ fn models_with_four_key_value_heads_split_over_4_ranks_and_two_heads_do_not() {
             for (architecture, quantized, tolerance) in [
                 ("llama", false, 1e-4),
                 ("llama", true, 1e-3),
+                ("qwen2", false, 1e-4),
+                ("qwen2", true, 1e-3),
+                ("qwen3", false, 1e-4),
+                ("qwen3", true, 1e-3),
                 ("qwen3_moe", false, 1e-4),
                 ("qwen3_moe", true, 1e-3),
             ] {
