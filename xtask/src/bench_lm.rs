@@ -21,7 +21,8 @@ struct Figures {
     load_s: f64,
 }
 
-fn field(line: &str, key: &str) -> Option<f64> {
+/// The number after `key=` in a line of `key=value` fields.
+pub(crate) fn field(line: &str, key: &str) -> Option<f64> {
     line.split([' ', ',']).find_map(|part| {
         part.trim()
             .strip_prefix(key)?

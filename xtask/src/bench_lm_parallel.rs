@@ -5,6 +5,7 @@
 //! second (nuvec-lm's the median of three trials) and each rank's peak resident memory
 //! against its share of the weights.
 
+use crate::bench_lm::field;
 use crate::{stdout_of, workspace_root};
 use serde_json::Value;
 use std::path::Path;
@@ -23,16 +24,6 @@ struct Run {
     prompt_tps: f64,
     generation_tps: f64,
     peaks_gb: Vec<f64>,
-}
-
-fn field(line: &str, key: &str) -> Option<f64> {
-    line.split([' ', ',']).find_map(|part| {
-        part.trim()
-            .strip_prefix(key)?
-            .strip_prefix('=')?
-            .parse()
-            .ok()
-    })
 }
 
 /// `command` (run by every rank, pinned to core `MLX_RANK`) on `ranks` ranks.
