@@ -238,6 +238,7 @@ fn every_fixture_that_splits_in_two_gives_the_whole_models_logits_on_2_ranks() {
             }
             let moe_q4 = random_model("qwen3_moe", true);
             sharded_equals_whole(&moe_q4, group, 1e-3);
+            std::fs::remove_dir_all(&moe_q4).ok();
             // 4-bit groups of 32 (64) input features cannot be halved in these.
             let error = load_error(&fixture_dir("qwen3_moe-q4"), group);
             assert!(
@@ -319,6 +320,7 @@ fn models_with_four_key_value_heads_split_over_4_ranks_and_two_heads_do_not() {
             ] {
                 let dir = random_model(architecture, quantized);
                 sharded_equals_whole(&dir, group, tolerance);
+                std::fs::remove_dir_all(&dir).ok();
             }
             let error = load_error(&fixture_dir("qwen2-f32"), group);
             assert!(
