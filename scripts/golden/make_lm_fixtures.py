@@ -305,48 +305,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = ROOT / "crates" / "nuvec-lm" / "tests" / "fixtures"
 BIN = Path(sys.executable).parent
 
-DTYPE_NAMES = {mx.float32: "float32", mx.uint32: "uint32", mx.int32: "int32",
-               mx.bool_: "bool"}
-
-# ----------------------------------------------------------------------------
-# Encoding helpers (as in make_nn_fixtures.py)
-
-
-def enc_float(v):
-    """A float32 value as the shortest decimal that reads back to it."""
-    v = np.float32(v)
-    if np.isnan(v):
-        return "nan"
-    if np.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    short = float(str(v))
-    if all(np.float32(d) == v and np.signbit(np.float32(d)) == np.signbit(v)
-           for d in (short, np.nextafter(short, np.inf),
-                     np.nextafter(short, -np.inf))):
-        return short
-    return float(v)
-
-
-def enc(a):
-    """Encode an mx.array as {"dtype", "shape", "data"}."""
-    assert isinstance(a, mx.array), type(a)
-    name = DTYPE_NAMES[a.dtype]
-    flat = np.array(a).reshape(-1).tolist()
-    if name == "float32":
-        flat = [enc_float(x) for x in flat]
-    elif name == "bool":
-        flat = [bool(x) for x in flat]
-    else:
-        flat = [int(x) for x in flat]
-    return {"dtype": name, "shape": list(a.shape), "data": flat}
-
-
-def f32(np_values):
-    return mx.array(np.asarray(np_values, dtype=np.float64).astype(np.float32))
-
-
-def normal(rs, shape, scale=1.0):
-    return np.round(rs.normal(size=shape) * scale, 3)
+from encoding import DTYPE_NAMES, enc, enc_float, f32, normal  # noqa: E402,F401
 
 
 def write_json(path, obj):

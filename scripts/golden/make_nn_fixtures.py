@@ -95,54 +95,7 @@ OUT_DIR = os.path.normpath(os.path.join(
     os.path.dirname(__file__), "..", "..", "crates", "nuvec-nn", "tests",
     "fixtures"))
 
-DTYPE_NAMES = {mx.float32: "float32", mx.uint32: "uint32", mx.uint64: "uint64",
-               mx.int32: "int32", mx.bool_: "bool"}
-
-
-# ----------------------------------------------------------------------------
-# Encoding helpers
-
-
-def enc_float(v):
-    """A float32 value as the shortest decimal that reads back to it.
-
-    The JSON number, parsed as a float64 and rounded to float32, gives v
-    exactly; this is checked, also for a float64 parse that is off by one
-    ulp (serde_json's default parser), falling back to v's exact decimal.
-    """
-    v = np.float32(v)
-    if np.isnan(v):
-        return "nan"
-    if np.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    short = float(str(v))
-    if all(np.float32(d) == v and np.signbit(np.float32(d)) == np.signbit(v)
-           for d in (short, np.nextafter(short, np.inf),
-                     np.nextafter(short, -np.inf))):
-        return short
-    return float(v)
-
-
-def enc(a):
-    """Encode an mx.array as {"dtype", "shape", "data"}."""
-    assert isinstance(a, mx.array), type(a)
-    name = DTYPE_NAMES[a.dtype]
-    flat = np.array(a).reshape(-1).tolist()
-    if name == "float32":
-        flat = [enc_float(x) for x in flat]
-    elif name == "bool":
-        flat = [bool(x) for x in flat]
-    else:
-        flat = [int(x) for x in flat]
-    return {"dtype": name, "shape": list(a.shape), "data": flat}
-
-
-def f32(np_values):
-    return mx.array(np.asarray(np_values, dtype=np.float64).astype(np.float32))
-
-
-def normal(rs, shape, scale=1.0):
-    return np.round(rs.normal(size=shape) * scale, 3)
+from encoding import DTYPE_NAMES, enc, enc_float, f32, normal  # noqa: E402,F401
 
 
 def write(filename, cases):
