@@ -7,9 +7,13 @@ use nuvec_core::Array;
 use std::io::Write;
 
 /// The group of this process's launch, or this process alone when it was not launched as
-/// a rank.
+/// a rank. Half of the ring's environment (a rank without a hostfile, or the reverse) is an
+/// error naming what is missing, not a run alone.
 pub(crate) fn join() -> Result<Group, String> {
-    nuvec_distributed::init(false).map_err(|e| e.to_string())
+    let ring = ["MLX_RANK", "MLX_HOSTFILE"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some());
+    nuvec_distributed::init(ring).map_err(|e| e.to_string())
 }
 
 /// Where this rank writes what a single process would print: standard output on rank 0,

@@ -84,8 +84,7 @@ pub fn sharded_load(
         (pipeline, tensor) => Parallel {
             tensor: tensor.copied(),
             pipeline: pipeline.copied(),
-            split: None,
-            vocabulary: false,
+            ..Parallel::default()
         },
     };
     load_parallel(dir, &parallel)
@@ -106,13 +105,7 @@ pub fn load_parallel(dir: impl AsRef<Path>, parallel: &Parallel) -> Result<(Mode
 
 /// Loads a model folder's model and tokenizer, as `mlx_lm.load`.
 pub fn load(dir: impl AsRef<Path>) -> Result<(Model, Tokenizer)> {
-    let dir = dir.as_ref();
-    if !dir.is_dir() {
-        return Err(Error::load(dir, "not a folder"));
-    }
-    let model = load_model(dir)?;
-    let tokenizer = Tokenizer::from_dir(dir, model.config())?;
-    Ok((model, tokenizer))
+    load_parallel(dir, &Parallel::default())
 }
 
 /// The Rust examples of docs/lm.md, compiled as doctests so that they stay true.
