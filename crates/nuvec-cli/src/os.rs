@@ -47,3 +47,30 @@ pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid(2) only returns this process's effective user id.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// The name of signal `number` ("SIGSEGV"), or `signal N` for one without a common name.
+pub(crate) fn signal_name(number: i32) -> String {
+    let names = [
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGTRAP, "SIGTRAP"),
+        (libc::SIGABRT, "SIGABRT"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGFPE, "SIGFPE"),
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGPIPE, "SIGPIPE"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGSYS, "SIGSYS"),
+    ];
+    names
+        .iter()
+        .find(|(n, _)| *n == number)
+        .map_or_else(|| format!("signal {number}"), |(_, name)| name.to_string())
+}

@@ -164,7 +164,7 @@ fn a_rank_started_through_ssh_joins_the_group_with_the_same_key() {
     let Some(server) = sshd_or_skip("group") else {
         return;
     };
-    let program = example("spec_first_example");
+    let program = example("hello_distributed");
     let output = launch_half_remote(&server, &[program.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(

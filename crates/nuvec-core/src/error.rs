@@ -1,11 +1,13 @@
 //! nuvec's error type. Ops never return it directly: an invalid op gives a failed array, and
-//! the error comes out of whatever evaluates or reads that array.
+//! the error comes out of whatever evaluates or reads that array. `Debug` prints the same
+//! readable text as `Display`, so a `main` returning `nuvec::Result` shows the message, not a
+//! struct.
 
 use std::fmt;
 use std::panic::Location;
 
 /// Everything that can go wrong in nuvec's core.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An op was given inputs it cannot accept (shapes, axes, dtypes, values).
@@ -62,6 +64,12 @@ pub enum Error {
         /// The system's message.
         reason: String,
     },
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 impl Error {

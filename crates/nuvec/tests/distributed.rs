@@ -535,8 +535,8 @@ fn init_with_forms_a_group_from_addresses_in_code() {
 }
 
 #[test]
-fn the_spec_first_example_runs_on_4_ranks() {
-    let example = nuvec_test_support::ranks::example("spec_first_example");
+fn the_hello_distributed_example_runs_on_4_ranks() {
+    let example = nuvec_test_support::ranks::example("hello_distributed");
     let ports = nuvec_test_support::ranks::free_ports(4);
     let hostfile = nuvec_test_support::ranks::write_hostfile(&ports);
     let children: Vec<_> = (0..4)
@@ -665,7 +665,7 @@ fn programs_started_by_mlx_launch_form_a_group() {
         eprintln!("skipped: mlx.launch not found (pip install \"mlx[cpu]==0.32.4\" into .venv-mlx, or set NUVEC_MLX_LAUNCH)");
         return;
     };
-    let example = nuvec_test_support::ranks::example("spec_first_example");
+    let example = nuvec_test_support::ranks::example("hello_distributed");
     for ranks in [2, 4] {
         let output = std::process::Command::new(&launcher)
             .args(["--backend", "ring", "-n", &ranks.to_string(), "--"])

@@ -155,3 +155,41 @@ fn failures_are_sticky_downstream_and_keep_the_first_cause() {
         .check()
         .is_err());
 }
+
+#[test]
+fn a_main_returning_an_error_prints_its_readable_text() {
+    // The spec's first example returns `nuvec::Result` from `main`; given a hostfile that does
+    // not exist, `init` fails and Rust prints the error with `Debug` ("Error: ...").
+    let example = nuvec_test_support::ranks::example("hello_distributed");
+    let missing = std::env::temp_dir().join("nuvec-no-such-hostfile.json");
+    let output = std::process::Command::new(example)
+        .env("MLX_RANK", "0")
+        .env("MLX_HOSTFILE", &missing)
+        .output()
+        .expect("running the example");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the example succeeded: {stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("Error: "))
+        .unwrap_or_else(|| {
+            panic!("no `Error: ` line in the example's stderr:\n{stderr}");
+        });
+    assert!(line.starts_with("Error: [init]"), "{line}");
+    assert!(line.contains("nuvec-no-such-hostfile.json"), "{line}");
+    for debug_form in ["Distributed {", "op:", "reason:", "Some("] {
+        assert!(
+            !line.contains(debug_form),
+            "Debug form {debug_form:?} in {line}"
+        );
+    }
+}
+
+#[test]
+fn errors_print_the_same_text_with_debug_and_display() {
+    let error = ops::add(array![1.0, 2.0], array![1.0, 2.0, 3.0])
+        .check()
+        .expect_err("shapes that do not broadcast");
+    assert_eq!(format!("{error:?}"), error.to_string());
+    assert!(error.to_string().starts_with("[add]"), "{error}");
+}

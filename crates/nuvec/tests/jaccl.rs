@@ -529,7 +529,7 @@ fn launch_example(name: &str) -> String {
 
 #[test]
 fn the_spec_example_and_the_demo_run_under_nuvec_launch_backend_jaccl() {
-    let out = launch_example("spec_first_example");
+    let out = launch_example("hello_distributed");
     for rank in 0..4 {
         assert!(out.contains(&format!("rank {rank} of 4")), "{out}");
     }
@@ -575,7 +575,7 @@ fn the_spec_example_runs_over_real_rdma_hardware_when_there_is_some() {
     };
     assert!(!usable.is_empty(), "NUVEC_JACCL_HOSTFILE is set but this machine has no active RDMA device with an IPv4 address: {devices:?}");
     let nuvec = nuvec_test_support::ranks::binary_of("nuvec-cli", "nuvec");
-    let example = nuvec_test_support::ranks::example("spec_first_example");
+    let example = nuvec_test_support::ranks::example("hello_distributed");
     let output = std::process::Command::new(nuvec)
         .args(["launch", "--backend", "jaccl", "--hostfile"])
         .arg(hostfile)

@@ -163,11 +163,11 @@ fn mpi_init_makes_the_world_the_default_group() {
 }
 
 #[test]
-fn the_spec_first_example_runs_under_mpirun_on_4_ranks() {
-    let Some(mpirun) = mpirun("the_spec_first_example_runs_under_mpirun_on_4_ranks") else {
+fn the_hello_distributed_example_runs_under_mpirun_on_4_ranks() {
+    let Some(mpirun) = mpirun("the_hello_distributed_runs_under_mpirun_on_4_ranks") else {
         return;
     };
-    let example = nuvec_test_support::ranks::example("spec_first_example");
+    let example = nuvec_test_support::ranks::example("hello_distributed");
     let output = std::process::Command::new(mpirun)
         .args(mpirun_args(4))
         .arg(&example)

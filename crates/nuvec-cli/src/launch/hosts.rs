@@ -30,8 +30,30 @@ pub(crate) struct LaunchHostfile {
     pub(crate) hosts: Vec<Host>,
 }
 
+/// The port written into `address` (`10.0.0.1:5000`, `[::1]:5000`, `mac2:5000`), if any. A
+/// bare IPv6 address (`fe80::1`) has none.
+fn written_port(address: &str) -> Option<&str> {
+    if address.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    let (host, port) = address.rsplit_once(':')?;
+    let bare_ipv6 = host.contains(':') && !host.starts_with('[');
+    (!bare_ipv6 && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())).then_some(port)
+}
+
+/// Refuses an address with a port: the launcher numbers the ports itself.
+fn refuse_port(address: &str, place: &str) -> Result<(), String> {
+    match written_port(address) {
+        Some(port) => Err(format!(
+            "{place} {address:?} has a port ({port}); give addresses without ports: the \
+             launcher numbers the ring's ports from --starting-port (-p), one per rank and IP"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// `--hosts a,b,c` with each host repeated `repeats` times; a host that is an IP address is
-/// also its ring address.
+/// also its ring address, and `localhost` listens on `127.0.0.1`.
 pub(crate) fn parse_host_list(list: &str, repeats: usize) -> Result<Vec<Host>, String> {
     if repeats == 0 {
         return Err("-n/--repeat-hosts must be at least 1".into());
@@ -42,8 +64,11 @@ pub(crate) fn parse_host_list(list: &str, repeats: usize) -> Result<Vec<Host>, S
         if name.is_empty() {
             return Err(format!("--hosts {list:?} has an empty host name"));
         }
+        refuse_port(name, "--hosts entry")?;
         let ips = if name.parse::<std::net::IpAddr>().is_ok() {
             vec![name.to_string()]
+        } else if name == "localhost" {
+            vec!["127.0.0.1".to_string()]
         } else {
             Vec::new()
         };
@@ -58,7 +83,20 @@ pub(crate) fn parse_host_list(list: &str, repeats: usize) -> Result<Vec<Host>, S
     Ok(hosts)
 }
 
+/// What `nuvec launch --hostfile` takes, and the ring's file it is often confused with.
+const TWO_FORMATS: &str = "--hostfile takes mlx.launch's hostfile, a list of hosts such as \
+     [{\"ssh\": \"mac1\", \"ips\": [\"10.0.0.1\"]}, {\"ssh\": \"mac2\", \"ips\": [\"10.0.0.2\"]}] \
+     (or {\"backend\": ..., \"envs\": [...], \"hosts\": [...]}); a list of address lists such as \
+     [[\"10.0.0.1:5000\"], [\"10.0.0.2:5000\"]] is the ring's own MLX_HOSTFILE, which the launcher \
+     writes for each rank: run the program with MLX_HOSTFILE and MLX_RANK set instead, or write the \
+     launcher's form";
+
 fn parse_host(index: usize, value: &Value) -> Result<Host, String> {
+    if value.is_array() {
+        return Err(format!(
+            "host {index} is a list, not an object: {TWO_FORMATS}"
+        ));
+    }
     let object = value
         .as_object()
         .ok_or_else(|| format!("host {index} must be an object with \"ssh\""))?;
@@ -72,9 +110,11 @@ fn parse_host(index: usize, value: &Value) -> Result<Host, String> {
         Some(Value::Array(ips)) => ips
             .iter()
             .map(|ip| {
-                ip.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| format!("host {index}: \"ips\" must hold strings"))
+                let ip = ip
+                    .as_str()
+                    .ok_or_else(|| format!("host {index}: \"ips\" must hold strings"))?;
+                refuse_port(ip, &format!("host {index}'s \"ips\" entry"))?;
+                Ok::<_, String>(ip.to_string())
             })
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(format!("host {index}: \"ips\" must be a list")),
@@ -145,6 +185,44 @@ mod tests {
         assert!(hosts[2].ips.is_empty());
         assert!(parse_host_list("a,,b", 1).unwrap_err().contains("empty"));
         assert!(parse_host_list("a", 0).is_err());
+    }
+
+    #[test]
+    fn localhost_listens_on_the_loopback_address() {
+        let hosts = parse_host_list("localhost", 2).unwrap();
+        assert!(hosts.iter().all(Host::is_local));
+        assert_eq!(hosts[1].ips, ["127.0.0.1"]);
+    }
+
+    #[test]
+    fn ports_in_hosts_and_hostfile_ips_are_refused_with_the_option_to_use() {
+        for list in [
+            "10.0.0.1:5000",
+            "mac2:22",
+            "[::1]:5000",
+            "a,127.0.0.1:32323",
+        ] {
+            let error = parse_host_list(list, 1).unwrap_err();
+            assert!(error.contains("--starting-port"), "{list}: {error}");
+        }
+        for list in ["fe80::1", "::1", "mac2", "10.0.0.1"] {
+            assert!(parse_host_list(list, 1).is_ok(), "{list}");
+        }
+        let file = r#"[{"ssh": "m1", "ips": ["10.0.0.1:5000"]}]"#;
+        let error = parse_launch_hostfile(file).unwrap_err();
+        assert!(
+            error.contains("host 0") && error.contains("--starting-port"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_ring_hostfile_is_refused_with_both_formats_explained() {
+        let ring = r#"[["127.0.0.1:5000"], ["127.0.0.1:5001"]]"#;
+        let error = parse_launch_hostfile(ring).unwrap_err();
+        for needle in ["MLX_HOSTFILE", "\"ssh\"", "MLX_RANK"] {
+            assert!(error.contains(needle), "{needle}: {error}");
+        }
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub(crate) struct Flavor {
     pub(crate) oversubscribed: bool,
     /// The launcher runs as root.
     pub(crate) root: bool,
+    /// Ask Open MPI to tag each output line with its rank (the launcher turns the tags into
+    /// its `[rank] ` prefixes).
+    pub(crate) tag_output: bool,
 }
 
 /// Open MPI's major version from `mpirun --version` output ("mpirun (Open MPI) 4.1.4").
@@ -88,6 +91,14 @@ fn flavor_args(flavor: Flavor, taken: &[String]) -> Vec<String> {
     let mut args = Vec::new();
     if flavor.root {
         args.push("--allow-run-as-root".to_string());
+    }
+    if flavor.tag_output {
+        // Open MPI 5 replaced `--tag-output` with `--output tag`.
+        if major >= 5 {
+            args.extend(["--output".to_string(), "tag".to_string()]);
+        } else {
+            args.push("--tag-output".to_string());
+        }
     }
     let mut mca = |name: &str, value: String| {
         if !taken.iter().any(|t| t == name) {
@@ -208,6 +219,7 @@ mod tests {
             local: true,
             oversubscribed: false,
             root: false,
+            tag_output: false,
         };
         assert_eq!(
             line_for(local(4)),
@@ -222,6 +234,7 @@ mod tests {
             local: false,
             oversubscribed: false,
             root: true,
+            tag_output: false,
         };
         assert_eq!(
             line_for(remote_root),
@@ -233,10 +246,30 @@ mod tests {
             local: true,
             oversubscribed: false,
             root: true,
+            tag_output: false,
         };
         assert_eq!(
             line_for(other),
             "mpirun --hostfile h -x NUVEC_DISTRIBUTED_KEY -- p"
+        );
+    }
+
+    #[test]
+    fn open_mpi_tags_output_lines_with_each_version_s_option() {
+        let tagged = |major| Flavor {
+            open_mpi: Some(major),
+            local: false,
+            oversubscribed: false,
+            root: false,
+            tag_output: true,
+        };
+        assert_eq!(
+            line_for(tagged(4)),
+            "mpirun --hostfile h --tag-output -x NUVEC_DISTRIBUTED_KEY -- p"
+        );
+        assert_eq!(
+            line_for(tagged(5)),
+            "mpirun --hostfile h --output tag -x NUVEC_DISTRIBUTED_KEY -- p"
         );
     }
 
@@ -247,6 +280,7 @@ mod tests {
             local: true,
             oversubscribed: true,
             root: false,
+            tag_output: false,
         };
         assert_eq!(
             line_for(crowded),
@@ -261,6 +295,7 @@ mod tests {
             local: true,
             oversubscribed: false,
             root: false,
+            tag_output: false,
         };
         let line = mpirun_command(
             Path::new("mpirun"),

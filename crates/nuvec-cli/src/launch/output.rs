@@ -14,6 +14,62 @@ pub(crate) enum Stream {
     Stderr,
 }
 
+/// How each forwarded line is labelled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Label {
+    /// As it is (`--no-prefix`).
+    Plain,
+    /// With this prefix (`[3] `).
+    Prefix(String),
+    /// mpirun's tagged output (`[1,3]<stdout>:text`, Open MPI 5 with a space after the
+    /// colon): the tag becomes `[3] `.
+    MpiTags { space: bool },
+}
+
+/// Splits Open MPI's tag off `line`: the rank and the text after the tag.
+fn mpi_tag(line: &[u8], space: bool) -> Option<(&[u8], &[u8])> {
+    let rest = line.strip_prefix(b"[")?;
+    let close = rest.iter().position(|&b| b == b']')?;
+    let (job_and_rank, rest) = (&rest[..close], &rest[close + 1..]);
+    let comma = job_and_rank.iter().position(|&b| b == b',')?;
+    let rank = &job_and_rank[comma + 1..];
+    if rank.is_empty() || !rank.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let text = rest
+        .strip_prefix(b"<stdout>:")
+        .or_else(|| rest.strip_prefix(b"<stderr>:"))?;
+    let text = if space {
+        text.strip_prefix(b" ").unwrap_or(text)
+    } else {
+        text
+    };
+    Some((rank, text))
+}
+
+/// `line` with its label.
+fn labelled(label: &Label, line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len() + 8);
+    match label {
+        Label::Plain => out.extend_from_slice(line),
+        Label::Prefix(prefix) => {
+            out.extend_from_slice(prefix.as_bytes());
+            out.extend_from_slice(line);
+        }
+        Label::MpiTags { space } => match mpi_tag(line, *space) {
+            Some((rank, text)) => {
+                out.push(b'[');
+                out.extend_from_slice(rank);
+                out.extend_from_slice(b"] ");
+                out.extend_from_slice(text);
+            }
+            // mpirun's own messages.
+            None => out.extend_from_slice(line),
+        },
+    }
+    out
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -23,7 +79,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) fn forward(
     source: impl Read + Send + 'static,
     stream: Stream,
-    prefix: Option<String>,
+    label: Label,
     pgid: Option<Arc<Mutex<Option<u32>>>>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
@@ -50,11 +106,7 @@ pub(crate) fn forward(
                 if !line.ends_with(b"\n") {
                     line.push(b'\n');
                 }
-                let mut out = Vec::with_capacity(line.len() + 8);
-                if let Some(prefix) = &prefix {
-                    out.extend_from_slice(prefix.as_bytes());
-                }
-                out.extend_from_slice(&line);
+                let out = labelled(&label, &line);
                 let _ = match stream {
                     Stream::Stdout => std::io::stdout().lock().write_all(&out),
                     Stream::Stderr => std::io::stderr().lock().write_all(&out),
@@ -89,4 +141,26 @@ pub(crate) fn broadcast_stdin(inputs: Inputs) -> std::io::Result<JoinHandle<()>>
             }
             lock(&inputs).iter_mut().for_each(|slot| *slot = None);
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_mpi_tags_become_rank_prefixes_and_other_lines_pass() {
+        let four = Label::MpiTags { space: false };
+        assert_eq!(
+            labelled(&four, b"[1,3]<stdout>:hi there\n"),
+            b"[3] hi there\n"
+        );
+        assert_eq!(labelled(&four, b"[1,0]<stderr>: x\n"), b"[0]  x\n");
+        let five = Label::MpiTags { space: true };
+        assert_eq!(labelled(&five, b"[1,12]<stdout>: hi\n"), b"[12] hi\n");
+        for untagged in [&b"mpirun noticed\n"[..], b"[1,x]<stdout>:a\n", b"[a]b\n"] {
+            assert_eq!(labelled(&five, untagged), untagged);
+        }
+        assert_eq!(labelled(&Label::Prefix("[2] ".into()), b"a\n"), b"[2] a\n");
+        assert_eq!(labelled(&Label::Plain, b"a\n"), b"a\n");
+    }
 }

@@ -20,12 +20,29 @@ impl LaunchBackend {
             "jaccl" => LaunchBackend::Jaccl,
             "jaccl-ring" => LaunchBackend::JacclRing,
             "mpi" => LaunchBackend::Mpi,
+            "nccl" => {
+                return Err(
+                    "mlx.launch's nccl backend is not one nuvec launches yet; use ring, \
+                            jaccl, jaccl-ring or mpi"
+                        .into(),
+                )
+            }
             other => {
                 return Err(format!(
                     "unknown backend {other:?} (ring, jaccl, jaccl-ring or mpi)"
                 ))
             }
         })
+    }
+
+    /// mlx.launch's name of the backend.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LaunchBackend::Ring => "ring",
+            LaunchBackend::Jaccl => "jaccl",
+            LaunchBackend::JacclRing => "jaccl-ring",
+            LaunchBackend::Mpi => "mpi",
+        }
     }
 }
 

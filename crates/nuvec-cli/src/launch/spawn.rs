@@ -21,7 +21,12 @@ pub(crate) struct Context {
     pub(crate) files: PathBuf,
     /// The ssh command and its options, e.g. `["ssh"]` or `["ssh", "-F", "config"]`.
     pub(crate) ssh: Vec<String>,
+    /// Print each rank's command before starting it (`--verbose`).
+    pub(crate) verbose: bool,
 }
+
+/// ssh's options for a rank: never ask for a password, give up connecting after 10 s.
+pub(crate) const SSH_OPTIONS: [&str; 4] = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"];
 
 /// Quotes `text` for a POSIX shell.
 pub(crate) fn shell_quote(text: &str) -> String {
@@ -72,10 +77,40 @@ fn write_files(plan: &RankPlan, dir: &Path) -> Result<Vec<(String, PathBuf)>, St
         .collect()
 }
 
+/// What `--verbose` shows of rank `plan.rank`'s start: its environment (never the key) and
+/// command, and for a remote rank the ssh command that runs them through the wrapper.
+pub(crate) fn describe(plan: &RankPlan, context: &Context) -> String {
+    let mut words: Vec<String> = plan
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={}", shell_quote(v)))
+        .collect();
+    words.extend(plan.files.iter().map(|(k, _)| format!("{k}=<file>")));
+    words.extend(context.command.iter().map(|a| shell_quote(a)));
+    let cwd = context.cwd.display();
+    if plan.host.is_local() {
+        format!("rank {} (local, in {cwd}): {}", plan.rank, words.join(" "))
+    } else {
+        let mut ssh = context.ssh.clone();
+        ssh.extend(SSH_OPTIONS.iter().map(|o| o.to_string()));
+        ssh.push(plan.host.ssh.clone());
+        format!(
+            "rank {} on {}: {} bash -c <wrapper: key on stdin, cd {cwd}, then> {}",
+            plan.rank,
+            plan.host.ssh,
+            ssh.join(" "),
+            words.join(" ")
+        )
+    }
+}
+
 /// Starts rank `plan.rank` with piped stdin, stdout and stderr.
 pub(crate) fn start(plan: &RankPlan, context: &Context) -> Result<Child, String> {
     use std::os::unix::process::CommandExt;
     let rank = plan.rank;
+    if context.verbose {
+        eprintln!("[nuvec launch] {}", describe(plan, context));
+    }
     let mut command = if plan.host.is_local() {
         let mut command = Command::new(&context.command[0]);
         command
@@ -89,13 +124,8 @@ pub(crate) fn start(plan: &RankPlan, context: &Context) -> Result<Child, String>
         let mut command = Command::new(&context.ssh[0]);
         command
             .args(&context.ssh[1..])
-            .args([
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "ConnectTimeout=10",
-                &plan.host.ssh,
-            ])
+            .args(SSH_OPTIONS)
+            .arg(&plan.host.ssh)
             .arg(format!(
                 "bash -c {}",
                 shell_quote(&remote_script(plan, context))
@@ -150,9 +180,16 @@ mod tests {
             key: "topsecret-topsecret".into(),
             files: "/tmp".into(),
             ssh: vec!["ssh".into()],
+            verbose: true,
         };
         let script = remote_script(&plan, &context);
-        assert!(!script.contains("topsecret"));
+        let shown = describe(&plan, &context);
+        assert!(!script.contains("topsecret") && !shown.contains("topsecret"));
+        assert!(
+            shown.contains("ssh -o BatchMode=yes -o ConnectTimeout=10 mac2 bash -c"),
+            "{shown}"
+        );
+        assert!(shown.contains("'./train' '--lr' '1e-3'"), "{shown}");
         assert!(script.contains("export A='x y'"));
         assert!(script.contains("export MLX_RANK=1"));
         assert!(script.contains("'./train' '--lr' '1e-3' <&0 &"));

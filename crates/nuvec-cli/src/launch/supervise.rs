@@ -3,10 +3,10 @@
 //! SIGKILL after a grace period); the launcher exits with the failing rank's status. Nothing
 //! polls: threads block on pipes, on `wait` and on signals.
 
-use super::output::{broadcast_stdin, forward, Inputs, Stream};
+use super::output::{broadcast_stdin, forward, Inputs, Label, Stream};
 use super::plan::RankPlan;
-use super::spawn::{start, Context};
-use crate::os::{signal_group, signal_process, Signal};
+use super::spawn::{start, Context, SSH_OPTIONS};
+use crate::os::{signal_group, signal_name, signal_process, Signal};
 use std::io::Write;
 use std::process::ExitStatus;
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
@@ -33,6 +33,49 @@ fn code_of(status: &ExitStatus) -> i32 {
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(1)
+}
+
+/// ssh's own status when it fails (it cannot connect, authenticate or run the command).
+const SSH_FAILED: i32 = 255;
+
+/// Why a rank ended, in words: its status or signal, and for a remote rank whether ssh
+/// itself failed (`started`: the rank's wrapper had reported its process group).
+fn why_it_ended(
+    rank: usize,
+    outcome: &std::io::Result<ExitStatus>,
+    remote: Option<(&str, bool)>,
+) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let status = match outcome {
+        Err(e) => return format!("rank {rank} could not be waited for ({e})"),
+        Ok(status) => status,
+    };
+    if let Some(signal) = status.signal() {
+        let core = if status.core_dumped() {
+            ", core dumped"
+        } else {
+            ""
+        };
+        return format!("rank {rank} was killed by {}{core}", signal_name(signal));
+    }
+    let code = status.code().unwrap_or(1);
+    match remote {
+        Some((host, false)) if code == SSH_FAILED => format!(
+            "rank {rank}: ssh to {host} failed (status 255; its message is above): check that \
+             `ssh {host}` works without a password prompt"
+        ),
+        // A remote shell reports a rank killed by a signal as 128 + the signal.
+        Some((host, _)) if code > 128 && code < 128 + 32 => format!(
+            "rank {rank} on {host} exited with status {code} (killed by {})",
+            signal_name(code - 128)
+        ),
+        Some((host, _)) => format!("rank {rank} on {host} exited with status {code}"),
+        None => format!("rank {rank} exited with status {code}"),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn say(message: &str) {
@@ -63,7 +106,7 @@ fn end(ranks: &[Running], context: &Context, signal: Signal) {
                 signal_group(rank.pid, signal);
             }
             Some((host, pgid)) => {
-                let pgid = *pgid.lock().unwrap_or_else(|p| p.into_inner());
+                let pgid = *lock(pgid);
                 if let Some(pgid) = pgid {
                     let name = if signal == Signal::Kill {
                         "KILL"
@@ -72,9 +115,12 @@ fn end(ranks: &[Running], context: &Context, signal: Signal) {
                     };
                     let _ = std::process::Command::new(&context.ssh[0])
                         .args(&context.ssh[1..])
-                        .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host])
-                        .arg(format!("kill -{name} -- -{pgid}"))
+                        .args(SSH_OPTIONS)
+                        .arg(host)
+                        .arg(format!("kill -{name} -- -{pgid} 2>/dev/null"))
                         .stdin(std::process::Stdio::null())
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null())
                         .status();
                 }
                 if signal == Signal::Kill {
@@ -89,7 +135,7 @@ fn end(ranks: &[Running], context: &Context, signal: Signal) {
 pub(crate) fn run(
     plans: &[RankPlan],
     context: &Context,
-    prefix: bool,
+    label: &Label,
     grace: Duration,
 ) -> Result<i32, String> {
     let (events, incoming) = channel();
@@ -114,7 +160,10 @@ pub(crate) fn run(
             }
         }
         inputs.lock().unwrap_or_else(|p| p.into_inner()).push(stdin);
-        let label = prefix.then(|| format!("[{}] ", plan.rank));
+        let label = match label {
+            Label::Prefix(_) => Label::Prefix(format!("[{}] ", plan.rank)),
+            other => other.clone(),
+        };
         let pgid = remote.as_ref().map(|(_, pgid)| pgid.clone());
         if let Some(out) = child.stdout.take() {
             printers.push(
@@ -157,8 +206,13 @@ pub(crate) fn run(
                     Err(_) => 1,
                 };
                 if code != 0 && ending.is_none() {
+                    let remote = ranks[rank].remote.as_ref().map(|(host, pgid)| {
+                        let started = lock(pgid).is_some();
+                        (host.as_str(), started)
+                    });
                     say(&format!(
-                        "rank {rank} exited with status {code}; ending the other ranks"
+                        "{}; ending the other ranks",
+                        why_it_ended(rank, &outcome, remote)
                     ));
                     status = code;
                     end(&ranks, context, Signal::Term);
@@ -167,7 +221,10 @@ pub(crate) fn run(
             }
             Ok(Event::Signal(signal)) => {
                 if ending.is_none() {
-                    say(&format!("received signal {signal}; ending every rank"));
+                    say(&format!(
+                        "received {}; ending every rank",
+                        signal_name(signal)
+                    ));
                     status = 128 + signal;
                     end(&ranks, context, Signal::Term);
                     ending = Some(Instant::now() + grace);

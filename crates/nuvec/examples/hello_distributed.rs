@@ -1,5 +1,5 @@
 //! The first example of the distributed specification, as a program: run it alone (a group of
-//! one) or under a launcher (`mlx.launch --backend ring -n 4 -- target/release/examples/spec_first_example`).
+//! one) or under a launcher (`mlx.launch --backend ring -n 4 -- target/release/examples/hello_distributed`).
 
 use nuvec::distributed;
 use nuvec::prelude::*;
