@@ -67,7 +67,9 @@ fn read_record(stream: &mut TcpStream) -> std::result::Result<Vec<u8>, String> {
 
 fn describe(error: std::io::Error) -> String {
     match error.kind() {
-        ErrorKind::WouldBlock | ErrorKind::TimedOut => "no answer within the timeout".into(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+            "no answer within the timeout (NUVEC_DISTRIBUTED_TIMEOUT)".into()
+        }
         ErrorKind::UnexpectedEof => "the connection closed (the process ended?)".into(),
         _ => error.to_string(),
     }

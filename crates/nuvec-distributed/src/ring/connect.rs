@@ -10,6 +10,7 @@ use super::handshake::{
     accept_side, connect_side, write_message, Accepted, Local, Message, Verdict,
 };
 use super::peer::{Peer, Poll, SPIN, YIELD};
+use super::progress::Progress;
 use crate::hostfile::Address;
 use crate::Options;
 use nuvec_core::{Error, Result};
@@ -27,6 +28,9 @@ const RETRY_INTERVAL: Duration = Duration::from_millis(50);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most connections handshaking at once; more are dropped unread.
 const MAX_PENDING: usize = 64;
+/// How long a rank waits for rank `i` to prove the key after a connection claiming rank `i`
+/// said this rank's proof did not verify; then it fails, naming the different keys.
+const DISOWNED_GRACE: Duration = Duration::from_secs(2);
 
 fn init_error(rank: Option<usize>, reason: String) -> Error {
     Error::Distributed {
@@ -36,7 +40,13 @@ fn init_error(rank: Option<usize>, reason: String) -> Error {
     }
 }
 /// Binds this rank's listener on the first address that resolves.
-fn listen(address: &Address, rank: usize) -> Result<TcpListener> {
+fn listen(address: &Address, rank: usize, progress: &Progress) -> Result<TcpListener> {
+    let listener = bind(address, rank)?;
+    progress.log(|| format!("listening on {address}"));
+    Ok(listener)
+}
+
+fn bind(address: &Address, rank: usize) -> Result<TcpListener> {
     let candidates = address
         .resolve()
         .map_err(|reason| init_error(None, format!("rank {rank}: {reason}")))?;
@@ -60,8 +70,16 @@ fn listen(address: &Address, rank: usize) -> Result<TcpListener> {
 }
 
 /// Connects to `peer`'s address, retrying until `deadline` while it is not listening yet.
-fn connect(address: &Address, peer: usize, deadline: Instant) -> Result<TcpStream> {
+fn connect(
+    address: &Address,
+    peer: usize,
+    deadline: Instant,
+    progress: &Progress,
+) -> Result<TcpStream> {
+    let began = Instant::now();
+    let mut attempts = 0;
     loop {
+        attempts += 1;
         let candidates = address
             .resolve()
             .map_err(|reason| init_error(Some(peer), reason))?;
@@ -72,15 +90,26 @@ fn connect(address: &Address, peer: usize, deadline: Instant) -> Result<TcpStrea
             if let Ok(stream) =
                 TcpStream::connect_timeout(candidate, remaining.min(Duration::from_secs(5)))
             {
+                progress.log(|| {
+                    format!(
+                        "connected to rank {peer} at {candidate} ({attempts} attempt(s), {})",
+                        progress.since(began)
+                    )
+                });
                 return Ok(stream);
             }
         }
         if Instant::now() >= deadline {
             return Err(init_error(
                 Some(peer),
-                format!("could not connect to {address} before the timeout: the rank never started listening"),
+                format!(
+                    "could not connect to {address} within {}: the rank never started listening \
+                     there (is it running, with this hostfile?)",
+                    progress.gave_up()
+                ),
             ));
         }
+        progress.waiting(|| format!("rank {peer} at {address}"));
         std::thread::sleep(RETRY_INTERVAL);
     }
 }
@@ -111,6 +140,7 @@ pub(crate) fn form_mesh(
 ) -> Result<Vec<Vec<Peer>>> {
     let size = nodes.len();
     let deadline = Instant::now() + options.timeout;
+    let progress = Arc::new(Progress::new(rank, options.timeout));
     let local = Local {
         rank,
         size,
@@ -135,7 +165,7 @@ pub(crate) fn form_mesh(
         if index > 0 && !used {
             break;
         }
-        listeners.push(listen(own, rank)?);
+        listeners.push(listen(own, rank, &progress)?);
     }
     let mut streams: Vec<Vec<Option<TcpStream>>> = (0..size)
         .map(|peer| {
@@ -156,7 +186,7 @@ pub(crate) fn form_mesh(
                     .copied()
                     .filter(|&other| connections_between(nodes, other, rank) > index)
                     .collect();
-                Acceptor::start(listener, local.clone(), expected, deadline, options.timeout)
+                Acceptor::start(listener, local.clone(), expected, deadline, &progress)
             })
             .collect::<Result<Vec<_>>>()?;
         for &peer in connect_to {
@@ -165,9 +195,16 @@ pub(crate) fn form_mesh(
                 .take(connections_between(nodes, rank, peer))
                 .enumerate()
             {
-                let mut stream = connect(address, peer, deadline)?;
+                let mut stream = connect(address, peer, deadline, &progress)?;
+                let began = Instant::now();
                 connect_side(&mut stream, &local, peer, deadline)
                     .map_err(|reason| init_error(Some(peer), reason))?;
+                progress.log(|| {
+                    format!(
+                        "handshake with rank {peer} done ({})",
+                        progress.since(began)
+                    )
+                });
                 streams[peer][index] = Some(stream);
             }
         }
@@ -182,6 +219,10 @@ pub(crate) fn form_mesh(
         }
     }
     streams[rank].clear();
+    progress.log(|| {
+        let count: usize = streams.iter().map(Vec::len).sum();
+        format!("group of {size} formed with {count} connection(s)")
+    });
     let poll = read_poll(nodes, rank)?;
     streams
         .into_iter()
@@ -212,6 +253,7 @@ pub(crate) fn form_star(
     options: &Options,
 ) -> Result<Vec<Option<TcpStream>>> {
     let deadline = Instant::now() + options.timeout;
+    let progress = Arc::new(Progress::new(rank, options.timeout));
     let local = Local {
         rank,
         size,
@@ -220,17 +262,17 @@ pub(crate) fn form_star(
     let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     if rank == 0 {
         let acceptor = Acceptor::start(
-            listen(coordinator, rank)?,
+            listen(coordinator, rank, &progress)?,
             local,
             (1..size).collect(),
             deadline,
-            options.timeout,
+            &progress,
         )?;
         for (peer, stream) in acceptor.finish()?.0 {
             streams[peer] = Some(stream);
         }
     } else {
-        let mut stream = connect(coordinator, 0, deadline)?;
+        let mut stream = connect(coordinator, 0, deadline, &progress)?;
         connect_side(&mut stream, &local, 0, deadline).map_err(|reason| {
             init_error(Some(0), format!("the coordinator {coordinator}: {reason}"))
         })?;
@@ -291,17 +333,18 @@ impl Acceptor {
         local: Local,
         expected: Vec<usize>,
         deadline: Instant,
-        timeout: Duration,
+        progress: &Arc<Progress>,
     ) -> Result<Acceptor> {
         listener
             .set_nonblocking(true)
             .map_err(|e| init_error(None, e.to_string()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let progress = progress.clone();
         let thread = std::thread::Builder::new()
             .name("nuvec-ring-accept".into())
             .spawn(move || {
-                accept_loop(&listener, &local, expected, (deadline, timeout), &flag)
+                accept_loop(&listener, &local, expected, (deadline, &progress), &flag)
                     .map(|accepted| (accepted, listener))
             })
             .map_err(|e| init_error(None, format!("starting the acceptor: {e}")))?;
@@ -357,13 +400,18 @@ fn accept_loop(
     listener: &TcpListener,
     local: &Local,
     mut missing: Vec<usize>,
-    (deadline, timeout): (Instant, Duration),
+    (deadline, progress): (Instant, &Progress),
     stop: &AtomicBool,
 ) -> Result<Vec<Connected>> {
-    let (results, outcomes) = channel::<(TcpStream, Accepted)>();
+    let (results, outcomes) = channel::<(TcpStream, Accepted, Instant)>();
     let pending = Arc::new(AtomicUsize::new(0));
     let mut accepted = Vec::new();
     let mut seen = Refusals::default();
+    // Ranks a connection said hold a different key, and when it said so.
+    let mut disowned: Vec<(usize, Instant)> = Vec::new();
+    let here = listener
+        .local_addr()
+        .map_or_else(|_| "this rank's address".to_string(), |a| a.to_string());
     while !missing.is_empty() {
         if stop.load(Ordering::Relaxed) {
             return Err(init_error(None, "formation abandoned".into()));
@@ -381,30 +429,64 @@ fn accept_loop(
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
             Err(e) => return Err(init_error(None, format!("accepting connections: {e}"))),
         }
-        while let Ok((mut stream, outcome)) = outcomes.try_recv() {
+        while let Ok((mut stream, outcome, began)) = outcomes.try_recv() {
             busy = true;
             match outcome {
                 Accepted::Peer(hello) => {
                     let peer = judge(&mut stream, &hello, local, &missing)?;
+                    progress.log(|| {
+                        let from = stream
+                            .peer_addr()
+                            .map_or_else(|_| "?".into(), |a| a.to_string());
+                        format!(
+                            "accepted rank {peer} from {from} on {here} (handshake {})",
+                            progress.since(began)
+                        )
+                    });
                     missing.retain(|&m| m != peer);
                     accepted.push((peer, stream));
                 }
-                Accepted::Refused { claimed, reason } => seen
-                    .refused
-                    .push(format!("a connection claiming rank {claimed}: {reason}")),
+                Accepted::Refused { claimed, reason } => {
+                    progress
+                        .log(|| format!("refused a connection claiming rank {claimed}: {reason}"));
+                    seen.refused
+                        .push(format!("a connection claiming rank {claimed}: {reason}"))
+                }
+                Accepted::Disowned { claimed } => {
+                    progress.log(|| {
+                        format!("a connection claiming rank {claimed} says this rank's proof of the key did not verify")
+                    });
+                    disowned.push((claimed as usize, Instant::now()));
+                }
                 Accepted::Stray => seen.strays += 1,
                 Accepted::Fatal(reason) => return Err(init_error(None, reason)),
             }
+        }
+        if let Some(&(peer, _)) = disowned
+            .iter()
+            .find(|(peer, at)| missing.contains(peer) && at.elapsed() >= DISOWNED_GRACE)
+        {
+            return Err(init_error(
+                Some(peer),
+                format!(
+                    "rank {peer} refused this rank's proof of the pre-shared key: the ranks \
+                     hold different keys; set the same NUVEC_DISTRIBUTED_KEY (or Options::key) \
+                     on every rank"
+                ),
+            ));
         }
         if !missing.is_empty() && Instant::now() >= deadline {
             return Err(init_error(
                 missing.first().copied(),
                 format!(
-                    "timed out after {:.1} s waiting for ranks {missing:?} to connect{}",
-                    timeout.as_secs_f64(),
+                    "timed out after {} waiting for ranks {missing:?} to connect to {here}{}",
+                    progress.gave_up(),
                     seen.describe()
                 ),
             ));
+        }
+        if !missing.is_empty() {
+            progress.waiting(|| format!("ranks {missing:?} to connect to {here}"));
         }
         if !busy {
             std::thread::sleep(Duration::from_millis(2));
@@ -418,11 +500,12 @@ fn spawn_handshake(
     local: &Local,
     deadline: Instant,
     pending: &Arc<AtomicUsize>,
-    results: &std::sync::mpsc::Sender<(TcpStream, Accepted)>,
+    results: &std::sync::mpsc::Sender<(TcpStream, Accepted, Instant)>,
     seen: &mut Refusals,
 ) {
     let (local, pending, results) = (local.clone(), pending.clone(), results.clone());
-    let handshake_deadline = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
+    let began = Instant::now();
+    let handshake_deadline = deadline.min(began + HANDSHAKE_TIMEOUT);
     pending.fetch_add(1, Ordering::Relaxed);
     let counter = pending.clone();
     let spawned = std::thread::Builder::new()
@@ -433,7 +516,7 @@ fn spawn_handshake(
                 Err(_) => Accepted::Stray,
             };
             pending.fetch_sub(1, Ordering::Relaxed);
-            let _ = results.send((stream, outcome));
+            let _ = results.send((stream, outcome, began));
         });
     if spawned.is_err() {
         counter.fetch_sub(1, Ordering::Relaxed);

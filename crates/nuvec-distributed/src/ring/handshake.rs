@@ -236,12 +236,17 @@ pub(crate) fn connect_side(
             accepting: (answer.rank, answer.size),
         };
         genuine = key.verify(Role::Accepting, &transcript, &answer.proof);
-        // Prove our key even to a peer whose proof failed, so it learns the keys differ.
-        let proof = Message {
-            proof: key.prove(Role::Connecting, &transcript),
-            ..Message::new(Step::Proof)
+        let reply = if genuine {
+            Message {
+                proof: key.prove(Role::Connecting, &transcript),
+                ..Message::new(Step::Proof)
+            }
+        } else {
+            // Tell the accepting rank at once that the keys differ, so that it need not wait
+            // out its timeout (see `Accepted::Disowned`).
+            Message::verdict(Verdict::BadProof)
         };
-        write_message(stream, &proof)?;
+        write_message(stream, &reply)?;
     }
     if !genuine {
         return Err(format!(
@@ -271,6 +276,9 @@ pub(crate) enum Accepted {
     Peer(Message),
     /// A connection claiming a rank that failed authentication: why.
     Refused { claimed: u32, reason: String },
+    /// The connection, claiming rank `claimed`, says this rank's proof did not verify there:
+    /// unauthenticated, so the formation fails only if that rank does not prove the key soon.
+    Disowned { claimed: u32 },
     /// Not a nuvec rank at all (garbage, silence, a closed connection).
     Stray,
     /// A key mismatch that this (key-less) rank can trust: the formation fails.
@@ -320,8 +328,16 @@ pub(crate) fn accept_side(stream: &mut TcpStream, local: &Local, deadline: Insta
             if write_message(stream, &answer).is_err() {
                 return Accepted::Stray;
             }
-            let Ok(Ok(proof)) = read_message(stream, deadline).map(|m| expect(m, Step::Proof))
-            else {
+            let reply = read_message(stream, deadline);
+            if let Ok(Message {
+                step: Step::Verdict,
+                verdict: Verdict::BadProof,
+                ..
+            }) = reply
+            {
+                return Accepted::Disowned { claimed };
+            }
+            let Ok(Ok(proof)) = reply.map(|m| expect(m, Step::Proof)) else {
                 return Accepted::Refused {
                     claimed,
                     reason: "it did not send a proof of the key".into(),

@@ -22,6 +22,7 @@ mod peer;
 mod peer_tests;
 mod phases;
 mod pieces;
+mod progress;
 mod scatter;
 pub(crate) mod schedule;
 mod shared;

@@ -249,7 +249,7 @@ impl Peer {
         self.error(
             op,
             format!(
-                "timed out after {:.1} s sending (the peer stopped reading)",
+                "timed out after {:.1} s (NUVEC_DISTRIBUTED_TIMEOUT) sending: the peer stopped reading",
                 timeout.as_secs_f64()
             ),
         )

@@ -353,8 +353,9 @@ impl Channel {
                     op: op.into(),
                     rank: Some(self.peer),
                     reason: format!(
-                        "timed out after {timeout:?} waiting through shared memory for rank {} \
-                         {what}",
+                        "timed out after {:.1} s (NUVEC_DISTRIBUTED_TIMEOUT) waiting through shared \
+                         memory for rank {} {what}",
+                        timeout.as_secs_f64(),
                         self.peer
                     ),
                 });
