@@ -14,7 +14,7 @@ Runs `bench_distributed` for one op and size on RANKS ranks over loopback (throu
 
 It needs `perf` (linux-tools) and the release builds:
 
-    cargo build --release -p nuvec-cli -p nuvec --example bench_distributed
+    cargo build --release -p nuvec-cli -p nuvec-bench --bin nuvec --bin bench_distributed
     python3 scripts/bench/cpu_breakdown.py all_gather 16M        # [RANKS] [BUDGET] [PORT]
 
 The shares are of sampled CPU time, so they estimate where the work goes; they are not
@@ -72,7 +72,7 @@ def main():
     port = sys.argv[5] if len(sys.argv) > 5 else "27400"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     launcher = os.path.join(root, "target/release/nuvec")
-    bench = os.path.join(root, "target/release/examples/bench_distributed")
+    bench = os.path.join(root, "target/release/bench_distributed")
     for path in (launcher, bench):
         if not os.path.exists(path):
             sys.exit(f"cpu_breakdown: {path} is missing; build it first (see --help)")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One rank of `cargo xtask bench-distributed`, MLX side: the same method as
-crates/nuvec/examples/bench_distributed.rs, over MLX's ring (mx.distributed).
+crates/nuvec-bench/src/bin/bench_distributed.rs, over MLX's ring (mx.distributed).
 
 Per (op, size): warm up twice, agree on the slowest warm-up with all_max, choose the
 iteration count that fits --budget seconds, then time each iteration after a barrier

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """numpy's side of the core-op benchmark: the same benchmarks as nuvec's
-`crates/nuvec/examples/bench_core.rs`, for comparison.
+`crates/nuvec-bench/src/bin/bench_core.rs`, for comparison.
 
 f32 matmul of square matrices (256, 1024, 2048), element-wise add and exp, and a full sum,
 each over 16M (16 * 1024 * 1024) f32 elements. Inputs are built before the clock starts;

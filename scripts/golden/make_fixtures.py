@@ -1049,7 +1049,7 @@ def make_random():
              lambda xs, k: R.uniform(shape=[5], dtype=mx.float16))
         draw(f"normal_bf16_seed{S}", "random.normal", dict(s, shape=[3], dtype="bfloat16"),
              lambda xs, k: R.normal([3], dtype=mx.bfloat16))
-        # extras exercising the other recipes in docs/random-notes.md
+        # extras exercising the other recipes in docs/mlx-random-numbers.md
         draw(f"normal_f16_seed{S}", "random.normal", dict(s, shape=[4], dtype="float16"),
              lambda xs, k: R.normal([4], dtype=mx.float16))
         draw(f"normal_f64_seed{S}", "random.normal", dict(s, shape=[4], dtype="float64"),

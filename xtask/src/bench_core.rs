@@ -1,6 +1,6 @@
 //! `cargo xtask bench-core [--runs N] [FILTER...]`: nuvec against numpy on core ops.
 //!
-//! Builds `crates/nuvec/examples/bench_core.rs` in release mode, then runs it and
+//! Builds `crates/nuvec-bench/src/bin/bench_core.rs` in release mode, then runs it and
 //! `scripts/bench/numpy_core.py` alternately (nuvec, numpy, nuvec, numpy, ...; 3 rounds unless
 //! `--runs N`), takes the median of each benchmark's per-run medians, prints a Markdown table on
 //! stdout and writes it, with the date, `nproc` and the command, to `target/bench-core.md`.
@@ -72,15 +72,15 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .collect::<Vec<_>>()
         .join(" ");
 
-    progress!("building the nuvec example (cargo build --release -p nuvec --example bench_core)");
+    progress!("building the benchmark (cargo build --release -p nuvec-bench --bin bench_core)");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let status = Command::new(&cargo)
         .args([
             "build",
             "--release",
             "-p",
-            "nuvec",
-            "--example",
+            "nuvec-bench",
+            "--bin",
             "bench_core",
         ])
         .current_dir(&root)
@@ -88,16 +88,17 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .status()
         .map_err(|e| format!("could not run {cargo}: {e}"))?;
     if !status.success() {
-        return Err(format!("building the bench_core example failed ({status})"));
+        return Err(format!(
+            "building the bench_core benchmark failed ({status})"
+        ));
     }
     let target_dir = target_dir(&root);
     let example = target_dir
         .join("release")
-        .join("examples")
         .join(format!("bench_core{}", std::env::consts::EXE_SUFFIX));
     if !example.is_file() {
         return Err(format!(
-            "built the example but found no binary at {}",
+            "built the benchmark but found no binary at {}",
             example.display()
         ));
     }

@@ -4,7 +4,7 @@
 //! the emulated fabric, and the bare ring (`bench_bare_ring.rs`) as further columns.
 //!
 //! For each rank count and collective it runs nuvec's rank program
-//! (`examples/bench_distributed.rs`, started by `nuvec launch`) and MLX's (`bench_mlx.rs`),
+//! (`nuvec-bench`'s `bench_distributed`, started by `nuvec launch`) and MLX's (`bench_mlx.rs`),
 //! alternating which goes first. Both use the nccl-tests conventions (big-buffer bytes,
 //! bus-bandwidth factors, a barrier before each iteration, the slowest rank's time, the
 //! median). It also measures this machine's ceilings (`bench_floor.rs`): single-core memcpy
@@ -186,7 +186,7 @@ fn run_ours(
     }
     command
         .arg("--")
-        .arg(root.join("target/release/examples/bench_distributed"))
+        .arg(root.join("target/release/bench_distributed"))
         .args(rank_args(op, dtype, options));
     let stdout = stdout_of(&mut command, "nuvec launch", "nuvec's ranks failed")?;
     Ok(records(&stdout))
@@ -278,8 +278,8 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             "--bin",
             "nuvec",
             "-p",
-            "nuvec",
-            "--example",
+            "nuvec-bench",
+            "--bin",
             "bench_distributed",
         ],
     )?;

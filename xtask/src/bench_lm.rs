@@ -152,8 +152,8 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             "build",
             "--release",
             "-p",
-            "nuvec-lm",
-            "--example",
+            "nuvec-bench",
+            "--bin",
             "bench_lm",
         ],
     )?;
@@ -161,7 +161,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     if args.iter().any(|a| a == "--parallel") {
         return crate::bench_lm_parallel::run_parallel(&models, prompt, generate);
     }
-    let binary = root.join("target/release/examples/bench_lm");
+    let binary = root.join("target/release/bench_lm");
     // This machine's ceilings: bytes of weights read per generated token at the memory
     // bandwidth of one core, and the prompt's multiply-adds at the matrix products' rate.
     let (bandwidth, flops) = (8.5e9, 120e9);

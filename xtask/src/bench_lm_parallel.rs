@@ -122,7 +122,7 @@ pub(crate) fn run_parallel(models: &Path, prompt: usize, generate: usize) -> Res
     let root = workspace_root();
     let python = crate::bench_mlx::mlx_python(&root)?;
     let model = models.join("qwen2.5-0.5b-shape-bf16");
-    let bench = root.join("target/release/examples/bench_lm");
+    let bench = root.join("target/release/bench_lm");
     let nuvec = root.join("target/release/nuvec");
     let m = model.to_string_lossy();
     let ours_command = |flags: &str| {

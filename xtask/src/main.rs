@@ -1,6 +1,7 @@
 //! Project automation, run as `cargo xtask <task>`.
 //!
-//! - `ci`: what CI checks: formatting, clippy with warnings denied, the whole test suite.
+//! - `ci`: what CI checks: formatting, clippy and rustdoc with warnings denied, the whole test
+//!   suite.
 //! - `demo`: the main job (the README's first command): 4 ranks on loopback.
 //! - `golden`: regenerates the MLX fixtures with `scripts/golden/make_*fixtures.py`.
 //! - `bench-core`: nuvec's core kernels against numpy, side by side.
@@ -44,7 +45,7 @@ fn main() -> ExitCode {
         // Compiled against uncompiled gelu, and the cost per op of small graphs.
         Some("bench-transforms") => run(
             "cargo",
-            &["run", "--release", "-p", "nuvec", "--example", "bench_transforms"],
+            &["run", "--release", "-p", "nuvec-bench", "--bin", "bench_transforms"],
         ),
         Some("bench-nn") => bench_nn(),
         Some("bench-lm") => bench_lm::run_bench(&args[1..]),
@@ -75,13 +76,13 @@ fn bench_nn() -> Result<(), String> {
             "--bin",
             "nuvec",
             "-p",
-            "nuvec-nn",
-            "--example",
+            "nuvec-bench",
+            "--bin",
             "bench_nn",
         ],
     )?;
     let root = workspace_root();
-    let bench = root.join("target/release/examples/bench_nn");
+    let bench = root.join("target/release/bench_nn");
     run(&bench.to_string_lossy(), &[])?;
     let start = free_port_range(2)?;
     run(
@@ -174,6 +175,16 @@ fn ci() -> Result<(), String> {
             "warnings",
         ],
     )?;
+    let status = Command::new("cargo")
+        .args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .status()
+        .map_err(|e| format!("cargo doc: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "cargo doc --workspace --no-deps failed with {status}"
+        ));
+    }
     run("cargo", &["test", "--workspace"])
 }
 

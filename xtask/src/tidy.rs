@@ -1,5 +1,6 @@
 //! Repository hygiene: files stay one concept long, every `unsafe` block says why it is sound,
-//! and library code holds no `todo!`, `unimplemented!` or `dbg!`.
+//! library code holds no `todo!`, `unimplemented!` or `dbg!`, and every relative link in the
+//! Markdown documents (README, CONTRIBUTING, ARCHITECTURE, docs/) names a file that exists.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -70,6 +71,7 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
             }
         }
     }
+    problems.extend(broken_links(root));
     if problems.is_empty() {
         Ok(())
     } else {
@@ -77,8 +79,70 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
     }
 }
 
+/// The Markdown documents a reader follows links through.
+fn documents(root: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = ["README.md", "CONTRIBUTING.md", "ARCHITECTURE.md"]
+        .iter()
+        .map(|name| root.join(name))
+        .collect();
+    if let Ok(entries) = fs::read_dir(root.join("docs")) {
+        files.extend(
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "md")),
+        );
+    }
+    files
+}
+
+/// The targets of `](target)` links in `text`.
+fn link_targets(text: &str) -> Vec<&str> {
+    text.match_indices("](")
+        .filter_map(|(at, _)| {
+            let rest = &text[at + 2..];
+            rest.find(')').map(|end| &rest[..end])
+        })
+        .collect()
+}
+
+/// Relative links in the documents whose file does not exist.
+fn broken_links(root: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    for document in documents(root) {
+        let Ok(text) = fs::read_to_string(&document) else {
+            problems.push(format!("{}: missing", document.display()));
+            continue;
+        };
+        let dir = document.parent().unwrap_or(root);
+        for target in link_targets(&text) {
+            let path = target.split('#').next().unwrap_or(target);
+            if path.is_empty() || path.contains("://") || path.starts_with("mailto:") {
+                continue;
+            }
+            if !dir.join(path).exists() {
+                let shown = document.strip_prefix(root).unwrap_or(&document);
+                problems.push(format!(
+                    "{}: link to {target} leads nowhere",
+                    shown.display()
+                ));
+            }
+        }
+    }
+    problems
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn links_are_read_from_markdown() {
+        let text = "see [a](docs/a.md), [b](https://x.org/b) and [c](c.md#part)";
+        assert_eq!(
+            super::link_targets(text),
+            ["docs/a.md", "https://x.org/b", "c.md#part"]
+        );
+    }
+
     #[test]
     fn repository_is_tidy() {
         if let Err(problems) = super::check(&crate::workspace_root()) {

@@ -2,8 +2,8 @@
 //!
 //! `nuvec launch -n 4 -- ./my-program` starts a distributed program as 4 processes on this
 //! machine (or on the hosts of `--hosts`/`--hostfile`, through ssh), giving each rank the
-//! environment mlx.launch writes. See docs/launch.md. `nuvec generate` and `nuvec chat` run
-//! a language model folder through nuvec-lm (docs/lm.md).
+//! environment mlx.launch writes. See [docs/launch.md](https://github.com/nuvec/nuvec/blob/main/docs/launch.md). `nuvec generate` and `nuvec chat` run
+//! a language model folder through nuvec-lm ([docs/lm.md](https://github.com/nuvec/nuvec/blob/main/docs/lm.md)).
 
 mod group;
 mod launch;

@@ -1,6 +1,6 @@
 //! Random numbers with MLX's generator: the same seed gives MLX's values bit for bit.
 //!
-//! Keys are uint32 arrays of shape `[2]` fed to threefry-2x32 (see `docs/random-notes.md`).
+//! Keys are uint32 arrays of shape `[2]` fed to threefry-2x32 (see [`docs/mlx-random-numbers.md`](https://github.com/nuvec/nuvec/blob/main/docs/mlx-random-numbers.md)).
 //! Functions take an optional explicit key; without one they take the next key from the
 //! global state, which [`seed`] resets (each draw splits the state once, as MLX).
 //!

@@ -6,7 +6,7 @@
 //! streams only requires the hash, the counter layout used to fill a buffer,
 //! and the seed/split conventions implemented here. The array-level
 //! distributions (uniform, normal, ...) are described in
-//! `docs/random-notes.md`.
+//! [`docs/mlx-random-numbers.md`](https://github.com/nuvec/nuvec/blob/main/docs/mlx-random-numbers.md).
 //!
 //! This module has no dependencies and no `unsafe`.
 

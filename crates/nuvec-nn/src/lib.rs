@@ -13,7 +13,7 @@
 //! - [`value_and_grad`]: a loss and its gradient with respect to a model's trainable
 //!   parameters.
 //!
-//! See `docs/nn.md` for data-parallel and tensor-parallel use end to end.
+//! See [`docs/nn.md`](https://github.com/nuvec/nuvec/blob/main/docs/nn.md) for data-parallel and tensor-parallel use end to end.
 
 pub mod activations;
 mod distributed;

@@ -1,5 +1,12 @@
-//! The first example of the distributed specification, as a program: run it alone (a group of
-//! one) or under a launcher (`mlx.launch --backend ring -n 4 -- target/release/examples/hello_distributed`).
+//! The first example of the distributed specification, as a program (the README's "Your first
+//! distributed program"). Run it alone, as a group of one, or as the ranks of a group:
+//!
+//! ```text
+//! cargo build --release -p nuvec-cli -p nuvec --example hello_distributed
+//! target/release/nuvec launch -n 4 -- target/release/examples/hello_distributed
+//! ```
+//!
+//! `mlx.launch --backend ring -n 4 -- target/release/examples/hello_distributed` works too.
 
 use nuvec::distributed;
 use nuvec::prelude::*;

@@ -1,4 +1,4 @@
-//! The main job: a tour of nuvec's lazy arrays (`cargo xtask demo`).
+//! A tour of nuvec's lazy arrays in one process: `cargo run --release --example lazy_arrays`.
 //!
 //! Builds a small least-squares problem from MLX's random numbers, solves it with a few
 //! hundred steps of gradient descent written with plain ops, and prints what it found.

@@ -55,7 +55,7 @@ pub mod transforms {
 }
 
 /// Running one program as many processes: groups, collectives and the backends that carry
-/// them (MLX's `mx.distributed`). See `docs/distributed.md` for the environment, the
+/// them (MLX's `mx.distributed`). See [`docs/distributed.md`](https://github.com/nuvec/nuvec/blob/main/docs/distributed.md) for the environment, the
 /// hostfile and the wire format.
 ///
 /// ```
@@ -96,3 +96,8 @@ pub mod prelude {
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 mod readme {}
+
+/// The distributed guide's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/distributed.md")]
+mod distributed_guide {}

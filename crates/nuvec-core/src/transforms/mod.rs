@@ -1,5 +1,5 @@
 //! Function transforms over lazy graphs: reverse mode ([`vjp`], [`grad`], [`value_and_grad`])
-//! forward mode ([`jvp`]), vectorisation ([`vmap`]) and compilation ([`compile`]); see `README.md` beside this file for how tracing works.
+//! forward mode ([`jvp`]), vectorisation ([`vmap`]) and compilation ([`compile`]); see [how tracing works](https://github.com/nuvec/nuvec/blob/main/crates/nuvec-core/src/transforms/README.md).
 
 mod compile;
 mod custom;

@@ -13,7 +13,7 @@
 //! # What MPI cannot tell us
 //! MPI has no timeouts: a rank that stops calling collectives blocks its peers, as in any MPI
 //! program. A rank that dies is noticed by `mpirun`/`srun`, which end the whole job; the
-//! survivors do not get an error to handle. See `docs/mpi.md`.
+//! survivors do not get an error to handle. See [`docs/mpi.md`](https://github.com/nuvec/nuvec/blob/main/docs/mpi.md).
 
 #[cfg(test)]
 mod abi_tests;

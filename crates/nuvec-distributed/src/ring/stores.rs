@@ -4,7 +4,7 @@
 //! With plain stores, the receiver then reads the slot out of the sender's cache. That is
 //! fast when the two cores share a cache, and slow when they do not: the sender must first
 //! take every line of the slot back from the receiver's core, which read it last time
-//! round. The project's 2-core VM moves between the two (`docs/performance.md`, "a machine
+//! round. The project's 2-core VM moves between the two ([`docs/performance.md`](https://github.com/nuvec/nuvec/blob/main/docs/performance.md), "a machine
 //! with two states"). In a C model of the channel (`scripts/bench/channel_stores.c`: 2
 //! processes, 1 MB ping-pongs, 128 KiB slots), a slot's plain copy took the sender 3–4 µs
 //! with a shared cache and 49–51 µs without; a streaming copy took 5 µs in both, and the

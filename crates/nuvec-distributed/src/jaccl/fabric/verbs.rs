@@ -3,7 +3,7 @@
 //! sends and receives, an unreliable connected queue pair taken through INIT, RTR and RTS with
 //! the peer's LID, queue pair number, packet sequence number and IPv4-mapped GID, and
 //! registered send and receive slots. Unverified on hardware in this version (no RDMA device
-//! where it was written); `docs/jaccl.md` says what has been run where.
+//! where it was written); [`docs/jaccl.md`](https://github.com/nuvec/nuvec/blob/main/docs/jaccl.md) says what has been run where.
 #![allow(unsafe_code)]
 
 use super::ffi::*;

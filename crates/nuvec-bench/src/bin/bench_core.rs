@@ -4,8 +4,8 @@
 //! Run it in release mode (debug timings mean nothing):
 //!
 //! ```text
-//! cargo run --release -p nuvec --example bench_core            # every benchmark
-//! cargo run --release -p nuvec --example bench_core -- matmul  # names containing "matmul"
+//! cargo run --release -p nuvec-bench --bin bench_core            # every benchmark
+//! cargo run --release -p nuvec-bench --bin bench_core -- matmul  # names containing "matmul"
 //! ```
 //!
 //! Each benchmark evaluates its inputs before the clock starts, warms up, then times

@@ -2,7 +2,7 @@
 //! same chain uncompiled, and the cost of building and evaluating graphs of many small ops.
 //!
 //! ```text
-//! cargo run --release -p nuvec --example bench_transforms
+//! cargo run --release -p nuvec-bench --bin bench_transforms
 //! ```
 //!
 //! Each case warms up, then times whole iterations (building the graph and evaluating it)

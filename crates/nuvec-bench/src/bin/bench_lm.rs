@@ -5,7 +5,7 @@
 //! load time.
 //!
 //! ```sh
-//! cargo run --release -p nuvec-lm --example bench_lm -- --model DIR -p 512 -g 128 -n 3
+//! cargo run --release -p nuvec-bench --bin bench_lm -- --model DIR -p 512 -g 128 -n 3
 //! ```
 //!
 //! Started as the ranks of a group (`nuvec launch -n 2 -- bench_lm ...`), `--tensor` splits

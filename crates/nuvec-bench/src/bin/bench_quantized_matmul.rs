@@ -1,6 +1,6 @@
 //! `quantized_matmul` (4-bit, groups of 64, `x · Wᵀ`) against the float32 `matmul` of the
 //! same shape and against dequantize-then-matmul, for the shapes of a Qwen-0.5B MLP:
-//! `cargo run --release -p nuvec-core --example bench_quantized_matmul [runs]`.
+//! `cargo run --release -p nuvec-bench --bin bench_quantized_matmul [runs]`.
 //!
 //! Dequantize-then-matmul is timed through `transpose = false` on the quantized `Wᵀ`, which
 //! still takes that path. Prints medians and the packed weights' read rate.
