@@ -117,8 +117,8 @@ fn flavor_args(flavor: Flavor, taken: &[String]) -> Vec<String> {
     }
     if flavor.oversubscribed {
         // Open MPI spins while it waits unless it knows ranks share cores, and the hostfile
-        // gives it a slot per rank, so it does not: 4 ranks on 2 cores then took 8 ms for a
-        // 4 KB all-reduce, against 57 µs when they yield.
+        // gives it a slot per rank, so it does not; spinning ranks on shared cores make small
+        // all-reduces far slower (measured: `docs/performance.md`, "Tuning measurements").
         mca("mpi_yield_when_idle", "1".into());
     }
     args

@@ -9,10 +9,8 @@
 //! On one machine, loopback's sending side does most of the kernel's work (it copies the
 //! bytes in and runs the receiving side's protocol too), so one stream keeps one core busier
 //! than the other; two streams, each with a thread at both ends, share that work over the
-//! cores (`scripts/bench/message_floor.rs`: 256 MB in 137 ms on one stream, 71 ms on two;
-//! a 256 MB ping-pong on 2 ranks went from 112–127 to 72–75 ms, 64 MB from 23.7–24.2 to
-//! 18.0–19.4 ms). The halves are read without polling: two threads spinning on reads would
-//! take the cores from the two that send (64 MB: 19.4–20.9 ms when they spun).
+//! cores. The halves are read without polling: two threads spinning on reads would take the
+//! cores from the two that send (measured: `docs/performance.md`, "Tuning measurements").
 
 use super::links::Way;
 use super::peer::Peer;
@@ -22,26 +20,20 @@ use nuvec_core::{Error, Result};
 use std::time::Instant;
 
 /// Payloads at least this large travel in two halves at once. Below it the halves do not
-/// pay for their threads (2 ranks over loopback, alternating runs: 16 MB 4.34–4.38 against
-/// 3.8–4.1 ms on one stream; 32 MB 8.9–9.4 against 10.2–11.3 ms).
+/// pay for their threads (measured: `docs/performance.md`, "Tuning measurements").
 pub(super) const SPLIT_BYTES: usize = 32 << 20;
 
 /// Payloads of these sizes are written in two halves, one after the other, on their one
 /// connection: the receiver then copies the first half out while the sender copies the
 /// second in. Larger payloads span several of loopback's 64 KiB segments already, which
-/// overlap the same way; smaller ones gain less than the second write costs. 2 ranks over
-/// loopback, alternating runs, one way: 48 KB 12.1–13.9 → 12.5–13.3 µs, 64 KB 15.4–18.1 →
-/// 14.1–15.3 µs, 96 KB 18.1–19.5 → 16.8–17.8 µs; 32 KB 10.3–10.8 → 11.2–12.7 µs and 128 KB
-/// 22.2–25.8 → 22.8–26.2 µs when they were split too.
+/// overlap the same way; smaller ones gain less than the second write costs (measured:
+/// `docs/performance.md`, "Tuning measurements").
 pub(super) const PIPELINED_WRITES: std::ops::RangeInclusive<usize> = (48 << 10)..=(96 << 10);
 
 /// Payloads at least this large may be sent in pieces of [`SEND_PIECE`], as collectives'
 /// chunks are, where that is faster on this machine (`pieces.rs` decides, per receiving rank).
-/// Smaller ones go whole: pieces gained nothing there, and the extra sends cost (2 ranks over
-/// loopback on the Intel Xeon VM, alternating runs, one way, with pieces against without:
-/// 16 MB 2.32 against 3.08 ms, 64 MB 10.7–12.2 against 14.3–15.6 ms, 256 MB 45.8–47.2
-/// against 60.6–62.4 ms; 8 MB 1.16 against 1.15–1.21 ms; 2 MB 267–284 against 218–220 µs,
-/// 4 MB 569–570 against 497–515 µs).
+/// Smaller ones go whole: pieces gained nothing there, and the extra sends cost (measured on
+/// the Intel Xeon VM: `docs/performance.md`, "Tuning measurements").
 ///
 /// [`SEND_PIECE`]: super::peer::SEND_PIECE
 pub(super) const PIECES_FROM: usize = 16 << 20;

@@ -57,13 +57,9 @@ const LARGE_PASS_CHUNK_BYTES: usize = 128 * 1024;
 /// Bytes per chunk of a ring pass over `bytes` (an all-reduce's buffer or lane, an
 /// all-gather's output, a reduce-scatter's input); both ends of every connection compute it
 /// from the same size. Large passes use smaller chunks: fewer bytes in flight on each
-/// connection keep the chunks being received and reduced in the cores' caches. With sends in
-/// pieces of [`peer::SEND_PIECE`], alternating runs of 4 ranks: `all_sum` 256 MB 267–288 →
-/// 260–276 ms with 128 KiB chunks instead of 256 KiB (512 KiB: 324–325 ms), `all_gather`
-/// 256 MB 187–191 → 161–163 ms; 16 MB passes with 128 KiB chunks instead of 512 KiB: 4-rank
-/// `all_sum` 18.7–19.2 → 16.2–16.7 ms, 2-rank `all_gather` 3.13–3.15 → 2.40–2.42 ms, 2-rank
-/// `all_sum` 4 MB 1.27–1.35 → 0.97–0.98 ms (4-rank `all_gather` 4 MB 1.80 → 1.99 ms). From
-/// 1 MB on, 2 MB passes lost (2-rank `all_gather` 646–664 → 800–837 µs).
+/// connection keep the chunks being received and reduced in the cores' caches. Smaller chunks
+/// start at [`SMALLER_CHUNKS_FROM`]: passes of 2 MB lost with them (measured with sends in
+/// pieces of [`peer::SEND_PIECE`]: `docs/performance.md`, "Tuning measurements").
 fn chunk_bytes(bytes: usize) -> usize {
     if bytes >= SMALLER_CHUNKS_FROM {
         LARGE_PASS_CHUNK_BYTES

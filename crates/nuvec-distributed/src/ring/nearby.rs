@@ -22,12 +22,9 @@
 //! files are removed as soon as both ends have them mapped; a rank killed during the exchange
 //! may leave its offers behind in `/dev/shm` (named `nuvec-ring-*`).
 //!
-//! Measured with `nuvec launch -n 2 -- bench_distributed --ops pingpong` (release build, the
-//! 2-core AMD EPYC VM, alternating runs, `off` against `auto`): 32 KB 13.6–14.1 → 11.3–11.5 µs,
-//! 64 KB 19.7–20.4 → 10.5–12.6 µs, 1 MB 101–112 → 41–45 µs, 16 MB 2.45–2.51 → 0.77–0.81 ms,
-//! 64 MB 11.3–11.9 → 3.9–4.3 ms; at 16 KB and below TCP was as fast or faster (4 KB 7.2–8.3
-//! against 8.5–9.9 µs). On 4 ranks, 1 MB 151–188 → 50–55 µs, 16 MB 3.0–4.6 → 1.0–1.5 ms.
-//! Channels of 8 slots did as well as of 16.
+//! Channels beat TCP on ping-pongs from 32 KB up, on 2 ranks and on 4; at 16 KB and below TCP
+//! was as fast or faster. Channels of 8 slots did as well as of 16 (measured:
+//! `docs/performance.md`, "Tuning measurements").
 
 use super::shared::{Channel, TOKEN_BYTES};
 use super::stores::Policy;
@@ -36,7 +33,8 @@ use super::RingCommunicator;
 use nuvec_core::{Error, Result};
 
 /// Payloads at least this large go through a channel where there is one. Smaller ones gain
-/// little: loopback's round trip of a 64 KB ping-pong is already 24 µs.
+/// little: loopback's round trip is already short at those sizes (`docs/performance.md`,
+/// "Tuning measurements").
 pub(super) const SHARED_FROM: usize = 32 << 10;
 
 /// The channels of one rank, by peer: those it writes to, and those it reads from.

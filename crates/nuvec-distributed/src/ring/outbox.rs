@@ -130,8 +130,8 @@ impl Count {
 
 /// This rank's block of an all-gather, sent straight from the input and copied into the
 /// output a piece at a time while the other blocks arrive, rather than all at once before
-/// the first send. 2 ranks over loopback, alternating runs: 16 MB 5.0–5.9 → 4.1–5.3 ms,
-/// 64 MB 20.6–22.7 → 17.7–19.4 ms; 1 MB unchanged (150–160 µs).
+/// the first send: faster for large blocks, no slower for small ones (measured:
+/// `docs/performance.md`, "Tuning measurements").
 pub(super) struct OwnBlock<'i> {
     input: &'i [u8],
     /// Where the block goes in the output.

@@ -31,12 +31,8 @@ const SPARE_BYTES: usize = 1 << 20;
 /// in pieces of this size. Our reading of why it helps: a send of a whole 256 KiB chunk holds
 /// the socket's lock for the whole copy and ends in a short segment, while pieces below one of
 /// loopback's segments make one segment each and let the acknowledgements in between them
-/// (pieces just past a segment are far slower, which fits). Measured on
-/// loopback (2 cores, alternating runs of the rank program): 4-rank `all_sum` 256 MB
-/// 411–412 → 267–277 ms, 16 MB 22.6–23.1 → 18.5–19.5 ms; 2-rank `all_sum` 256 MB 137–138 →
-/// 104–105 ms, `all_gather` 256 MB 77–79 → 64 ms; pieces of 32, 40 and 56 KiB did about as
-/// well, of 64 KiB and more far worse (64 KiB − 1: 483–509 ms, 96 KiB: 349–368 ms on the
-/// 4-rank 256 MB `all_sum`).
+/// (pieces just past a segment are far slower, which fits). Pieces of 32 to 56 KiB did about
+/// as well (measured: `docs/performance.md`, "Tuning measurements").
 pub(crate) const SEND_PIECE: usize = 48 << 10;
 /// How long closing waits for queued bytes to be handed to the kernel.
 const DRAIN_ON_CLOSE: Duration = Duration::from_secs(1);

@@ -1,13 +1,7 @@
 //! How a large point-to-point payload is handed to the kernel: in sends of at most
-//! [`SEND_PIECE`] bytes, or whole. Which is faster depends on the machine. Over loopback, on
-//! 2 ranks, one way (alternating runs):
-//!
-//! | machine | payload | in pieces | whole |
-//! |---|---|---|---|
-//! | Intel Xeon VM | 16 MB | 2.32 ms | 3.08 ms |
-//! | Intel Xeon VM | 256 MB | 45.8–47.2 ms | 60.6–62.4 ms |
-//! | AMD EPYC VM | 16 MB | 4.04–4.19 ms | 2.79–2.82 ms |
-//! | AMD EPYC VM | 256 MB | 52.7–57.9 ms | 42.6–55.5 ms |
+//! [`SEND_PIECE`] bytes, or whole. Which is faster depends on the machine: over loopback,
+//! pieces won on the Intel Xeon VM and whole sends on the AMD EPYC VM (`docs/performance.md`,
+//! "Tuning measurements").
 //!
 //! So a rank tries both on its first large payloads to each other rank and keeps the
 //! faster: after one payload to warm up (the receiver's first touch of its buffer would

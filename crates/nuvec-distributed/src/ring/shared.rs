@@ -7,9 +7,8 @@
 //!
 //! Loopback TCP makes the kernel copy every byte twice and run the protocol on both ends;
 //! here the two copies are plain `memcpy`s on the two ranks' own cores, overlapping slot by
-//! slot. A C prototype on the 2-core VM, 2 ranks, round trips of a ping-pong with each header
-//! on a socket: 1 MB 93 µs (loopback TCP: 158 µs in the eighth benchmark run), 16 MB 2.0 ms
-//! (3.98 ms). Slots of 128 KiB beat 256 KiB at 1 MB (93 against 129 µs).
+//! slot. A C prototype beat loopback TCP, and its slots of 128 KiB beat 256 KiB (measured:
+//! `docs/performance.md`, "Tuning measurements").
 //!
 //! Waiting ends spinning briefly, then yielding, then napping, so a rank left waiting uses
 //! little CPU; every wait is bounded by the group's timeout and checks the peer is alive.

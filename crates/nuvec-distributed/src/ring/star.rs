@@ -21,12 +21,12 @@ use nuvec_cpu::bytes::reduce_bytes;
 const ROOT: usize = 0;
 /// The largest collective (bytes of the larger of its input and output) that takes this path
 /// on a power-of-two group. Rank 0's link carries n − 1 parts each way, so past a few pages
-/// recursive doubling's exchanges win (on four ranks over loopback the two are even at 64 KiB;
-/// between hosts, rank 0's link is the bottleneck).
+/// recursive doubling's exchanges win (over loopback the two are even at a larger size:
+/// `docs/performance.md`, "Tuning measurements"; between hosts, rank 0's link is the
+/// bottleneck).
 pub(super) const STAR_PATH_BYTES: usize = 16 * 1024;
-/// The same for other groups, where the alternative is the ring's n − 1 or 2(n − 1) hops
-/// (three ranks over loopback, 64 KiB `all_sum`: 0.1 ms through rank 0 against 0.2 ms round
-/// the ring).
+/// The same for other groups, where the alternative is the ring's n − 1 or 2(n − 1) hops,
+/// slower at this size (measured: `docs/performance.md`, "Tuning measurements").
 pub(super) const STAR_PATH_BYTES_NO_DOUBLING: usize = 64 * 1024;
 /// The largest group that takes this path: rank 0 handles every part in turn.
 pub(super) const STAR_PATH_RANKS: usize = 8;

@@ -4,13 +4,10 @@
 //! With plain stores, the receiver then reads the slot out of the sender's cache. That is
 //! fast when the two cores share a cache, and slow when they do not: the sender must first
 //! take every line of the slot back from the receiver's core, which read it last time
-//! round. The project's 2-core VM moves between the two ([`docs/performance.md`](https://github.com/nuvec/nuvec/blob/main/docs/performance.md), "a machine
-//! with two states"). In a C model of the channel (`scripts/bench/channel_stores.c`: 2
-//! processes, 1 MB ping-pongs, 128 KiB slots), a slot's plain copy took the sender 3–4 µs
-//! with a shared cache and 49–51 µs without; a streaming copy took 5 µs in both, and the
-//! receiver read the slot in 13–20 µs either way. Round trips: shared cache, plain 85–146
-//! µs, streaming 285–347 µs; no shared cache, plain 942–990 µs, streaming 225–239 µs (64
-//! MB: 56.0 against 18.2 ms).
+//! round. The project's 2-core VM moves between the two. A streaming copy costs the sender
+//! the same in both states; in a C model of the channel, streaming round trips were far
+//! faster than plain ones without a shared cache and far slower with one (measured:
+//! `docs/performance.md`, "Tuning measurements").
 //!
 //! So the sender times its plain copies of at least [`TIMED_FROM`] bytes. After
 //! [`SLOW_IN_A_ROW`] slow ones in a row (slower than [`SLOW_SLOT`] per slot: one slow copy
@@ -24,8 +21,8 @@ use super::shared::SLOT_BYTES;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// A plain copy of a whole slot that takes longer than this is slow (4 GB/s; 10–20 µs when
-/// the data comes from memory, 3–4 µs from the cache).
+/// A plain copy of a whole slot that takes longer than this is slow (4 GB/s): slower than a
+/// copy from memory, let alone from the cache (`docs/performance.md`, "Tuning measurements").
 const SLOW_SLOT: Duration = Duration::from_micros(32);
 /// Copies at least this large are timed (smaller ones are too quick to time well).
 const TIMED_FROM: usize = 32 << 10;

@@ -30,9 +30,9 @@ pub(crate) const SPIN: Poll = Poll::Spin(Duration::from_micros(30));
 /// Polling of a point-to-point receive on machines with a core per local rank. Its message
 /// usually starts only after the sender has finished something of its own (received the
 /// last message, say), well past [`SPIN`]'s window, and a sleep and a wake-up cost more on a
-/// virtual machine than the poll: a 1 MB ping-pong on 2 ranks, about 1020 → 815 µs. Only
-/// collectives keep the short window, because while they wait this rank's writer threads
-/// may need the core.
+/// virtual machine than the poll (measured on 1 MB ping-pongs: `docs/performance.md`,
+/// "Tuning measurements"). Only collectives keep the short window, because while they wait
+/// this rank's writer threads may need the core.
 pub(crate) const MESSAGE_SPIN: Poll = Poll::Spin(Duration::from_micros(300));
 /// Polling on machines with more local ranks than cores.
 pub(crate) const YIELD: Poll = Poll::Yield(Duration::from_micros(200));
@@ -154,8 +154,8 @@ impl Peer {
         // crowded machine the ranks then sleep between arrivals rather than churn while their
         // peers need the cores. A longer read is one point-to-point message streaming from a
         // single sender, which arrivals keep restarting, since a sleep and a wake-up between
-        // each pair of them cost that sender its pace (a 1 MB ping-pong on 4 ranks and
-        // 2 cores: about 805 → 640 µs).
+        // each pair of them cost that sender its pace (measured on 4 ranks and 2 cores:
+        // `docs/performance.md`, "Tuning measurements").
         let (window, yielding) = match poll {
             Poll::Off => (Duration::ZERO, false),
             Poll::Spin(window) => (window, false),
