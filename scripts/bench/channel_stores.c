@@ -2,7 +2,7 @@
 // two processes ping-pong a message through two one-way channels of 8 slots, and the sender
 // copies into each slot with plain stores (mode 0) or with streaming stores that bypass the
 // cache (mode 1). Prints the round trip's median and each side's mean time per slot copy,
-// which is how docs/performance.md (thirteenth run) found why the VM's slow state is slow.
+// which is how the thirteenth collectives run (docs/performance.md) found why the VM's slow state is slow.
 //
 //   gcc -O2 -mavx2 -o target/channel_stores scripts/bench/channel_stores.c
 //   target/channel_stores BYTES ROUNDS SLOT_BYTES MODE     # e.g. 1048576 300 131072 0

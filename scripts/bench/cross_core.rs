@@ -1,7 +1,7 @@
 //! How long a cache line takes to go from one core to the other and back, in nanoseconds: two
 //! threads pinned to cores 0 and 1 (Linux) pass a counter back and forth. On the project's
 //! 2-core VMs it reads about 75 ns or about 320 ns, depending on where the host runs the two
-//! virtual CPUs at the time (`docs/performance.md`, ninth and tenth runs).
+//! virtual CPUs at the time (`docs/performance.md`, "Streaming stores" under "Tuning measurements").
 //!
 //! ```text
 //! rustc --edition 2021 -O scripts/bench/cross_core.rs -o target/cross_core

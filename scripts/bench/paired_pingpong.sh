@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 2-rank ping-pongs of nuvec and of MLX's ring, launched alternately, each after a reading of
 # scripts/bench/cross_core.rs, so that each pair can be compared in the machine's state at
-# the time (docs/performance.md, ninth and tenth runs). Needs the release builds and MLX in
+# the time (docs/performance.md, "Tuning measurements"). Needs the release builds and MLX in
 # .venv-mlx (cargo xtask bench-distributed makes both).
 #
 #   scripts/bench/paired_pingpong.sh [ROUNDS] [SIZES]      # defaults: 8 1M,16M

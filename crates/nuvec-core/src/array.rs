@@ -5,6 +5,7 @@
 //! Outputs of one primitive call share one [`Op`], so it runs once for all of them.
 
 use crate::primitive::Primitive;
+use crate::transforms::trace::Traced;
 use crate::{DType, Error, Result};
 use nuvec_cpu::{Buffer, Element};
 use std::panic::Location;
@@ -31,6 +32,12 @@ pub(crate) struct Node {
     pub(crate) shape: Vec<i32>,
     pub(crate) dtype: DType,
     pub(crate) state: Mutex<State>,
+    /// Whether the node depends on a transform's input (`transforms::trace`), and of which
+    /// kind of transform: set when the node is built.
+    pub(crate) traced: Traced,
+    /// The op that computed the node, kept when it was evaluated inside a function being
+    /// differentiated, so that the transform still sees the graph (MLX keeps it too).
+    pub(crate) history: OnceLock<Arc<Op>>,
 }
 
 pub(crate) enum State {
@@ -82,11 +89,17 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Array {
     fn from_state(shape: Vec<i32>, dtype: DType, state: State) -> Array {
+        Array::from_marked_state(shape, dtype, state, Traced::No)
+    }
+
+    fn from_marked_state(shape: Vec<i32>, dtype: DType, state: State, traced: Traced) -> Array {
         Array {
             node: Arc::new(Node {
                 shape,
                 dtype,
                 state: Mutex::new(state),
+                traced,
+                history: OnceLock::new(),
             }),
         }
     }
@@ -114,6 +127,20 @@ impl Array {
         inputs: Vec<Array>,
         outputs: Vec<(Vec<i32>, DType)>,
     ) -> Vec<Array> {
+        Array::from_primitive_marked(primitive, inputs, outputs, Traced::No)
+    }
+
+    /// [`Array::from_primitive_multi`] whose outputs are marked `mark` as well as with their
+    /// inputs' marks (a transform's tracers are marked with the transform's kind).
+    pub(crate) fn from_primitive_marked(
+        primitive: Arc<dyn Primitive>,
+        inputs: Vec<Array>,
+        outputs: Vec<(Vec<i32>, DType)>,
+        mark: Traced,
+    ) -> Vec<Array> {
+        let traced = inputs
+            .iter()
+            .fold(mark, |traced, input| traced.join(input.node.traced));
         if let Some(error) = inputs.iter().find_map(Array::known_error) {
             return outputs
                 .iter()
@@ -129,7 +156,7 @@ impl Array {
         let arrays: Vec<Array> = outputs
             .into_iter()
             .map(|(shape, dtype)| {
-                Array::from_state(shape, dtype, State::Pending { op: op.clone() })
+                Array::from_marked_state(shape, dtype, State::Pending { op: op.clone() }, traced)
             })
             .collect();
         let _ = op
@@ -170,6 +197,19 @@ impl Array {
             State::Pending { op } => op.clone(),
             _ => return None,
         };
+        Some(Array::parts_of(&op))
+    }
+
+    /// [`Array::pending_parts`], or for an array evaluated inside a function being
+    /// differentiated, the parts of the op that computed it: what a transform walks.
+    pub(crate) fn traced_parts(&self) -> Option<PendingParts> {
+        match self.pending_parts() {
+            Some(parts) => Some(parts),
+            None => self.node.history.get().map(|op| Array::parts_of(op)),
+        }
+    }
+
+    fn parts_of(op: &Arc<Op>) -> PendingParts {
         let inputs = lock(&op.inputs).clone();
         let outputs = op
             .outputs
@@ -180,7 +220,7 @@ impl Array {
                     .collect()
             })
             .unwrap_or_default();
-        Some((op.primitive.clone(), inputs, outputs))
+        (op.primitive.clone(), inputs, outputs)
     }
 
     /// A key identifying the node (for maps keyed by graph node).

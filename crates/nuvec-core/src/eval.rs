@@ -14,6 +14,7 @@
 
 use crate::array::{lock, Array, Node, Op, State};
 use crate::primitive::{Input, OutputSpec};
+use crate::transforms::trace::{differentiating, placeholder_eval_error, Traced};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -49,6 +50,13 @@ pub fn eval_on_pool(outputs: &[Array]) -> Result<()> {
 /// # Ok::<(), nuvec_core::Error>(())
 /// ```
 pub fn eval(outputs: &[Array]) -> Result<()> {
+    for array in outputs {
+        if let Traced::Placeholder(transform) = array.node.traced {
+            return Err(placeholder_eval_error(transform));
+        }
+    }
+    // Inside a function being differentiated, nodes that depend on its inputs keep their ops.
+    let keep = differentiating();
     // Nodes running on a group's worker, with the signal that they are done.
     let mut in_flight: HashMap<*const Node, Receiver<()>> = HashMap::new();
     let mut tape = order(outputs).into_iter().peekable();
@@ -57,7 +65,7 @@ pub fn eval(outputs: &[Array]) -> Result<()> {
             await_inputs(&array, &mut in_flight);
         }
         let Some(group) = communication_group(&array) else {
-            run(&array);
+            run(&array, keep);
             continue;
         };
         let started = group.started_worker();
@@ -65,18 +73,18 @@ pub fn eval(outputs: &[Array]) -> Result<()> {
         // it here saves two thread hand-offs on the latency path.
         let idle = started.as_ref().is_none_or(|worker| worker.is_idle());
         if idle && !independent_work_follows(&array, tape.peek()) {
-            run(&array);
+            run(&array, keep);
             continue;
         }
         let Some(worker) = started.or_else(|| group.worker()) else {
             // A closed group: the node reports it.
-            run(&array);
+            run(&array, keep);
             continue;
         };
         let (done, finished) = channel();
         let node = Arc::as_ptr(&array.node);
         let job = Box::new(move || {
-            run(&array);
+            run(&array, keep);
             let _ = done.send(());
         });
         match worker.submit(job) {
@@ -199,8 +207,9 @@ fn order(outputs: &[Array]) -> Vec<Array> {
     tape
 }
 
-/// Runs the op behind `array` unless it already ran.
-fn run(array: &Array) {
+/// Runs the op behind `array` unless it already ran. With `keep`, a node that depends on the
+/// inputs of a function being differentiated keeps its op (see `Node::history`).
+fn run(array: &Array, keep: bool) {
     let op = match &*lock(&array.node.state) {
         State::Pending { op, .. } => op.clone(),
         _ => return,
@@ -209,13 +218,21 @@ fn run(array: &Array) {
     if !matches!(&*lock(&array.node.state), State::Pending { .. }) {
         return; // Another thread ran it while we waited.
     }
-    let inputs = std::mem::take(&mut *lock(&op.inputs));
+    let keep = keep && array.node.traced == Traced::Differentiated;
+    let inputs = if keep {
+        lock(&op.inputs).clone()
+    } else {
+        std::mem::take(&mut *lock(&op.inputs))
+    };
     let result = collect_inputs(inputs).and_then(|mut inputs| compute(&op, &mut inputs));
     let outputs = op.outputs.get().cloned().unwrap_or_default();
     match result {
         Ok(buffers) => {
             for (weak, buffer) in outputs.iter().zip(buffers) {
                 if let Some(node) = weak.upgrade() {
+                    if keep {
+                        let _ = node.history.set(op.clone());
+                    }
                     *lock(&node.state) = State::Ready(buffer);
                 }
             }

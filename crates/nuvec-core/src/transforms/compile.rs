@@ -8,7 +8,7 @@
 //! new numbers each time, exactly as the uncompiled one would.
 
 use super::fuse::fuse;
-use super::trace::{tape_from, tracers};
+use super::trace::{tape_from, tracers, Traced as Mark};
 use crate::primitive::Primitive;
 use crate::{Array, DType, Error, Result};
 use std::collections::{HashMap, HashSet};
@@ -73,7 +73,7 @@ fn trace(f: &dyn Fn(&[Array]) -> Vec<Array>, inputs: &[Array]) -> Result<Traced>
     if let Some(error) = inputs.iter().find_map(Array::known_error) {
         return Err(error);
     }
-    let traced = tracers(inputs);
+    let traced = tracers(inputs, Mark::Placeholder("compile"));
     crate::random::start_recording();
     let outputs = f(&traced);
     let keys = crate::random::finish_recording();

@@ -2,7 +2,7 @@
 //! walk from the tracers to the outputs applies each primitive's `jvp` rule to the tangents.
 //! The tangents are lazy graphs too, so forward and reverse mode nest.
 
-use super::trace::{tape, tracers};
+use super::trace::{tape, tracers, while_differentiating, Traced};
 use crate::{Array, Error, Result};
 use std::collections::{HashMap, HashSet};
 
@@ -44,8 +44,8 @@ pub fn jvp(
             )));
         }
     }
-    let tracers = tracers(primals);
-    let outputs = f(&tracers);
+    let tracers = tracers(primals, Traced::Differentiated);
+    let outputs = while_differentiating(|| f(&tracers));
     if let Some(error) = outputs.iter().find_map(Array::known_error) {
         return Err(error);
     }
@@ -60,7 +60,7 @@ pub fn jvp(
         if tangent_of.contains_key(&array.node_key()) {
             continue; // A sibling computed it.
         }
-        let Some((primitive, inputs, siblings)) = array.pending_parts() else {
+        let Some((primitive, inputs, siblings)) = array.traced_parts() else {
             continue;
         };
         let siblings: Vec<Array> = siblings

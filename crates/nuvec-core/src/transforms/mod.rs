@@ -5,7 +5,7 @@ mod compile;
 mod custom;
 mod fuse;
 mod jvp;
-mod trace;
+pub(crate) mod trace;
 pub mod tree;
 mod vjp;
 mod vmap;

@@ -4,9 +4,72 @@
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, Error, Result};
 use nuvec_cpu::Buffer;
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+/// Whether a node depends on a transform's inputs, and on which kind of transform's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Traced {
+    /// On no transform's input.
+    #[default]
+    No,
+    /// On the input of a function being differentiated (`vjp`, `jvp`, `grad`): evaluating it
+    /// computes its value and keeps its graph for the transform, as MLX does.
+    Differentiated,
+    /// On a placeholder input (`vmap`, `compile`): its value is not the function's, so
+    /// evaluating it is an error, as in MLX.
+    Placeholder(&'static str),
+}
+
+impl Traced {
+    /// The mark of a node built from nodes marked `self` and `other`.
+    pub(crate) fn join(self, other: Traced) -> Traced {
+        match (self, other) {
+            (Traced::Placeholder(name), _) | (_, Traced::Placeholder(name)) => {
+                Traced::Placeholder(name)
+            }
+            (Traced::Differentiated, _) | (_, Traced::Differentiated) => Traced::Differentiated,
+            (Traced::No, Traced::No) => Traced::No,
+        }
+    }
+}
+
+thread_local! {
+    /// How many functions being differentiated are running on this thread.
+    static DIFFERENTIATING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether a function being differentiated runs on this thread: then evaluating a node that
+/// depends on its inputs keeps the node's op.
+pub(crate) fn differentiating() -> bool {
+    DIFFERENTIATING.with(Cell::get) > 0
+}
+
+/// Runs `f` as a function being differentiated (see [`differentiating`]).
+pub(crate) fn while_differentiating<T>(f: impl FnOnce() -> T) -> T {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            DIFFERENTIATING.with(|depth| depth.set(depth.get().saturating_sub(1)));
+        }
+    }
+    DIFFERENTIATING.with(|depth| depth.set(depth.get() + 1));
+    let _leave = Leave;
+    f()
+}
+
+/// The error of evaluating a node marked [`Traced::Placeholder`]: MLX's refusal.
+pub(crate) fn placeholder_eval_error(transform: &'static str) -> Error {
+    Error::Transform {
+        transform: "eval",
+        reason: format!(
+            "attempting to eval an array during function transformations like compile or \
+             vmap is not allowed (here: {transform}); return the array from the function and \
+             evaluate it after the transform"
+        ),
+    }
+}
 /// The identity: marks where a transform's inputs enter the traced graph.
 #[derive(Debug, Clone)]
 pub(crate) struct Tracer;
@@ -67,7 +130,7 @@ pub(crate) fn tape_from(
         let key = array.node_key();
         if expanded {
             let inputs = array
-                .pending_parts()
+                .traced_parts()
                 .map(|(_, inputs, _)| inputs)
                 .unwrap_or_default();
             let on_path = tracers.contains(&key)
@@ -89,7 +152,7 @@ pub(crate) fn tape_from(
         }
         depends.insert(key, false);
         if tracers.contains(&key) {
-            if array.pending_parts().is_none() {
+            if array.traced_parts().is_none() {
                 return Err(Error::Transform {
                     transform,
                     reason: "an array was evaluated inside the function being transformed; evaluate after the transform".into(),
@@ -98,7 +161,7 @@ pub(crate) fn tape_from(
             depends.insert(key, true);
             continue;
         }
-        let Some((_, inputs, _)) = array.pending_parts() else {
+        let Some((_, inputs, _)) = array.traced_parts() else {
             continue;
         };
         stack.push((array, true));
@@ -111,17 +174,18 @@ pub(crate) fn tape_from(
     Ok(order)
 }
 
-/// A fresh tracer for each primal.
-pub(crate) fn tracers(primals: &[Array]) -> Vec<Array> {
+/// A fresh tracer for each primal, marked `mark` (what evaluating what depends on it does).
+pub(crate) fn tracers(primals: &[Array], mark: Traced) -> Vec<Array> {
     primals
         .iter()
         .map(|p| {
-            Array::from_primitive(
+            let mut traced = Array::from_primitive_marked(
                 Arc::new(Tracer),
                 vec![p.clone()],
-                p.shape().to_vec(),
-                p.dtype(),
-            )
+                vec![(p.shape().to_vec(), p.dtype())],
+                mark,
+            );
+            traced.pop().unwrap_or_else(|| p.clone())
         })
         .collect()
 }

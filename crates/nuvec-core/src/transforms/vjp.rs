@@ -3,7 +3,7 @@
 //! primitive's `vjp` rule and accumulates cotangents. The results are lazy graphs too, so
 //! `grad(grad(f))` works.
 
-use super::trace::{tape, tracers};
+use super::trace::{tape, tracers, while_differentiating, Traced};
 use crate::{Array, Error, Result};
 use std::collections::{HashMap, HashSet};
 
@@ -29,8 +29,8 @@ pub fn vjp(
     primals: &[Array],
     cotangents: &[Array],
 ) -> Result<(Vec<Array>, Vec<Array>)> {
-    let tracers = tracers(primals);
-    let outputs = f(&tracers);
+    let tracers = tracers(primals, Traced::Differentiated);
+    let outputs = while_differentiating(|| f(&tracers));
     if outputs.len() != cotangents.len() {
         return Err(transform_error(format!(
             "the function returned {} outputs but {} cotangents were given",
@@ -73,7 +73,7 @@ pub fn vjp(
         .chain(tracer_keys.iter().copied())
         .collect();
     for array in order.iter().rev() {
-        let Some((primitive, inputs, siblings)) = array.pending_parts() else {
+        let Some((primitive, inputs, siblings)) = array.traced_parts() else {
             continue;
         };
         let siblings: Vec<Array> = siblings

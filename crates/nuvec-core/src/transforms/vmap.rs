@@ -2,7 +2,7 @@
 //! unbatched shapes), then each taped op is replaced by its primitive's batching rule applied
 //! to the whole batch: no op runs once per slice.
 
-use super::trace::{tape, tracers};
+use super::trace::{tape, tracers, Traced};
 use crate::{Array, Error, Result};
 use std::collections::{HashMap, HashSet};
 
@@ -114,7 +114,7 @@ fn vectorise(
             })
         })
         .collect();
-    let traced = tracers(&slices);
+    let traced = tracers(&slices, Traced::Placeholder("vmap"));
     let mut traced_iter = traced.iter();
     let arguments: Vec<Array> = inputs
         .iter()
