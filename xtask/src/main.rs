@@ -13,6 +13,7 @@
 //!   and `quantized_matmul` against `matmul`.
 //! - `bench-lm`: nuvec-lm against mlx-lm on a model of Qwen2.5-0.5B's shape (bf16 and
 //!   4-bit), prompt 512 / generation 128.
+//! - `fuzz-mlx [--cases N] [--seed S]`: the differential tester against MLX, a long run.
 //! - `tidy`: repository hygiene (also run as a test: `cargo test -p xtask`).
 
 mod bench_bare_ring;
@@ -49,9 +50,10 @@ fn main() -> ExitCode {
         ),
         Some("bench-nn") => bench_nn(),
         Some("bench-lm") => bench_lm::run_bench(&args[1..]),
+        Some("fuzz-mlx") => fuzz_mlx(&args[1..]),
         Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),
         _ => Err(
-            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-plot | bench-transforms | bench-nn | bench-lm | tidy>"
+            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-plot | bench-transforms | bench-nn | bench-lm | fuzz-mlx | tidy>"
                 .to_string(),
         ),
     };
@@ -159,6 +161,44 @@ pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{program} {} failed with {status}", args.join(" ")))
+    }
+}
+
+/// `cargo xtask fuzz-mlx [--cases N] [--seed S]`: the differential tester's long run (random
+/// programs in nuvec and in MLX 0.32.4), in release; differences are written, shrunk, to
+/// `target/mlx-diff-failures.json`.
+fn fuzz_mlx(args: &[String]) -> Result<(), String> {
+    let mut command = Command::new("cargo");
+    command.args([
+        "test",
+        "--release",
+        "-p",
+        "nuvec",
+        "--test",
+        "mlx_differential",
+        "--",
+        "--ignored",
+        "--nocapture",
+        "long_run",
+    ]);
+    let mut rest = args.iter();
+    while let Some(flag) = rest.next() {
+        let variable = match flag.as_str() {
+            "--cases" => "NUVEC_MLX_FUZZ_CASES",
+            "--seed" => "NUVEC_MLX_FUZZ_SEED",
+            other => return Err(format!("fuzz-mlx: unknown option {other} (--cases N, --seed S)")),
+        };
+        let value = rest
+            .next()
+            .filter(|v| v.parse::<u64>().is_ok())
+            .ok_or_else(|| format!("fuzz-mlx: {flag} needs a number"))?;
+        command.env(variable, value);
+    }
+    let status = command.status().map_err(|e| format!("cargo test: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err("fuzz-mlx found differences (target/mlx-diff-failures.json)".into())
     }
 }
 
