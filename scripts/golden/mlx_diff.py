@@ -86,7 +86,15 @@ def apply(op, env):
     if name in ("sort", "argsort"):
         return getattr(mx, name)(args[0], axis=op["axis"])
     if name == "clip":
-        return mx.clip(args[0], op["lo"], op["hi"])
+        # nuvec's clip takes f64 bounds and treats an integral one on an integer array as an
+        # integer (its documented reading of MLX's Python ints): give MLX the same.
+        def bound(value):
+            integral = value is not None and float(value).is_integer()
+            if integral and not mx.issubdtype(args[0].dtype, mx.floating):
+                return int(value)
+            return value
+
+        return mx.clip(args[0], bound(op["lo"]), bound(op["hi"]))
     if name == "transpose":
         return mx.transpose(args[0], op["perm"])
     if name == "reshape":

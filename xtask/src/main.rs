@@ -186,7 +186,11 @@ fn fuzz_mlx(args: &[String]) -> Result<(), String> {
         let variable = match flag.as_str() {
             "--cases" => "NUVEC_MLX_FUZZ_CASES",
             "--seed" => "NUVEC_MLX_FUZZ_SEED",
-            other => return Err(format!("fuzz-mlx: unknown option {other} (--cases N, --seed S)")),
+            other => {
+                return Err(format!(
+                    "fuzz-mlx: unknown option {other} (--cases N, --seed S)"
+                ))
+            }
         };
         let value = rest
             .next()

@@ -51,6 +51,9 @@ pub(crate) struct Op {
     pub(crate) primitive: Arc<dyn Primitive>,
     pub(crate) inputs: Mutex<Vec<Array>>,
     pub(crate) outputs: OnceLock<Vec<Weak<Node>>>,
+    /// The outputs' shapes and dtypes when there are several, so that a transform can stand
+    /// in zeros of the right shape for one nobody holds any more.
+    pub(crate) specs: Vec<(Vec<i32>, DType)>,
     /// Held while the primitive runs, so concurrent evaluations run it once.
     pub(crate) running: Mutex<()>,
 }
@@ -147,10 +150,16 @@ impl Array {
                 .map(|_| Array::failed(error.clone()))
                 .collect();
         }
+        let specs = if outputs.len() > 1 {
+            outputs.clone()
+        } else {
+            Vec::new()
+        };
         let op = Arc::new(Op {
             primitive,
             inputs: Mutex::new(inputs),
             outputs: OnceLock::new(),
+            specs,
             running: Mutex::new(()),
         });
         let arrays: Vec<Array> = outputs
@@ -216,7 +225,15 @@ impl Array {
             .get()
             .map(|all| {
                 all.iter()
-                    .map(|weak| weak.upgrade().map(|node| Array { node }))
+                    .enumerate()
+                    .map(|(i, weak)| match weak.upgrade() {
+                        Some(node) => Some(Array { node }),
+                        // Dropped: zeros of its shape stand in (it has no cotangent).
+                        None => op
+                            .specs
+                            .get(i)
+                            .map(|(shape, dtype)| crate::ops::zeros(shape, *dtype)),
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -363,6 +380,21 @@ impl Array {
     /// Returns the error this array would give when evaluated, computing it if needed.
     pub fn check(&self) -> Result<()> {
         self.eval()
+    }
+
+    /// The error of an array known to have failed, without evaluating anything: an op refused
+    /// when it was built (shapes, axes, dtypes: what MLX raises at once), or one that already
+    /// failed while computing. `None` for a pending or computed array; [`Array::check`]
+    /// evaluates to find errors that only computing shows.
+    ///
+    /// ```
+    /// use nuvec_core::{array, ops};
+    /// let bad = ops::matmul(&array![[1.0, 2.0]], &array![[1.0, 2.0]]);
+    /// assert!(bad.build_error().unwrap().to_string().starts_with("[matmul]"));
+    /// assert!(ops::exp(&array![1.0]).build_error().is_none());
+    /// ```
+    pub fn build_error(&self) -> Option<Error> {
+        self.known_error()
     }
 
     /// The evaluated buffer.

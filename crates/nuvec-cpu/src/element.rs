@@ -82,8 +82,27 @@ macro_rules! int_element {
                 self as f64
             }
             fn from_f64(v: f64) -> Self {
-                // Through i64/u64 as x86 does for a C++ cast, so -1.0 as uint8 is 255.
-                if $signed || v < 0.0 {
+                // As x86 converts in MLX's C++ casts: 8-, 16- and 32-bit types through a
+                // 32-bit truncation and 64-bit signed through a 64-bit one, where NaN and values
+                // out of range give the "integer indefinite" (the minimum), so -1.0 as uint8
+                // is 255 and -inf as int32 is i32::MIN; uint32/uint64 through i64/u64.
+                let size = std::mem::size_of::<$t>();
+                if size <= 2 || ($signed && size == 4) {
+                    let v = if v.is_nan() || !(-2_147_483_648.0..2_147_483_648.0).contains(&v) {
+                        i32::MIN
+                    } else {
+                        v as i32
+                    };
+                    v as $t
+                } else if $signed {
+                    let limit = 9_223_372_036_854_775_808.0;
+                    let v = if v.is_nan() || !(-limit..limit).contains(&v) {
+                        i64::MIN
+                    } else {
+                        v as i64
+                    };
+                    v as $t
+                } else if v < 0.0 {
                     v as i64 as $t
                 } else {
                     v as u64 as $t
@@ -113,7 +132,8 @@ macro_rules! int_element {
             }
             fn rem(self, b: Self) -> Self {
                 if b == 0 {
-                    return 0;
+                    // As MLX on CPU: the remainder by zero is the dividend.
+                    return self;
                 }
                 let r = self.wrapping_rem(b);
                 #[allow(unused_comparisons)]

@@ -53,6 +53,9 @@ pub struct Layout3 {
 /// element type. `All`/`Any` give 0 or 1 in `T`.
 pub fn reduce<T: Element>(op: ReduceOp, input: &[T], layout: Layout3, out: &mut [T]) {
     let Layout3 { len, inner, .. } = layout;
+    if out.is_empty() {
+        return; // An empty result (another axis has length 0): nothing to compute.
+    }
     if len == 0 {
         out.fill(identity::<T>(op));
         return;

@@ -60,7 +60,11 @@ fn report(differences: &[Difference]) -> String {
     for d in differences {
         kinds.entry(compare::kind(&d.why)).or_default().push(d);
     }
-    let mut text = format!("{} differences in {} kinds\n", differences.len(), kinds.len());
+    let mut text = format!(
+        "{} differences in {} kinds\n",
+        differences.len(),
+        kinds.len()
+    );
     for (kind, cases) in &kinds {
         let first = cases[0];
         text += &format!(

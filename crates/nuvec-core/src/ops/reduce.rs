@@ -95,6 +95,15 @@ fn reduce(op: ReduceOp, a: &Array, axes: Option<Vec<i32>>, keepdims: bool) -> Ar
         Ok(p) => p,
         Err(reason) => return Array::invalid(op.name(), reason),
     };
+    // Nothing to reduce (a 0-d array): MLX returns the array as it is, dtype included.
+    if axes.is_empty()
+        && matches!(
+            op,
+            ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min
+        )
+    {
+        return a.clone();
+    }
     let dtype = match op {
         ReduceOp::All | ReduceOp::Any => DType::Bool,
         ReduceOp::Sum | ReduceOp::Prod => accumulator_dtype(a.dtype()),
@@ -127,31 +136,39 @@ pub fn prod(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
 /// Largest value over `axes` (NaN propagates).
 #[track_caller]
 pub fn max(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
-    if a.size() == 0 {
-        return Array::invalid(
-            "max",
-            format!(
-                "cannot take the max of an empty array of shape {:?}",
-                a.shape()
-            ),
-        );
+    let axes = axes.into_axes();
+    if let Some(refused) = empty_axis("max", a, &axes) {
+        return refused;
     }
-    reduce(ReduceOp::Max, a, axes.into_axes(), keepdims)
+    reduce(ReduceOp::Max, a, axes, keepdims)
+}
+
+/// The failed array of a max or min over an axis of length 0 (which has no identity), as
+/// MLX refuses it; reducing other axes of an empty array gives an empty result.
+#[track_caller]
+fn empty_axis(op: &str, a: &Array, axes: &Option<Vec<i32>>) -> Option<Array> {
+    if a.size() != 0 {
+        return None;
+    }
+    let (resolved, _) = plan(op, a, axes.clone(), false).ok()?;
+    let axis = resolved.into_iter().find(|&i| a.shape()[i] == 0)?;
+    Some(Array::invalid(
+        op,
+        format!(
+            "cannot take the {op} over axis {axis} of length 0 (array of shape {:?})",
+            a.shape()
+        ),
+    ))
 }
 
 /// Smallest value over `axes` (NaN propagates).
 #[track_caller]
 pub fn min(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
-    if a.size() == 0 {
-        return Array::invalid(
-            "min",
-            format!(
-                "cannot take the min of an empty array of shape {:?}",
-                a.shape()
-            ),
-        );
+    let axes = axes.into_axes();
+    if let Some(refused) = empty_axis("min", a, &axes) {
+        return refused;
     }
-    reduce(ReduceOp::Min, a, axes.into_axes(), keepdims)
+    reduce(ReduceOp::Min, a, axes, keepdims)
 }
 
 /// Whether every element over `axes` is nonzero.
@@ -263,7 +280,12 @@ pub fn softmax(a: &Array, axes: impl IntoAxes) -> Array {
     }
     let peak = crate::ops::stop_gradient(&max(&x, Axes(axes.clone()), true));
     let e = crate::ops::exp(&crate::ops::subtract(&x, &peak));
-    crate::ops::divide(&e, reduce(ReduceOp::Sum, &e, axes, true))
+    let out = crate::ops::divide(&e, reduce(ReduceOp::Sum, &e, axes, true));
+    if a.ndim() == 0 {
+        // MLX gives a 0-d softmax (1) in the input's dtype, integer or boolean too.
+        return out.astype(a.dtype());
+    }
+    out
 }
 
 #[track_caller]

@@ -166,22 +166,23 @@ impl Binary {
             (BinaryOp::Divide, 0) => divide(v, b),
             (BinaryOp::Divide, _) => negative(&divide(multiply(v, out), b)),
             (BinaryOp::Power, 0) => multiply(v, multiply(b, power(a, subtract(b, 1.0)))),
+            // As MLX: log(a)·out where out ≠ 0 (0·log 0 → 0), NaN for a negative base.
             (BinaryOp::Power, _) => {
-                multiply(v, multiply(out, log(&where_(greater(a, 0.0), a, 1.0))))
+                multiply(v, where_(not_equal(out, 0.0), multiply(log(a), out), 0.0))
             }
             (BinaryOp::Remainder, 0) => v.clone(),
             (BinaryOp::Remainder, _) => negative(&multiply(v, floor_divide(a, b))),
+            // As MLX: a tie sends the derivative to `b`, and the mask multiplies it (so an
+            // infinite cotangent on the other side gives NaN, as there).
+            // (NaN on either side sends it to neither, as there.)
             (BinaryOp::Maximum | BinaryOp::Minimum, _) => {
-                let pick_a = if self.0 == BinaryOp::Maximum {
-                    greater_equal(a, b)
-                } else {
-                    less_equal(a, b)
+                let mask = match (self.0 == BinaryOp::Maximum, i == 0) {
+                    (true, true) => greater(a, b),
+                    (true, false) => less_equal(a, b),
+                    (false, true) => less(a, b),
+                    (false, false) => greater_equal(a, b),
                 };
-                if i == 0 {
-                    where_(&pick_a, v, 0.0)
-                } else {
-                    where_(&pick_a, 0.0, v)
-                }
+                multiply(v, astype(&mask, v.dtype()))
             }
             (BinaryOp::LogAddExp, 0) => multiply(v, sigmoid(&subtract(a, b))),
             (BinaryOp::LogAddExp, _) => multiply(v, sigmoid(&subtract(b, a))),

@@ -76,6 +76,28 @@ fn reduce_any_axes<T: Element>(op: ReduceOp, input: &Input, axes: &[usize], out:
     );
 }
 
+/// For each element, the product of the other elements of its group over `axes` (what `prod`
+/// differentiates to), without dividing: exclusive products from both ends of the group, so
+/// zeros give exact values where `prod / x` gives NaN (as MLX).
+fn product_of_others(x: &Array, axes: &[usize]) -> Array {
+    use crate::ops::{cumprod, multiply, reshape, transpose};
+    let rank = x.ndim();
+    let kept: Vec<usize> = (0..rank).filter(|a| !axes.contains(a)).collect();
+    let order: Vec<i32> = kept.iter().chain(axes).map(|&a| a as i32).collect();
+    let moved = transpose(x, Some(&order));
+    let mut grouped: Vec<i32> = kept.iter().map(|&a| x.shape()[a]).collect();
+    grouped.push(axes.iter().map(|&a| x.shape()[a]).product());
+    let rows = reshape(&moved, &grouped);
+    let before = cumprod(&rows, Some(-1), false, false);
+    let after = cumprod(&rows, Some(-1), true, false);
+    let others = reshape(&multiply(&before, &after), moved.shape());
+    let mut inverse = vec![0i32; rank];
+    for (position, &axis) in order.iter().enumerate() {
+        inverse[axis as usize] = position as i32;
+    }
+    transpose(&others, Some(&inverse))
+}
+
 /// The reduced result reshaped with its reduced axes kept (as length 1).
 fn with_kept_axes(value: &Array, input_shape: &[i32], axes: &[usize]) -> Array {
     let kept: Vec<i32> = input_shape
@@ -104,7 +126,7 @@ impl Primitive for Reduce {
         let out = with_kept_axes(&outputs[0], x.shape(), &self.axes);
         let grad = match self.op {
             ReduceOp::Sum => broadcast_to(&c, x.shape()),
-            ReduceOp::Prod => multiply(&c, divide(&out, x)),
+            ReduceOp::Prod => multiply(&c, product_of_others(x, &self.axes)),
             ReduceOp::Max | ReduceOp::Min => {
                 // Ties share the cotangent equally, as MLX.
                 let mask = equal(x, &out).astype(c.dtype());
@@ -139,11 +161,13 @@ impl Primitive for Reduce {
         let out = with_kept_axes(&outputs[0], x.shape(), &self.axes);
         let tangent = match self.op {
             ReduceOp::Sum => return super::linear_jvp(self, inputs, outputs, tangents, argnums),
-            ReduceOp::Prod => sum(&multiply(t, divide(&out, x)), axes, false),
+            ReduceOp::Prod => sum(&multiply(t, product_of_others(x, &self.axes)), axes, false),
             ReduceOp::Max | ReduceOp::Min => {
-                let mask = equal(x, &out).astype(t.dtype());
+                // The tied extremes' mean tangent; other tangents (an infinite one too) drop out.
+                let picked = equal(x, &out);
+                let mask = picked.astype(t.dtype());
                 let share = divide(&mask, sum(&mask, axes.clone(), true));
-                sum(&multiply(t, share), axes, false)
+                sum(&where_(&picked, multiply(t, share), 0.0), axes, false)
             }
             _ => zeros_like(&outputs[0]),
         };

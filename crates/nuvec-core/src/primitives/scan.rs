@@ -52,16 +52,13 @@ impl Primitive for Scan {
         cotangents: &[Array],
         _argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        use crate::ops::{cumsum, divide, multiply};
+        use crate::ops::cumsum;
         let (x, out, c) = (&inputs[0], &outputs[0], &cotangents[0]);
         let axis = Some(self.axis as i32);
         // Each input feeds every later running value: cotangents summed the other way.
         let grad = match self.op {
             ReduceOp::Sum => cumsum(c, axis, !self.reverse, self.inclusive),
-            ReduceOp::Prod => divide(
-                cumsum(&multiply(c, out), axis, !self.reverse, self.inclusive),
-                x,
-            ),
+            ReduceOp::Prod => self.product_vjp(x, out, c),
             _ => {
                 let (source, valid) = self.extreme_source(x, out);
                 let kept = crate::ops::where_(&valid, c, 0.0);
@@ -78,16 +75,13 @@ impl Primitive for Scan {
         tangents: &[Array],
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        use crate::ops::{cumsum, divide, multiply, take_along_axis};
+        use crate::ops::take_along_axis;
         let (x, out) = (&inputs[0], &outputs[0]);
         let t = tangents[0].astype(x.dtype());
         let axis = Some(self.axis as i32);
         Ok(vec![match self.op {
             ReduceOp::Sum => return super::linear_jvp(self, inputs, outputs, tangents, argnums),
-            ReduceOp::Prod => multiply(
-                out,
-                cumsum(&divide(&t, x), axis, self.reverse, self.inclusive),
-            ),
+            ReduceOp::Prod => self.product_jvp(x, out, &t),
             _ => {
                 let (source, valid) = self.extreme_source(x, out);
                 crate::ops::where_(&valid, take_along_axis(&t, &source, axis), 0.0)
@@ -119,6 +113,57 @@ impl Scan {
     /// For `cummax`/`cummin`: the position along the axis of the element each running value
     /// is (the latest of equal ones), and where there is one (an exclusive scan's first value
     /// is the identity, which comes from no element).
+    /// Where the scan meets its first zero: (no zero at or before each position, the first
+    /// zero itself, the products with that zero taken as one).
+    fn first_zero(&self, x: &Array, inclusive: bool) -> (Array, Array, Array) {
+        use crate::ops::{cumprod, cumsum, equal, logical_and, where_};
+        let axis = Some(self.axis as i32);
+        let zero = equal(x, 0.0);
+        let seen = cumsum(&zero.astype(crate::DType::I32), axis, self.reverse, true);
+        let before = equal(&seen, 0);
+        let first = logical_and(&zero, &equal(&seen, 1));
+        let once = cumprod(&where_(&first, 1.0, x), axis, self.reverse, self.inclusive);
+        let before = if inclusive {
+            before
+        } else {
+            let count = cumsum(&zero.astype(crate::DType::I32), axis, self.reverse, false);
+            equal(&count, 0)
+        };
+        (before, first, once)
+    }
+
+    /// The cumulative product's vjp without dividing by zeros (as MLX): before the first zero
+    /// the usual `Σ c·out / x`; at it, the later products with it taken as one; after it, 0.
+    fn product_vjp(&self, x: &Array, out: &Array, c: &Array) -> Array {
+        use crate::ops::{cumsum, divide, multiply, where_};
+        let axis = Some(self.axis as i32);
+        let (before, first, once) = self.first_zero(x, true);
+        let later =
+            |values: &Array| cumsum(&multiply(c, values), axis, !self.reverse, self.inclusive);
+        let usual = divide(&later(out), &where_(&before, x, 1.0));
+        where_(&before, &usual, &where_(&first, &later(&once), 0.0))
+    }
+
+    /// The cumulative product's jvp without dividing by zeros: before the first zero the usual
+    /// `out · Σ t / x`; from it on, the first zero's tangent times the products with it taken
+    /// as one.
+    fn product_jvp(&self, x: &Array, out: &Array, t: &Array) -> Array {
+        use crate::ops::{cumsum, divide, multiply, sum, where_};
+        let axis = Some(self.axis as i32);
+        let (before, first, once) = self.first_zero(x, self.inclusive);
+        let usual = multiply(
+            out,
+            cumsum(
+                &divide(t, &where_(&before, x, 1.0)),
+                axis,
+                self.reverse,
+                self.inclusive,
+            ),
+        );
+        let at_first = sum(&where_(&first, t, 0.0), self.axis as i32, true);
+        where_(&before, &usual, &multiply(&at_first, &once))
+    }
+
     fn extreme_source(&self, x: &Array, out: &Array) -> (Array, Array) {
         use crate::ops::{arange, cummax, cummin, equal, pad, slice, where_};
         let n = x.shape()[self.axis];

@@ -54,7 +54,15 @@ pub fn jvp(
     let mut tangent_of: HashMap<usize, Array> = tracers
         .iter()
         .zip(tangents)
-        .map(|(t, tangent)| (t.node_key(), tangent.astype(t.dtype())))
+        .map(|(t, tangent)| {
+            // Integers and booleans carry no derivative: their tangents count as zeros.
+            let tangent = if t.dtype().is_float() {
+                tangent.astype(t.dtype())
+            } else {
+                crate::ops::zeros_like(t)
+            };
+            (t.node_key(), tangent)
+        })
         .collect();
     for array in &order {
         if tangent_of.contains_key(&array.node_key()) {

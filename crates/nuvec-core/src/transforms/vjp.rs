@@ -102,34 +102,54 @@ pub fn vjp(
             accumulate(inputs[argnum].node_key(), value, &mut cotangent_of);
         }
     }
+    // Integers and booleans carry no derivative: their cotangents are zeros of their dtype
+    // (MLX computes one in integers, truncating; docs/mlx-differences.md).
     let vjps = tracers
         .iter()
-        .map(|t| {
-            cotangent_of
-                .remove(&t.node_key())
-                .unwrap_or_else(|| crate::ops::zeros_like(t))
+        .map(|t| match cotangent_of.remove(&t.node_key()) {
+            Some(cotangent) if t.dtype().is_float() => cotangent,
+            _ => crate::ops::zeros_like(t),
         })
         .collect();
     Ok((outputs, vjps))
 }
 
+/// Refuses what MLX refuses: no argument, one twice, or one the function is not called with.
+fn check_argnums(argnums: &[usize], inputs: usize) -> Result<()> {
+    let refuse = |reason: String| {
+        Err(Error::Transform {
+            transform: "grad",
+            reason,
+        })
+    };
+    if argnums.is_empty() {
+        return refuse(
+            "the gradient with respect to no argument was requested (argnums is empty)".into(),
+        );
+    }
+    for (i, &a) in argnums.iter().enumerate() {
+        if argnums[..i].contains(&a) {
+            return refuse(format!("argument index {a} appears twice in argnums"));
+        }
+        if a >= inputs {
+            return refuse(format!(
+                "argnums has {a} but the function was called with {inputs} inputs"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `f`'s value and its gradient with respect to the inputs in `argnums`; `f` must return a
-/// scalar (one element).
+/// scalar (one element). `argnums` must be non-empty, without repeats, and name inputs the
+/// function is called with, as in MLX.
 pub fn value_and_grad(
     f: impl Fn(&[Array]) -> Array,
     argnums: &[usize],
 ) -> impl Fn(&[Array]) -> Result<(Array, Vec<Array>)> {
     let argnums = argnums.to_vec();
     move |inputs: &[Array]| {
-        if let Some(&bad) = argnums.iter().find(|&&a| a >= inputs.len()) {
-            return Err(Error::Transform {
-                transform: "grad",
-                reason: format!(
-                    "argnums has {bad} but the function was called with {} inputs",
-                    inputs.len()
-                ),
-            });
-        }
+        check_argnums(&argnums, inputs.len())?;
         let (outputs, vjps) = vjp(
             |traced| {
                 // Only the differentiated arguments are traced; the others pass through.

@@ -13,8 +13,301 @@ pub(crate) struct Deliberate {
     pub(crate) matches: fn(program: &Value, mlx: &Value, nuvec: &Value) -> bool,
 }
 
-/// The differences from MLX that nuvec keeps, all of them strictly safer.
-pub(crate) const DELIBERATE: &[Deliberate] = &[];
+/// The differences from MLX that nuvec keeps (docs/mlx-differences.md).
+pub(crate) const DELIBERATE: &[Deliberate] = &[
+    Deliberate {
+        name: "integers carry no derivative",
+        reason: "MLX differentiates with respect to integer and boolean inputs in integers \
+                 (the derivative of exp at 1 comes out as 2); nuvec gives them zero cotangents \
+                 and tangents",
+        matches: |program, mlx, nuvec| {
+            differentiates(program) && both_ok(mlx, nuvec) && has_integer_input(program)
+        },
+    },
+    Deliberate {
+        name: "tangents of outputs that have no derivative",
+        reason: "the jvp of a boolean or index output (comparisons, isnan, all/any, argmax, \
+                 argsort) is zeros of its own dtype in nuvec; MLX gives zeros of the input's \
+                 dtype, or for all/any a reduction of the tangent",
+        matches: |program, mlx, nuvec| {
+            has_transform(program, "jvp")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| zeros_without_derivative(&nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "integers carry no derivative: MLX's refusals",
+        reason: "MLX raises when a derivative would flow into integer indices, or when a sum \
+                 widened an integer cotangent before a cast; nuvec's integers carry none",
+        matches: |program, mlx, nuvec| {
+            nuvec["ok"] == true
+                && differentiates(program)
+                && (error_has(mlx, "Type of cotangents does not match primal output type")
+                    || (has_integer_input(program)
+                        && error_has(mlx, "Cannot calculate JVP with respect to indices")))
+        },
+    },
+    Deliberate {
+        name: "no cotangent through boolean and index outputs",
+        reason: "MLX's vjp passes a cotangent through all/any, comparisons and arg-reductions \
+                 as if they were sums; nuvec's is zero, since they have no derivative",
+        matches: |program, mlx, nuvec| {
+            (has_transform(program, "vjp") || has_transform(program, "grad"))
+                && [
+                    "any",
+                    "all",
+                    "equal",
+                    "greater",
+                    "less",
+                    "isnan",
+                    "logical_not",
+                    "argmax",
+                    "argmin",
+                    "argsort",
+                ]
+                .iter()
+                .any(|op| has_op(program, op))
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| all_zero(&nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "softmax of integers with explicit axes",
+        reason: "MLX keeps an integer input's dtype when axes are given, truncating the \
+                 probabilities; nuvec computes them in float32, as MLX does without axes",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "softmax")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec).iter().all(|&i| {
+                    nuvec["outputs"][i]["dtype"] == "float32"
+                        && mlx["outputs"][i]["dtype"]
+                            .as_str()
+                            .is_some_and(|d| d.contains("int") || d == "bool")
+                })
+        },
+    },
+    Deliberate {
+        name: "logsumexp's derivative at infinities",
+        reason: "where inputs are infinite, MLX's gradient of logsumexp (a softmax after \
+                 subtracting an infinite maximum) is NaN; nuvec's is the limit",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "logsumexp")
+                && differentiates(program)
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "logsumexp of booleans",
+        reason: "MLX's logsumexp of a boolean array counts a false as 2 (exp(2) where exp(0) \
+                 is due); nuvec computes it on 0 and 1",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "logsumexp") && makes_booleans(program) && both_ok(mlx, nuvec)
+        },
+    },
+    Deliberate {
+        name: "an output returned twice",
+        reason: "when a function returns the same array twice, MLX's vjp keeps one of the two \
+                 cotangents; nuvec adds them, which is the derivative",
+        matches: |program, mlx, nuvec| {
+            let outputs = program["outputs"].as_array().cloned().unwrap_or_default();
+            let repeated = outputs
+                .iter()
+                .enumerate()
+                .any(|(i, o)| outputs[..i].contains(o));
+            repeated
+                && both_ok(mlx, nuvec)
+                && (has_transform(program, "vjp") || has_transform(program, "grad"))
+        },
+    },
+    Deliberate {
+        name: "second derivatives through where",
+        reason: "MLX's derivative of where's own derivative is wrong: the vjp of \
+                 where(x, x, x) is the constant 1, yet MLX differentiates it to 1; nuvec's is 0",
+        matches: |program, mlx, nuvec| {
+            let differentiations = program["transforms"].as_array().map_or(0, |t| {
+                t.iter()
+                    .filter(|t| ["grad", "vjp", "jvp"].iter().any(|k| t["kind"] == *k))
+                    .count()
+            });
+            has_op(program, "where") && differentiations >= 2 && both_ok(mlx, nuvec)
+        },
+    },
+    Deliberate {
+        name: "cummax and cummin of half-precision NaN",
+        reason: "MLX's float16/bfloat16 cummax and cummin give 0 where a NaN should propagate \
+                 (its float32 ones propagate it); nuvec propagates NaN in every float type",
+        matches: |program, mlx, nuvec| {
+            (has_op(program, "cummax") || has_op(program, "cummin"))
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec).iter().all(|&i| {
+                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                    matches!(a["dtype"].as_str(), Some("float16" | "bfloat16"))
+                        && nan_where_mlx_zero(a, b)
+                })
+        },
+    },
+    Deliberate {
+        name: "programs that crash MLX",
+        reason: "MLX's process dies (e.g. a segmentation fault in cummax's vjp at a leading \
+                 NaN); nuvec computes a result or reports an error",
+        matches: |_, mlx, nuvec| error_has(mlx, "MLX's process crashed") && nuvec["panic"] != true,
+    },
+    Deliberate {
+        name: "take with an index out of range",
+        reason: "MLX reads whatever an out-of-range index reaches; nuvec refuses it",
+        matches: |_, mlx, nuvec| {
+            mlx["ok"] == true && error_has(nuvec, "is out of range for an axis of length")
+        },
+    },
+    Deliberate {
+        name: "jvp of cumulative products, minima and maxima",
+        reason: "MLX has no jvp for cumprod/cummin/cummax and raises; nuvec computes it",
+        matches: |_, mlx, nuvec| {
+            error_has(mlx, "JVP is not implemented for cumulative") && nuvec["ok"] == true
+        },
+    },
+    Deliberate {
+        name: "argmax/argmin of a 0-d array with keepdims",
+        reason: "MLX fails inside (\"cannot create std::vector larger than max_size()\"); nuvec \
+                 returns index 0",
+        matches: |_, mlx, nuvec| {
+            error_has(mlx, "cannot create std::vector larger than max_size") && nuvec["ok"] == true
+        },
+    },
+    Deliberate {
+        name: "where's tangent selects",
+        reason: "MLX's jvp of where mixes both tangents arithmetically, so an infinite tangent \
+                 on the chosen side becomes NaN; nuvec's selects it",
+        // Differentiating that tangent again differs too: MLX's carries a derivative through
+        // the condition.
+        matches: |program, mlx, nuvec| {
+            has_transform(program, "jvp") && has_op(program, "where") && both_ok(mlx, nuvec)
+        },
+    },
+];
+
+fn has_transform(program: &Value, kind: &str) -> bool {
+    program["transforms"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["kind"] == kind))
+}
+
+fn has_op(program: &Value, name: &str) -> bool {
+    program["ops"]
+        .as_array()
+        .is_some_and(|ops| ops.iter().any(|op| op["op"] == name))
+}
+
+fn differentiates(program: &Value) -> bool {
+    ["grad", "vjp", "jvp"]
+        .iter()
+        .any(|k| has_transform(program, k))
+}
+
+/// Whether the program has a boolean input or an op that gives booleans.
+fn makes_booleans(program: &Value) -> bool {
+    let ops = [
+        "equal",
+        "greater",
+        "less",
+        "isnan",
+        "logical_not",
+        "any",
+        "all",
+    ];
+    ops.iter().any(|op| has_op(program, op))
+        || program["inputs"]
+            .as_array()
+            .is_some_and(|i| i.iter().any(|i| i["dtype"] == "bool"))
+        || program["ops"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o["dtype"] == "bool"))
+}
+
+fn has_integer_input(program: &Value) -> bool {
+    program["inputs"].as_array().is_some_and(|inputs| {
+        inputs.iter().any(|i| {
+            !matches!(
+                i["dtype"].as_str(),
+                Some("float32" | "float16" | "bfloat16")
+            )
+        })
+    })
+}
+
+fn both_ok(mlx: &Value, nuvec: &Value) -> bool {
+    mlx["ok"] == true && nuvec["ok"] == true
+}
+
+fn error_has(result: &Value, text: &str) -> bool {
+    result["ok"] == false && result["error"].as_str().is_some_and(|e| e.contains(text))
+}
+
+/// The outputs that differ, when both have the same number.
+fn differing(mlx: &Value, nuvec: &Value) -> Vec<usize> {
+    let (a, b) = (
+        mlx["outputs"].as_array().cloned().unwrap_or_default(),
+        nuvec["outputs"].as_array().cloned().unwrap_or_default(),
+    );
+    if a.len() != b.len() {
+        return vec![usize::MAX];
+    }
+    (0..a.len())
+        .filter(|&i| compare_output(i, &a[i], &b[i]).is_some())
+        .collect()
+}
+
+/// An output of zeros (or falses).
+fn all_zero(output: &Value) -> bool {
+    output["data"].as_array().is_some_and(|d| {
+        d.iter()
+            .all(|v| v == &Value::Bool(false) || v.as_f64() == Some(0.0))
+    })
+}
+
+/// A boolean or index output of zeros.
+fn zeros_without_derivative(output: &Value) -> bool {
+    matches!(output["dtype"].as_str(), Some("bool" | "uint32"))
+        && output["data"].as_array().is_some_and(|d| {
+            d.iter()
+                .all(|v| v == &Value::Bool(false) || v == &Value::from(0))
+        })
+}
+
+/// Outputs equal but where MLX has 0 and nuvec NaN.
+fn nan_where_mlx_zero(theirs: &Value, ours: &Value) -> bool {
+    let (Some(a), Some(b)) = (theirs["data"].as_array(), ours["data"].as_array()) else {
+        return false;
+    };
+    let tolerance = tolerance(theirs["dtype"].as_str().unwrap_or(""));
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (number(x), number(y)) {
+            (Some(x), Some(y)) if y.is_nan() => x == 0.0 || x.is_nan(),
+            (Some(x), Some(y)) => close(x, y, tolerance),
+            _ => false,
+        })
+}
+
+/// Outputs equal (within the dtype's tolerance) but where MLX has NaN.
+fn nan_where_finite(theirs: &Value, ours: &Value) -> bool {
+    let (Some(a), Some(b)) = (theirs["data"].as_array(), ours["data"].as_array()) else {
+        return false;
+    };
+    let tolerance = tolerance(theirs["dtype"].as_str().unwrap_or(""));
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (number(x), number(y)) {
+            (Some(x), _) if x.is_nan() => true,
+            (Some(x), Some(y)) => close(x, y, tolerance),
+            _ => false,
+        })
+}
 
 /// The tolerance of a float dtype: (relative, absolute).
 fn tolerance(dtype: &str) -> (f64, f64) {
@@ -67,12 +360,18 @@ fn compare_output(index: usize, theirs: &Value, ours: &Value) -> Option<String> 
         ours["data"].as_array().cloned().unwrap_or_default(),
     );
     if a.len() != b.len() {
-        return Some(format!("output {index}: {} values against {}", a.len(), b.len()));
+        return Some(format!(
+            "output {index}: {} values against {}",
+            a.len(),
+            b.len()
+        ));
     }
     let float = matches!(dtype, "float16" | "bfloat16" | "float32" | "float64");
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         let (Some(x), Some(y)) = (number(x), number(y)) else {
-            return Some(format!("output {index}[{i}]: unreadable values {x} and {y}"));
+            return Some(format!(
+                "output {index}[{i}]: unreadable values {x} and {y}"
+            ));
         };
         let same = if float {
             close(x, y, tolerance(dtype))
@@ -80,9 +379,7 @@ fn compare_output(index: usize, theirs: &Value, ours: &Value) -> Option<String> 
             x == y
         };
         if !same {
-            return Some(format!(
-                "output {index}[{i}] ({dtype}): MLX {x}, nuvec {y}"
-            ));
+            return Some(format!("output {index}[{i}] ({dtype}): MLX {x}, nuvec {y}"));
         }
     }
     None
@@ -103,8 +400,13 @@ fn raw_difference(mlx: &Value, nuvec: &Value) -> Option<String> {
     }
     match (mlx["ok"].as_bool(), nuvec["ok"].as_bool()) {
         (Some(false), Some(false)) => None,
-        (Some(true), Some(false)) => Some(format!("nuvec failed where MLX succeeded: {}", nuvec["error"])),
-        (Some(false), Some(true)) => Some(format!("MLX refused what nuvec computed: {}", mlx["error"])),
+        (Some(true), Some(false)) => Some(format!(
+            "nuvec failed where MLX succeeded: {}",
+            nuvec["error"]
+        )),
+        (Some(false), Some(true)) => {
+            Some(format!("MLX refused what nuvec computed: {}", mlx["error"]))
+        }
         (Some(true), Some(true)) => {
             let (a, b) = (
                 mlx["outputs"].as_array().cloned().unwrap_or_default(),

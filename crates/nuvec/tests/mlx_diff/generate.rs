@@ -90,8 +90,16 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let x = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let y = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let x = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let y = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = match (x, y) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -103,16 +111,54 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 }
 
 const UNARY: [&str; 22] = [
-    "abs", "negative", "sign", "square", "sqrt", "rsqrt", "reciprocal", "exp", "expm1", "log",
-    "log1p", "sin", "cos", "tanh", "sigmoid", "erf", "erfinv", "floor", "ceil", "stop_gradient",
-    "isnan", "logical_not",
+    "abs",
+    "negative",
+    "sign",
+    "square",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "exp",
+    "expm1",
+    "log",
+    "log1p",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "erfinv",
+    "floor",
+    "ceil",
+    "stop_gradient",
+    "isnan",
+    "logical_not",
 ];
 const BINARY: [&str; 13] = [
-    "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "logaddexp",
-    "greater", "less", "equal", "remainder", "floor_divide",
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "power",
+    "maximum",
+    "minimum",
+    "logaddexp",
+    "greater",
+    "less",
+    "equal",
+    "remainder",
+    "floor_divide",
 ];
 const REDUCTIONS: [&str; 9] = [
-    "sum", "prod", "max", "min", "mean", "logsumexp", "var", "all", "any",
+    "sum",
+    "prod",
+    "max",
+    "min",
+    "mean",
+    "logsumexp",
+    "var",
+    "all",
+    "any",
 ];
 
 struct Builder<'r> {
@@ -239,7 +285,10 @@ impl Builder<'_> {
             .and_then(|s| broadcast(&s, &self.values[b].shape))
             .unwrap_or_else(|| self.values[a].shape.clone());
         let dtype = promote(self.values[a].dtype, self.values[b].dtype);
-        self.push(json!({"op": "where", "args": [c, a, b]}), Known { shape, dtype });
+        self.push(
+            json!({"op": "where", "args": [c, a, b]}),
+            Known { shape, dtype },
+        );
     }
 
     /// Axes to reduce: all (`null`), or a non-empty subset.
@@ -302,7 +351,11 @@ impl Builder<'_> {
         let a = self.value();
         let known = self.values[a].clone();
         let rank = known.shape.len();
-        let name = if self.rng.chance(0.5) { "argmax" } else { "argmin" };
+        let name = if self.rng.chance(0.5) {
+            "argmax"
+        } else {
+            "argmin"
+        };
         let keepdims = self.rng.chance(0.3);
         let (axis, shape) = if rank == 0 || self.rng.chance(0.2) {
             (Value::Null, if keepdims { vec![1; rank] } else { vec![] })
@@ -359,7 +412,11 @@ impl Builder<'_> {
                 } else {
                     json!([self.axis(rank)])
                 };
-                let dtype = if is_float(known.dtype) { known.dtype } else { "float32" };
+                let dtype = if is_float(known.dtype) {
+                    known.dtype
+                } else {
+                    "float32"
+                };
                 self.push(
                     json!({"op": "softmax", "args": [a], "axes": axes}),
                     Known {
@@ -375,7 +432,11 @@ impl Builder<'_> {
                 } else {
                     (json!(self.maybe_bad_axis(rank)), known.shape.clone())
                 };
-                let dtype = if name == "sort" { known.dtype } else { "uint32" };
+                let dtype = if name == "sort" {
+                    known.dtype
+                } else {
+                    "uint32"
+                };
                 self.push(
                     json!({"op": name, "args": [a], "axis": axis}),
                     Known { shape, dtype },
@@ -393,7 +454,11 @@ impl Builder<'_> {
             1 => (Value::Null, bound(self.rng)),
             _ => (bound(self.rng), bound(self.rng)),
         };
-        let dtype = if is_float(known.dtype) { known.dtype } else { "float32" };
+        let dtype = if is_float(known.dtype) {
+            known.dtype
+        } else {
+            "float32"
+        };
         self.push(
             json!({"op": "clip", "args": [a], "lo": lo, "hi": hi}),
             Known {
@@ -418,7 +483,10 @@ impl Builder<'_> {
                 let shape = perm.iter().map(|&p| known.shape[p]).collect();
                 self.push(
                     json!({"op": "transpose", "args": [a], "perm": perm}),
-                    Known { shape, dtype: known.dtype },
+                    Known {
+                        shape,
+                        dtype: known.dtype,
+                    },
                 );
             }
             1 => {
@@ -436,7 +504,10 @@ impl Builder<'_> {
                 };
                 self.push(
                     json!({"op": "reshape", "args": [a], "shape": shape}),
-                    Known { shape: out, dtype: known.dtype },
+                    Known {
+                        shape: out,
+                        dtype: known.dtype,
+                    },
                 );
             }
             2 => {
@@ -445,7 +516,10 @@ impl Builder<'_> {
                 shape.insert(at, 1);
                 self.push(
                     json!({"op": "expand_dims", "args": [a], "axes": [at]}),
-                    Known { shape, dtype: known.dtype },
+                    Known {
+                        shape,
+                        dtype: known.dtype,
+                    },
                 );
             }
             3 => {
@@ -461,7 +535,10 @@ impl Builder<'_> {
                 };
                 self.push(
                     json!({"op": "squeeze", "args": [a], "axes": axes}),
-                    Known { shape, dtype: known.dtype },
+                    Known {
+                        shape,
+                        dtype: known.dtype,
+                    },
                 );
             }
             4 => {
@@ -475,16 +552,25 @@ impl Builder<'_> {
                 }
                 self.push(
                     json!({"op": "broadcast_to", "args": [a], "shape": shape}),
-                    Known { shape, dtype: known.dtype },
+                    Known {
+                        shape,
+                        dtype: known.dtype,
+                    },
                 );
             }
             5 if rank >= 2 => {
                 let (x, y) = (self.axis(rank), self.axis(rank));
                 let mut shape = known.shape.clone();
-                shape.swap(x.rem_euclid(rank as i64) as usize, y.rem_euclid(rank as i64) as usize);
+                shape.swap(
+                    x.rem_euclid(rank as i64) as usize,
+                    y.rem_euclid(rank as i64) as usize,
+                );
                 self.push(
                     json!({"op": "swapaxes", "args": [a], "axis1": x, "axis2": y}),
-                    Known { shape, dtype: known.dtype },
+                    Known {
+                        shape,
+                        dtype: known.dtype,
+                    },
                 );
             }
             _ => self.concatenate(a),
@@ -543,7 +629,10 @@ impl Builder<'_> {
                 (Value::Null, known.shape.iter().product::<usize>())
             } else {
                 let axis = self.axis(rank);
-                (json!(axis), known.shape[axis.rem_euclid(rank as i64) as usize])
+                (
+                    json!(axis),
+                    known.shape[axis.rem_euclid(rank as i64) as usize],
+                )
             };
             let count = 1 + self.rng.below(4);
             let indices: Vec<i64> = (0..count)
@@ -566,16 +655,24 @@ impl Builder<'_> {
             };
             self.push(
                 json!({"op": "take", "args": [a], "axis": axis, "indices": indices}),
-                Known { shape, dtype: known.dtype },
+                Known {
+                    shape,
+                    dtype: known.dtype,
+                },
             );
         }
     }
 
     fn astype(&mut self) {
         let a = self.value();
-        let dtype = *self.rng.pick(&["float32", "float16", "bfloat16", "int32", "bool", "uint8"]);
+        let dtype = *self
+            .rng
+            .pick(&["float32", "float16", "bfloat16", "int32", "bool", "uint8"]);
         let shape = self.values[a].shape.clone();
-        self.push(json!({"op": "astype", "args": [a], "dtype": dtype}), Known { shape, dtype });
+        self.push(
+            json!({"op": "astype", "args": [a], "dtype": dtype}),
+            Known { shape, dtype },
+        );
     }
 
     fn matmul(&mut self) {
@@ -585,9 +682,19 @@ impl Builder<'_> {
         if rank == 0 {
             return self.unary();
         }
-        let dtype = if is_float(known.dtype) { known.dtype } else { "float32" };
+        let dtype = if is_float(known.dtype) {
+            known.dtype
+        } else {
+            "float32"
+        };
         if rank == 1 {
-            self.push(json!({"op": "matmul", "args": [a, a]}), Known { shape: vec![], dtype });
+            self.push(
+                json!({"op": "matmul", "args": [a, a]}),
+                Known {
+                    shape: vec![],
+                    dtype,
+                },
+            );
             return;
         }
         let t = self.push(
@@ -603,7 +710,10 @@ impl Builder<'_> {
         );
         let mut shape = known.shape.clone();
         shape[rank - 1] = known.shape[rank - 2];
-        self.push(json!({"op": "matmul", "args": [a, t]}), Known { shape, dtype });
+        self.push(
+            json!({"op": "matmul", "args": [a, t]}),
+            Known { shape, dtype },
+        );
     }
 
     fn op(&mut self) {
@@ -638,7 +748,12 @@ fn shape(rng: &mut Rng, like: Option<&[usize]>) -> Vec<usize> {
         match rng.weighted(&[50, 20, 15, 15]) {
             0 => return like.to_vec(),
             1 => return like[rng.below(like.len() + 1)..].to_vec(),
-            2 => return like.iter().map(|&d| if rng.chance(0.5) { 1 } else { d }).collect(),
+            2 => {
+                return like
+                    .iter()
+                    .map(|&d| if rng.chance(0.5) { 1 } else { d })
+                    .collect()
+            }
             _ => {}
         }
     }
@@ -691,7 +806,13 @@ fn transform(rng: &mut Rng, inputs: usize) -> Value {
         2 => json!({"kind": "jvp"}),
         3 => {
             let mut in_axes: Vec<Value> = (0..inputs)
-                .map(|_| if rng.chance(0.75) { json!(0) } else { Value::Null })
+                .map(|_| {
+                    if rng.chance(0.75) {
+                        json!(0)
+                    } else {
+                        Value::Null
+                    }
+                })
                 .collect();
             if rng.chance(0.03) {
                 in_axes.push(json!(0));
@@ -745,7 +866,10 @@ pub(crate) fn program(seed: u64) -> Value {
     for t in &transforms {
         if t["kind"] == "vmap" {
             let batch = 2 + rng.below(2);
-            for (shape, axis) in shapes.iter_mut().zip(t["in_axes"].as_array().into_iter().flatten()) {
+            for (shape, axis) in shapes
+                .iter_mut()
+                .zip(t["in_axes"].as_array().into_iter().flatten())
+            {
                 if !axis.is_null() {
                     shape.insert(0, batch);
                 }

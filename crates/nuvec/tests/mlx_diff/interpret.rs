@@ -39,7 +39,12 @@ fn number(value: &Value) -> f64 {
 fn ints(value: &Value) -> Vec<i32> {
     value
         .as_array()
-        .map(|v| v.iter().filter_map(Value::as_i64).map(|i| i as i32).collect())
+        .map(|v| {
+            v.iter()
+                .filter_map(Value::as_i64)
+                .map(|i| i as i32)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -171,7 +176,11 @@ pub(crate) fn apply(op: &Value, env: &[Array]) -> Array {
             None => return failed(format!("{name}: argument {index} out of range")),
         }
     }
-    let arg = |i: usize| args.get(i).cloned().unwrap_or_else(|| failed("missing argument"));
+    let arg = |i: usize| {
+        args.get(i)
+            .cloned()
+            .unwrap_or_else(|| failed("missing argument"))
+    };
     let a = arg(0);
     if let Some(result) = unary(name, &a) {
         return result;
@@ -232,6 +241,11 @@ fn base(program: Arc<Value>) -> Function {
         let mut env = inputs.to_vec();
         for op in program["ops"].as_array().into_iter().flatten() {
             let result = apply(op, &env);
+            // MLX raises as soon as an op is refused, used or not; nuvec's refusal is the
+            // failed array it returns, which `build_error` shows without evaluating.
+            if let Some(error) = result.build_error() {
+                return vec![Array::failed(error)];
+            }
             env.push(result);
         }
         program["outputs"]
@@ -261,7 +275,12 @@ fn wrap(f: Function, transform: &Value) -> Function {
         "grad" => {
             let argnums: Vec<usize> = transform["argnums"]
                 .as_array()
-                .map(|a| a.iter().filter_map(Value::as_u64).map(|i| i as usize).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_u64)
+                        .map(|i| i as usize)
+                        .collect()
+                })
                 .unwrap_or_default();
             Arc::new(move |xs: &[Array]| {
                 let inner = f.clone();
@@ -335,7 +354,11 @@ fn encode(x: f64) -> Value {
 /// An output as the JSON both sides write.
 fn describe(array: &Array) -> Result<Value> {
     let data: Vec<Value> = match array.dtype() {
-        DType::Bool => array.to_vec::<bool>()?.into_iter().map(Value::from).collect(),
+        DType::Bool => array
+            .to_vec::<bool>()?
+            .into_iter()
+            .map(Value::from)
+            .collect(),
         DType::F16 | DType::BF16 | DType::F32 | DType::F64 => ops::astype(array, DType::F64)
             .to_vec::<f64>()?
             .into_iter()

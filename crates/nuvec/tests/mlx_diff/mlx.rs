@@ -46,7 +46,8 @@ impl Mlx {
             let crashed = got.len() < rest.len();
             results.extend(got);
             if crashed {
-                results.push(json!({"ok": false, "error": "MLX's process crashed on this program"}));
+                results
+                    .push(json!({"ok": false, "error": "MLX's process crashed on this program"}));
             }
         }
         results

@@ -51,7 +51,10 @@ fn without_op(program: &Value, index: usize) -> Option<Value> {
 /// Smaller programs to try, most reducing first.
 fn candidates(program: &Value) -> Vec<Value> {
     let mut out = Vec::new();
-    let transforms = program["transforms"].as_array().cloned().unwrap_or_default();
+    let transforms = program["transforms"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     for i in 0..transforms.len() {
         let mut fewer = transforms.clone();
         fewer.remove(i);
@@ -76,7 +79,12 @@ fn candidates(program: &Value) -> Vec<Value> {
         out.push(candidate);
     }
     // Simpler values: every float input as ones, then as its values rounded.
-    for (i, input) in program["inputs"].as_array().into_iter().flatten().enumerate() {
+    for (i, input) in program["inputs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
         let data = input["data"].as_array().cloned().unwrap_or_default();
         if data.iter().all(|v| v == &json!(1.0) || v == &json!(1)) {
             continue;
@@ -106,10 +114,13 @@ pub(crate) fn shrink(program: &Value, why: &str, mlx: &Mlx, rounds: usize) -> (V
             break;
         }
         let theirs = mlx.run(&tries);
-        let found = tries.into_iter().zip(theirs).find_map(|(candidate, theirs)| {
-            let ours = interpret::run(&candidate);
-            compare::difference(&candidate, &theirs, &ours).map(|why| (candidate, why))
-        });
+        let found = tries
+            .into_iter()
+            .zip(theirs)
+            .find_map(|(candidate, theirs)| {
+                let ours = interpret::run(&candidate);
+                compare::difference(&candidate, &theirs, &ours).map(|why| (candidate, why))
+            });
         match found {
             Some(smaller) => current = smaller,
             None => break,
