@@ -86,11 +86,14 @@ def apply(op, env):
     if name in ("sort", "argsort"):
         return getattr(mx, name)(args[0], axis=op["axis"])
     if name == "clip":
-        # nuvec's clip takes f64 bounds and treats an integral one on an integer array as an
-        # integer (its documented reading of MLX's Python ints): give MLX the same.
+        # nuvec's clip takes f64 bounds and treats integral ones on an integer array as
+        # integers (its documented reading of MLX's Python ints), unless one has a fraction:
+        # give MLX the same.
+        bounds = [b for b in (op["lo"], op["hi"]) if b is not None]
+        integral = all(float(b).is_integer() for b in bounds)
+
         def bound(value):
-            integral = value is not None and float(value).is_integer()
-            if integral and not mx.issubdtype(args[0].dtype, mx.floating):
+            if value is not None and integral and not mx.issubdtype(args[0].dtype, mx.floating):
                 return int(value)
             return value
 

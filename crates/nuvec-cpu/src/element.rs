@@ -273,8 +273,9 @@ impl Element for bool {
     fn div(self, b: Self) -> Self {
         self & b
     }
-    fn rem(self, _b: Self) -> Self {
-        false
+    fn rem(self, b: Self) -> Self {
+        // `a % true` is 0; by false (zero) the dividend, as for the other integers.
+        self && !b
     }
     fn floor_div(self, b: Self) -> Self {
         self & b

@@ -30,10 +30,11 @@ use nuvec_core::distributed::{all_sum, sum_gradients, Group};
 use nuvec_core::transforms::{ModuleState, Tree};
 use nuvec_core::{ops, Array, Error, Result};
 use nuvec_macros::Tree;
+use std::panic::Location;
 
 #[track_caller]
 fn shard_error(layer: &str, reason: String) -> Error {
-    Error::invalid(layer, reason, std::panic::Location::caller())
+    Error::invalid(layer, reason, Location::caller())
 }
 
 /// A projection's weights: full precision, or MLX's affine quantization (packed along the
@@ -169,32 +170,36 @@ pub enum Sharding {
 /// Rank `rank`'s slice of `array` along `axis` into `size` parts, each of `segments`
 /// equal segments split separately (fused weights such as QKV).
 #[track_caller]
+/// Rank `rank`'s part of `array` along `axis`; an error names the caller's line (`caller`:
+/// the closures that call this cannot carry `#[track_caller]`).
 fn shard(
     layer: &str,
     name: &str,
     array: &Array,
     axis: i32,
-    (segments, rank, size): (usize, usize, usize),
+    (segments, rank, size, caller): (usize, usize, usize, &'static Location<'static>),
 ) -> Result<Array> {
     let ndim = array.ndim() as i32;
     let axis_index = if axis < 0 { ndim + axis } else { axis };
     if !(0..ndim).contains(&axis_index) {
-        return Err(shard_error(
+        return Err(Error::invalid(
             layer,
             format!(
                 "{name} of shape {:?} has no axis {axis} to split",
                 array.shape()
             ),
+            caller,
         ));
     }
     let axis_index = axis_index as usize;
     let length = array.shape()[axis_index] as usize;
     if !length.is_multiple_of(segments * size) {
-        return Err(shard_error(
+        return Err(Error::invalid(
             layer,
             format!(
                 "{name} has {length} along axis {axis}, which does not split into {segments} segment(s) over {size} ranks"
             ),
+            caller,
         ));
     }
     let segment = length / segments;
@@ -266,7 +271,7 @@ impl AllToShardedLinear {
         group: &Group,
     ) -> Result<AllToShardedLinear> {
         let layer = "AllToShardedLinear";
-        let at = (segments, group.rank(), group.size());
+        let at = (segments, group.rank(), group.size(), Location::caller());
         Ok(AllToShardedLinear {
             projection: projection.map(|name, a| shard(layer, name, a, 0, at))?,
             bias: bias.map(|b| shard(layer, "bias", b, -1, at)).transpose()?,
@@ -338,7 +343,7 @@ impl ShardedToAllLinear {
         group: &Group,
     ) -> Result<ShardedToAllLinear> {
         let layer = "ShardedToAllLinear";
-        let at = (segments, group.rank(), group.size());
+        let at = (segments, group.rank(), group.size(), Location::caller());
         if let Projection::Quantized {
             weight,
             group_size,
@@ -460,7 +465,12 @@ pub fn shard_inplace(
     segments: usize,
     group: &Group,
 ) -> Result<()> {
-    let at = (segments.max(1), group.rank(), group.size());
+    let at = (
+        segments.max(1),
+        group.rank(),
+        group.size(),
+        Location::caller(),
+    );
     let layer = "shard_inplace";
     match sharding {
         Sharding::AllToSharded => {

@@ -174,24 +174,32 @@ fn sharded_mlp_equals_the_dense_one_on_4_ranks_and_uneven_splits_are_errors() {
             let error = AllToShardedLinear::from_linear(&Linear::new(8, 6), &group)
                 .unwrap_err()
                 .to_string();
+            // Each error names this file, the caller's, not a line inside nuvec-nn.
+            let here = "tests/sharded.rs";
             assert!(
                 error.contains("AllToShardedLinear")
                     && error.contains('6')
-                    && error.contains("4 ranks"),
+                    && error.contains("4 ranks")
+                    && error.contains(here),
                 "{error}"
             );
             let error = ShardedToAllLinear::from_linear(&Linear::new(10, 4), &group)
                 .unwrap_err()
                 .to_string();
             assert!(
-                error.contains("ShardedToAllLinear") && error.contains("10"),
+                error.contains("ShardedToAllLinear")
+                    && error.contains("10")
+                    && error.contains(here),
                 "{error}"
             );
             let q = QuantizedLinear::from_linear(&Linear::new(64, 8), 32, 4).unwrap();
             let error = ShardedToAllLinear::from_quantized(&q, &group)
                 .unwrap_err()
                 .to_string();
-            assert!(error.contains("groups of 32"), "{error}");
+            assert!(
+                error.contains("groups of 32") && error.contains(here),
+                "{error}"
+            );
         },
     );
 }

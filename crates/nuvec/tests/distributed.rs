@@ -401,7 +401,9 @@ fn refused_large_message_then_next(group: Group) {
             .unwrap_err()
             .to_string();
         assert!(
-            error.contains(&format!("[{LARGE_MESSAGE}]")) && error.contains("expected"),
+            error.starts_with("[recv] rank 0:")
+                && error.contains(&format!("[{LARGE_MESSAGE}]"))
+                && error.contains("expected"),
             "{error}"
         );
         let next = distributed::recv_like(&small, 0, Some(&group));

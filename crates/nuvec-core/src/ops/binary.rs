@@ -145,9 +145,14 @@ pub fn clip(a: &Array, a_min: Option<f64>, a_max: Option<f64>) -> Array {
     if a_min.is_none() && a_max.is_none() {
         return Array::invalid("clip", "at least one of a_min and a_max must be given");
     }
-    // Integral bounds on integer arrays keep the array's dtype (MLX with Python ints).
+    // Integral bounds on integer arrays keep the array's dtype (MLX with Python ints); one
+    // bound with a fraction makes both floats.
+    let integral = [a_min, a_max]
+        .iter()
+        .flatten()
+        .all(|v| v.fract() == 0.0 && v.abs() < 9.0e15);
     let bound = |v: f64| {
-        if !a.dtype().is_float() && v.fract() == 0.0 && v.abs() < 9.0e15 {
+        if !a.dtype().is_float() && integral {
             Operand::Int(v as i64)
         } else {
             Operand::Float(v)

@@ -86,6 +86,13 @@ pub fn vjp(
         {
             continue;
         }
+        // Integers and booleans carry no derivative: nothing flows back through them.
+        if !siblings.iter().any(|s| s.dtype().is_float()) {
+            for sibling in &siblings {
+                cotangent_of.remove(&sibling.node_key());
+            }
+            continue;
+        }
         let sibling_cotangents: Vec<Array> = siblings
             .iter()
             .map(|s| {

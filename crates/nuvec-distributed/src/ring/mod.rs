@@ -344,9 +344,10 @@ impl RingCommunicator {
         })
     }
 
-    fn mismatch(&self, kind: Kind, peer: usize, reason: String) -> Error {
+    /// A `recv` that found another message than the one it expects from `peer`.
+    fn recv_mismatch(&self, peer: usize, reason: String) -> Error {
         Error::Distributed {
-            op: kind.name().into(),
+            op: "recv".into(),
             rank: Some(peer),
             reason,
         }
@@ -456,8 +457,7 @@ impl Communicator for RingCommunicator {
             let (header, ndim) = state.breaks(read_message_start(peer, "recv", self.timeout))?;
             if header.kind != Kind::Send || header.sequence != state.received[src] {
                 let expected = state.received[src];
-                return state.breaks(Err(self.mismatch(
-                    Kind::Send,
+                return state.breaks(Err(self.recv_mismatch(
                     src,
                     format!("expected message #{expected} from rank {src}, got {}", header.describe()),
                 )));
@@ -465,7 +465,7 @@ impl Communicator for RingCommunicator {
             state.received[src] += 1;
             let ndim = ndim as usize;
             if ndim > MAX_NDIM {
-                return state.breaks(Err(self.mismatch(Kind::Send, src, format!("message from rank {src} claims {ndim} dimensions (at most {MAX_NDIM})"))));
+                return state.breaks(Err(self.recv_mismatch(src, format!("message from rank {src} claims {ndim} dimensions (at most {MAX_NDIM})"))));
             }
             let mut dims = vec![0u8; 4 * ndim];
             state.breaks(peer.read_message("recv", &mut dims, self.timeout))?;
@@ -473,8 +473,7 @@ impl Communicator for RingCommunicator {
             if header.dtype != dtype || their_shape != shape || header.bytes as usize != data.len() {
                 // Drain the message so the connections stay usable for the next one.
                 state.breaks(self.drain_payload(src, peer, header.bytes))?;
-                return Err(self.mismatch(
-                    Kind::Send,
+                return Err(self.recv_mismatch(
                     src,
                     format!(
                         "rank {src} sent {} {their_shape:?}, this rank (rank {}) expected {dtype} {shape:?}",

