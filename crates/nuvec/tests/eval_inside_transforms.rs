@@ -85,7 +85,7 @@ fn gradients_of_checkpointed_and_nested_functions_survive_evaluation() -> Result
     close(&g[0].to_vec::<f32>()?, &expected);
     // The second derivative of x³ is 6x, with an evaluation in the inner function.
     let inner = |x: &[Array]| {
-        let cube = ops::power(&x[0], &array![3.0]);
+        let cube = ops::power(&x[0], array![3.0]);
         cube.eval().expect("evaluating inside the inner grad");
         ops::sum(&cube, None, false)
     };

@@ -121,7 +121,7 @@ impl Scan {
         let zero = equal(x, 0.0);
         let seen = cumsum(&zero.astype(crate::DType::I32), axis, self.reverse, true);
         let before = equal(&seen, 0);
-        let first = logical_and(&zero, &equal(&seen, 1));
+        let first = logical_and(&zero, equal(&seen, 1));
         let once = cumprod(&where_(&first, 1.0, x), axis, self.reverse, self.inclusive);
         let before = if inclusive {
             before
@@ -140,8 +140,8 @@ impl Scan {
         let (before, first, once) = self.first_zero(x, true);
         let later =
             |values: &Array| cumsum(&multiply(c, values), axis, !self.reverse, self.inclusive);
-        let usual = divide(&later(out), &where_(&before, x, 1.0));
-        where_(&before, &usual, &where_(&first, &later(&once), 0.0))
+        let usual = divide(later(out), where_(&before, x, 1.0));
+        where_(&before, &usual, where_(&first, later(&once), 0.0))
     }
 
     /// The cumulative product's jvp without dividing by zeros: before the first zero the usual
@@ -154,14 +154,14 @@ impl Scan {
         let usual = multiply(
             out,
             cumsum(
-                &divide(t, &where_(&before, x, 1.0)),
+                &divide(t, where_(&before, x, 1.0)),
                 axis,
                 self.reverse,
                 self.inclusive,
             ),
         );
         let at_first = sum(&where_(&first, t, 0.0), self.axis as i32, true);
-        where_(&before, &usual, &multiply(&at_first, &once))
+        where_(&before, &usual, multiply(&at_first, &once))
     }
 
     fn extreme_source(&self, x: &Array, out: &Array) -> (Array, Array) {

@@ -184,10 +184,12 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         },
     },
     Deliberate {
-        name: "programs that crash MLX",
+        name: "programs that crash MLX or never end in it",
         reason: "MLX's process dies (e.g. a segmentation fault in cummax's vjp at a leading \
-                 NaN); nuvec computes a result or reports an error",
-        matches: |_, mlx, nuvec| error_has(mlx, "MLX's process crashed") && nuvec["panic"] != true,
+                 NaN) or runs for ever; nuvec computes a result or reports an error",
+        matches: |_, mlx, nuvec| {
+            error_has(mlx, "MLX's process crashed or hung") && nuvec["panic"] != true
+        },
     },
     Deliberate {
         name: "take with an index out of range",

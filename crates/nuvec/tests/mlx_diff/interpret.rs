@@ -195,7 +195,7 @@ pub(crate) fn apply(op: &Value, env: &[Array]) -> Array {
     let flag = |key: &str| op[key].as_bool().unwrap_or(false);
     match name {
         "add_scalar" | "mul_scalar" => scalar_op(name, &a, &op["value"]),
-        "where" => ops::where_(&a, &arg(1), &arg(2)),
+        "where" => ops::where_(&a, arg(1), arg(2)),
         "argmax" => ops::argmax(&a, axis, flag("keepdims")),
         "argmin" => ops::argmin(&a, axis, flag("keepdims")),
         "cumsum" => ops::cumsum(&a, axis, flag("reverse"), flag("inclusive")),

@@ -1,11 +1,16 @@
 //! MLX's results for a batch of programs: `scripts/golden/mlx_diff.py` under the `.venv-mlx`
 //! Python (or `NUVEC_MLX_PYTHON`), one process per batch. A program that crashes MLX's
-//! process is recorded as an MLX error, and the rest of the batch runs in a new process.
+//! process, or runs in it for 20 s, is recorded as an MLX error, and the rest of the batch
+//! runs in a new process.
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+/// How long one program may take in MLX before its process counts as hung (MLX loops forever
+/// on some).
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The Python that has MLX 0.32.4, and the script.
 pub(crate) struct Mlx {
@@ -46,8 +51,9 @@ impl Mlx {
             let crashed = got.len() < rest.len();
             results.extend(got);
             if crashed {
-                results
-                    .push(json!({"ok": false, "error": "MLX's process crashed on this program"}));
+                results.push(
+                    json!({"ok": false, "error": "MLX's process crashed or hung on this program"}),
+                );
             }
         }
         results
@@ -72,13 +78,27 @@ impl Mlx {
             }
         });
         let stdout = child.stdout.take().expect("a piped stdout");
-        let results: Vec<Value> = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .map(|line| serde_json::from_str(&line).expect("MLX's result is JSON"))
-            .collect();
-        let _ = writer.join();
+        let (lines, arriving) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut results = Vec::new();
+        while results.len() < programs.len() {
+            match arriving.recv_timeout(PATIENCE) {
+                Ok(line) => {
+                    results.push(serde_json::from_str(&line).expect("MLX's result is JSON"))
+                }
+                // The process ended, or hangs on this program: the caller records it.
+                Err(_) => break,
+            }
+        }
+        let _ = child.kill();
         let _ = child.wait();
+        let _ = writer.join();
         results
     }
 }
