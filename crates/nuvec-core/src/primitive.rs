@@ -166,6 +166,14 @@ pub trait Primitive: Send + Sync + Debug + Any {
         false
     }
 
+    /// Whether reverse mode sends a cotangent back to input `input`. False for inputs that
+    /// only carry values along (a custom function's outputs, whose own graph the function's
+    /// rule replaces): even a zero cotangent sent there could meet an infinite derivative
+    /// and turn the sum into NaN.
+    fn differentiates_input(&self, _input: usize) -> bool {
+        true
+    }
+
     /// The output shapes for inputs of `inputs` shapes, where the primitive was traced with
     /// outputs of `traced` shapes (same ranks): compile's shapeless mode replays a program
     /// for new shapes only when every step answers. `None`: the primitive's parameters depend

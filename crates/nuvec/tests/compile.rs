@@ -271,6 +271,40 @@ fn compile_composes_with_grad_vmap_and_jvp() {
 }
 
 #[test]
+fn gradients_of_a_fused_chain_over_an_input_it_broadcasts() {
+    // x - 1/y with y smaller than the result: the fused chain's unary step reads y stretched,
+    // and differentiating the chain must stretch it too.
+    let x = values(&[3, 1, 1], 4).astype(DType::F64);
+    let y = values(&[2, 4], 5).astype(DType::F64) + 2.0;
+    let compiled = compile(|v: &[Array]| vec![&v[0] - &ops::reciprocal(&v[1])]);
+    let cotangent = ops::ones(&[3, 2, 4], DType::F64);
+    for batched in [false, true] {
+        let f = |v: &[Array]| {
+            if batched {
+                // vmap(compile(f)) over x's rows: the chain's output gains the batch axis.
+                vmap(|q| compiled.call(q).unwrap(), &[Some(0), None], &[Some(0)])(v).unwrap()
+            } else {
+                compiled.call(v).unwrap()
+            }
+        };
+        let (_, vjps) =
+            nuvec::transforms::vjp(f, &[x.clone(), y.clone()], &[cotangent.clone()]).unwrap();
+        // Three rows of the cotangent reach each element of y, each with 1/y².
+        let expected = ops::reciprocal(&ops::square(&y)) * 3.0;
+        assert_eq!(vjps[1].shape(), [2, 4], "batched: {batched}");
+        let (got, want) = (
+            vjps[1].to_vec::<f64>().unwrap(),
+            expected.to_vec::<f64>().unwrap(),
+        );
+        assert!(got
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| (a - b).abs() <= 1e-12 * b.abs()));
+        assert_eq!(vjps[0].to_vec::<f64>().unwrap(), [8.0; 3]);
+    }
+}
+
+#[test]
 fn a_compiled_training_step_updates_its_state_like_the_plain_loop() {
     let data = values(&[8, 3], 10);
     let target = values(&[8], 11);

@@ -160,3 +160,14 @@ fn long_run() {
     );
     assert!(differences.is_empty(), "{}", report(&differences));
 }
+
+/// Runs the program in `NUVEC_MLX_DIFF_PROGRAM` (JSON, as in the failures file) in nuvec and
+/// prints the result: for shrinking a case by hand. `cargo test -p nuvec --test
+/// mlx_differential one_program -- --ignored --nocapture`.
+#[test]
+#[ignore = "a tool: reads a program from NUVEC_MLX_DIFF_PROGRAM"]
+fn one_program() {
+    let text = std::env::var("NUVEC_MLX_DIFF_PROGRAM").expect("NUVEC_MLX_DIFF_PROGRAM is set");
+    let program: Value = serde_json::from_str(&text).expect("the program is JSON");
+    println!("{}", interpret::run(&program));
+}

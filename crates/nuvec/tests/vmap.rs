@@ -512,3 +512,23 @@ fn vmap_errors_name_the_transform_and_the_axes() {
     ));
     assert!(out_range.contains("out_axes[0] = 5"), "{out_range}");
 }
+
+#[test]
+fn gradients_flow_back_through_a_batched_broadcast() -> Result<()> {
+    // Under vmap a broadcast reads the batch axis in front, so its output is no NumPy
+    // broadcast of its input's shape; the vjp must still sum only the stretched axis.
+    let x = values(&[3, 4], -1.0, 1.0, 31);
+    let loss = |v: &[Array]| {
+        let rows = vmap(
+            |q| vec![ops::broadcast_to(&q[0], &[2, 4]) * &q[0]],
+            &[Some(0)],
+            &[Some(0)],
+        )(v)
+        .unwrap();
+        ops::sum(&rows[0], None, false)
+    };
+    let gradient = grad(loss)(std::slice::from_ref(&x))?;
+    // d/dx of sum over 2 copies of x * x: 4x.
+    assert!(close(&gradient[0], &(&x * 4.0)));
+    Ok(())
+}

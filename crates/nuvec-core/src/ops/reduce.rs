@@ -193,7 +193,8 @@ fn count(a: &Array, axes: &Option<Vec<i32>>) -> f64 {
     }
 }
 
-/// Mean over `axes` (integers give float32).
+/// Mean over `axes` (integers give float32), as MLX computes it: the sum in the sum's own
+/// dtype (integers wrap as their sum does), times `1 / n` rounded to the result's dtype.
 #[track_caller]
 pub fn mean(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
     let axes = axes.into_axes();
@@ -203,7 +204,8 @@ pub fn mean(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
         DType::F32
     };
     let n = count(a, &axes);
-    crate::ops::divide(reduce(ReduceOp::Sum, &a.astype(dtype), axes, keepdims), n)
+    let total = reduce(ReduceOp::Sum, a, axes, keepdims).astype(dtype);
+    crate::ops::multiply(&total, 1.0 / n)
 }
 
 /// Variance over `axes`, dividing by `n - ddof`.

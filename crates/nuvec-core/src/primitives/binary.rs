@@ -164,7 +164,7 @@ impl Binary {
             (BinaryOp::Multiply, 0) => multiply(v, b),
             (BinaryOp::Multiply, _) => multiply(v, a),
             (BinaryOp::Divide, 0) => divide(v, b),
-            (BinaryOp::Divide, _) => negative(&divide(multiply(v, out), b)),
+            (BinaryOp::Divide, _) => negative(&divide(multiply(v, a), square(b))),
             (BinaryOp::Power, 0) => multiply(v, multiply(b, power(a, subtract(b, 1.0)))),
             // As MLX: log(a)·out where out ≠ 0 (0·log 0 → 0), NaN for a negative base.
             (BinaryOp::Power, _) => {
@@ -185,9 +185,9 @@ impl Binary {
                 multiply(v, astype(&mask, v.dtype()))
             }
             (BinaryOp::LogAddExp, 0) => multiply(v, sigmoid(&subtract(a, b))),
-            (BinaryOp::LogAddExp, _) => multiply(v, sigmoid(&subtract(b, a))),
-            (BinaryOp::ArcTan2, 0) => multiply(v, divide(b, add(square(a), square(b)))),
-            (BinaryOp::ArcTan2, _) => negative(&multiply(v, divide(a, add(square(a), square(b))))),
+            (BinaryOp::LogAddExp, _) => multiply(v, subtract(1.0, sigmoid(&subtract(a, b)))),
+            (BinaryOp::ArcTan2, 0) => multiply(b, divide(v, add(square(a), square(b)))),
+            (BinaryOp::ArcTan2, _) => multiply(negative(a), divide(v, add(square(a), square(b)))),
             _ => zeros_like(&inputs[i]),
         }
     }

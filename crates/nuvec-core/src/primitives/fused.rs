@@ -178,7 +178,18 @@ impl Fused {
     /// The chain as ordinary ops on `inputs`, of `shape` and `dtype`: what the transforms
     /// differentiate.
     fn expand(&self, inputs: &[Array], shape: &[i32], dtype: DType) -> Array {
-        let mut regs: Vec<Array> = inputs.to_vec();
+        // Every step has the output's shape, so an input that broadcasts is stretched first
+        // (a unary step of it would otherwise claim a shape its operand lacks).
+        let mut regs: Vec<Array> = inputs
+            .iter()
+            .map(|x| {
+                if x.shape() == shape {
+                    x.clone()
+                } else {
+                    crate::ops::broadcast_to(x, shape)
+                }
+            })
+            .collect();
         for step in &self.steps {
             let (primitive, operands): (Arc<dyn Primitive>, Vec<Array>) = match *step {
                 Step::Unary(op, a) => (Arc::new(Unary(op)), vec![regs[a].clone()]),

@@ -53,7 +53,23 @@ impl Primitive for AsStrided {
                 }
                 crate::ops::transpose(c, Some(&inverse))
             }
-            View::Broadcast => crate::transforms::sum_to_shape(c, x.shape()),
+            View::Broadcast => {
+                // The stretched axes are those read with stride 0 (under vmap the batch axis
+                // leads, so the output is not a NumPy broadcast of the input's shape).
+                let stretched: Vec<i32> = self
+                    .strides
+                    .iter()
+                    .enumerate()
+                    .filter(|&(axis, &s)| s == 0 && c.shape()[axis] != 1)
+                    .map(|(axis, _)| axis as i32)
+                    .collect();
+                let summed = if stretched.is_empty() {
+                    c.clone()
+                } else {
+                    crate::ops::sum(c, stretched, false)
+                };
+                crate::ops::reshape(&summed, x.shape())
+            }
             View::Slice { first, steps } => {
                 if steps.iter().any(|&s| s != 1) {
                     let grad =

@@ -84,35 +84,39 @@ impl Primitive for Unary {
 
 impl Unary {
     /// `c · f'(x)` element-wise (`out` is `f(x)`): the vjp of a cotangent `c` and the jvp of
-    /// a tangent `c` alike, since the Jacobian is diagonal.
+    /// a tangent `c` alike, since the Jacobian is diagonal. Each is MLX's expression, in its
+    /// order, so that roundings, infinities and NaN come out as there (and so do the
+    /// derivatives of these derivatives).
     fn times_derivative(&self, x: &Array, out: &Array, c: &Array) -> Array {
         use crate::ops::*;
         match self.0 {
             UnaryOp::Abs => multiply(c, sign(x)),
             UnaryOp::Negative => negative(c),
             UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => zeros_like(x),
-            UnaryOp::Square => multiply(c, multiply(x, 2.0)),
-            UnaryOp::Sqrt => divide(c, multiply(out, 2.0)),
-            UnaryOp::Rsqrt => multiply(c, divide(multiply(out, -0.5), x)),
-            UnaryOp::Reciprocal => negative(&multiply(c, square(out))),
+            UnaryOp::Square => multiply(x, multiply(c, 2.0)),
+            UnaryOp::Sqrt => divide(multiply(c, 0.5), out),
+            UnaryOp::Rsqrt => multiply(multiply(c, -0.5), divide(out, x)),
+            // MLX's reciprocal is 1 / x: the divisor's rule, -c / x².
+            UnaryOp::Reciprocal => negative(&divide(c, square(x))),
             UnaryOp::Exp => multiply(c, out),
-            UnaryOp::Expm1 => multiply(c, add(out, 1.0)),
+            UnaryOp::Expm1 => multiply(c, exp(x)),
             UnaryOp::Log => divide(c, x),
             UnaryOp::Log1p => divide(c, add(x, 1.0)),
-            UnaryOp::Log2 => divide(c, multiply(x, std::f64::consts::LN_2)),
-            UnaryOp::Log10 => divide(c, multiply(x, std::f64::consts::LN_10)),
+            // MLX scales by 1 / ln 2 computed in float32.
+            UnaryOp::Log2 => multiply(divide(c, x), f64::from(1.0 / 2f32.ln())),
+            UnaryOp::Log10 => multiply(divide(c, x), f64::from(1.0 / 10f32.ln())),
             UnaryOp::Sin => multiply(c, cos(x)),
             UnaryOp::Cos => negative(&multiply(c, sin(x))),
-            UnaryOp::Tan => multiply(c, add(square(out), 1.0)),
+            UnaryOp::Tan => divide(c, square(&cos(x))),
             UnaryOp::Tanh => multiply(c, subtract(1.0, square(out))),
             UnaryOp::Sigmoid => multiply(c, multiply(out, subtract(1.0, out))),
             UnaryOp::Erf => multiply(
-                c,
-                multiply(exp(&negative(&square(x))), std::f64::consts::FRAC_2_SQRT_PI),
+                multiply(c, std::f64::consts::FRAC_2_SQRT_PI),
+                exp(&negative(&square(x))),
             ),
             UnaryOp::ErfInv => multiply(
-                c,
-                multiply(exp(&square(out)), std::f64::consts::PI.sqrt() / 2.0),
+                multiply(c, 1.0 / std::f64::consts::FRAC_2_SQRT_PI),
+                exp(&square(out)),
             ),
         }
     }

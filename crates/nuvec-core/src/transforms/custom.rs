@@ -51,6 +51,10 @@ impl Primitive for Custom {
             .collect())
     }
 
+    fn differentiates_input(&self, input: usize) -> bool {
+        input < self.inputs
+    }
+
     fn vjp(
         &self,
         inputs: &[Array],

@@ -103,6 +103,7 @@ pub fn vjp(
             .collect();
         let argnums: Vec<usize> = (0..inputs.len())
             .filter(|&i| on_path.contains(&inputs[i].node_key()))
+            .filter(|&i| primitive.differentiates_input(i))
             .collect();
         let input_vjps = primitive.vjp(&inputs, &siblings, &sibling_cotangents, &argnums)?;
         for (&argnum, value) in argnums.iter().zip(input_vjps) {

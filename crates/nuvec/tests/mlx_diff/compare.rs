@@ -46,7 +46,9 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
             has_op(program, "softmax")
                 && has_integer_values(program)
                 && nuvec["ok"] == true
-                && (mlx["ok"] == true || error_has(mlx, "Only inexact types are supported"))
+                && (mlx["ok"] == true
+                    || error_has(mlx, "Only inexact types are supported")
+                    || error_has(mlx, "would result in overflow"))
         },
     },
     Deliberate {
@@ -71,16 +73,40 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         },
     },
     Deliberate {
+        name: "logsumexp of unsigned integers",
+        reason: "MLX's logsumexp of an unsigned array that is not one flat row (uint8 of shape \
+                 [4, 2], say) gives inf; nuvec computes it as for the same values in int32",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "logsumexp") && makes_unsigned(program) && both_ok(mlx, nuvec)
+        },
+    },
+    Deliberate {
+        name: "erf(+0)",
+        reason: "MLX's erf of +0 is -0 (so 1 / erf(0) is -inf); erf is odd and nuvec's erf(+0) \
+                 is +0, so values computed from it differ in sign",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "erf")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec).iter().all(|&i| {
+                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                    equal_except(a, b, |x, y| x == -y && (x.is_infinite() || x == 0.0))
+                })
+        },
+    },
+    Deliberate {
         name: "an output returned twice",
-        reason: "when a function returns the same array twice, MLX's vjp keeps one of the two \
-                 cotangents (nuvec adds them, which is the derivative) and its vmap moves the \
-                 batch axis of the copy again",
+        reason: "when a function returns the same array twice (also an input returned beside \
+                 an op that MLX makes a no-op, such as astype to the same dtype or a slice of \
+                 everything, or beside a tangent that is the input's), MLX's vjp keeps one of \
+                 the two cotangents (nuvec adds them, which is the derivative) and its vmap \
+                 moves the batch axis of the copy again",
         matches: |program, mlx, nuvec| {
             let outputs = program["outputs"].as_array().cloned().unwrap_or_default();
+            let inputs = program["inputs"].as_array().map_or(0, Vec::len) as u64;
             let repeated = outputs
                 .iter()
                 .enumerate()
-                .any(|(i, o)| outputs[..i].contains(o));
+                .any(|(i, o)| outputs[..i].contains(o) || o.as_u64().is_some_and(|o| o < inputs));
             let transformed = program["transforms"]
                 .as_array()
                 .is_some_and(|t| !t.is_empty());
@@ -137,16 +163,17 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
     Deliberate {
         name: "cummax and cummin of half-precision NaN",
         reason: "MLX's float16/bfloat16 cummax and cummin lose a NaN that should propagate \
-                 (0 in its place; its float32 ones propagate it); nuvec propagates NaN in every \
-                 float type",
+                 (0 in its place; its float32 ones propagate it), and what is computed from \
+                 them differs; nuvec propagates NaN in every float type",
         matches: |program, mlx, nuvec| {
             (has_op(program, "cummax") || has_op(program, "cummin"))
                 && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec).iter().all(|&i| {
-                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
-                    matches!(a["dtype"].as_str(), Some("float16" | "bfloat16"))
-                        && nan_in_nuvec_only(a, b)
-                })
+                && (half_precision_nan_input(program)
+                    || differing(mlx, nuvec).iter().all(|&i| {
+                        let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                        matches!(a["dtype"].as_str(), Some("float16" | "bfloat16"))
+                            && nan_in_nuvec_only(a, b)
+                    }))
         },
     },
     Deliberate {
@@ -189,6 +216,48 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                  NaN) or runs for ever; nuvec computes a result or reports an error",
         matches: |_, mlx, nuvec| {
             error_has(mlx, "MLX's process crashed or hung") && nuvec["panic"] != true
+        },
+    },
+    Deliberate {
+        name: "vmap of take's result when it is also reduced",
+        reason: "when a vmapped function returns take's result (axis None) and also reduces it \
+                 with keepdims, MLX returns that output with its batch axis last ([1, 3] for \
+                 a batch of 3 results of shape [1]); nuvec puts the batch axis first, as out_axes \
+                 says",
+        matches: |program, mlx, nuvec| {
+            has_transform(program, "vmap")
+                && has_op(program, "take")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec).iter().all(|&i| {
+                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                    let (mut x, mut y) = (dims(a), dims(b));
+                    x.sort_unstable();
+                    y.sort_unstable();
+                    x == y && x.len() == 2 && x[0] == 1 && a["data"] == b["data"]
+                })
+        },
+    },
+    Deliberate {
+        name: "differentiating again through MLX's own gathers",
+        reason: "MLX's derivatives of sort, max/min and the scans gather with indices they \
+                 compute; differentiating such a derivative again (or under vmap) makes MLX \
+                 refuse a derivative with respect to those indices; nuvec treats them as the \
+                 constants they are",
+        matches: |program, mlx, nuvec| {
+            differentiates(program)
+                && nuvec["ok"] == true
+                && (error_has(mlx, "Cannot calculate JVP with respect to indices")
+                    || error_has(mlx, "Cannot calculate VJP with respect to indices"))
+        },
+    },
+    Deliberate {
+        name: "derivatives of max/min over empty arrays",
+        reason: "MLX's derivative of max/min goes through argmax, which refuses any empty \
+                 array, even when the reduced axis is not empty; nuvec returns the empty result",
+        matches: |program, mlx, nuvec| {
+            differentiates(program)
+                && nuvec["ok"] == true
+                && error_has(mlx, "Cannot argmax reduce zero size array")
         },
     },
     Deliberate {
@@ -249,6 +318,20 @@ fn makes_booleans(program: &Value) -> bool {
             .is_some_and(|o| o.iter().any(|o| o["dtype"] == "bool"))
 }
 
+/// Whether unsigned values appear: an input, a cast, or an op giving indices.
+fn makes_unsigned(program: &Value) -> bool {
+    let unsigned = |d: &Value| d.as_str().is_some_and(|d| d.starts_with("uint"));
+    program["inputs"]
+        .as_array()
+        .is_some_and(|i| i.iter().any(|i| unsigned(&i["dtype"])))
+        || program["ops"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| unsigned(&o["dtype"])))
+        || ["argmax", "argmin", "argsort"]
+            .iter()
+            .any(|op| has_op(program, op))
+}
+
 /// Whether an op gives booleans or indices.
 fn makes_booleans_or_indices(program: &Value) -> bool {
     makes_booleans(program)
@@ -272,6 +355,26 @@ fn has_integer_values(program: &Value) -> bool {
                     )
             })
         })
+}
+
+/// Whether a float16 or bfloat16 input holds a NaN (what MLX's half-precision cummax and
+/// cummin lose, so that everything computed from them differs: an argmin, a sum).
+fn half_precision_nan_input(program: &Value) -> bool {
+    program["inputs"].as_array().is_some_and(|inputs| {
+        inputs.iter().any(|i| {
+            matches!(i["dtype"].as_str(), Some("float16" | "bfloat16"))
+                && i["data"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|v| v == "nan"))
+        })
+    })
+}
+
+fn dims(output: &Value) -> Vec<u64> {
+    output["shape"]
+        .as_array()
+        .map(|s| s.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
 }
 
 fn both_ok(mlx: &Value, nuvec: &Value) -> bool {
