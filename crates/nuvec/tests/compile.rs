@@ -288,7 +288,8 @@ fn gradients_of_a_fused_chain_over_an_input_it_broadcasts() {
             }
         };
         let (_, vjps) =
-            nuvec::transforms::vjp(f, &[x.clone(), y.clone()], &[cotangent.clone()]).unwrap();
+            nuvec::transforms::vjp(f, &[x.clone(), y.clone()], std::slice::from_ref(&cotangent))
+                .unwrap();
         // Three rows of the cotangent reach each element of y, each with 1/y².
         let expected = ops::reciprocal(&ops::square(&y)) * 3.0;
         assert_eq!(vjps[1].shape(), [2, 4], "batched: {batched}");
