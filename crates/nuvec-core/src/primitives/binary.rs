@@ -171,7 +171,7 @@ impl Binary {
                 multiply(v, where_(not_equal(out, 0.0), multiply(log(a), out), 0.0))
             }
             (BinaryOp::Remainder, 0) => v.clone(),
-            (BinaryOp::Remainder, _) => negative(&multiply(v, floor_divide(a, b))),
+            (BinaryOp::Remainder, _) => negative(&multiply(floor(&divide(a, b)), v)),
             // As MLX: a tie sends the derivative to `b`, and the mask multiplies it (so an
             // infinite cotangent on the other side gives NaN, as there).
             // (NaN on either side sends it to neither, as there.)

@@ -199,6 +199,12 @@ impl Primitive for StopGradient {
         "stop_gradient"
     }
 
+    /// Nothing flows through, as in MLX, which leaves it off the tape: not even zeros, which
+    /// an infinite derivative further back would turn into NaN.
+    fn differentiates_input(&self, _input: usize) -> bool {
+        false
+    }
+
     fn eval_cpu(&self, inputs: &mut [Input], _outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         Ok(vec![inputs[0].buffer().clone()])
     }

@@ -98,6 +98,32 @@ fn product_of_others(x: &Array, axes: &[usize]) -> Array {
     transpose(&others, Some(&inverse))
 }
 
+/// The jvp of max (`largest`) or min over `axes`, as MLX's: the tangent at the first extreme
+/// (argmax's or argmin's pick, a NaN first), the reduced axes moved last and flattened.
+fn extreme_tangent(x: &Array, t: &Array, axes: &[usize], largest: bool) -> Array {
+    use crate::ops::*;
+    if x.size() == 0 {
+        return zeros_like(x);
+    }
+    let kept: Vec<usize> = (0..x.ndim()).filter(|i| !axes.contains(i)).collect();
+    let order: Vec<i32> = kept.iter().chain(axes).map(|&a| a as i32).collect();
+    let flat: Vec<i32> = kept
+        .iter()
+        .map(|&a| x.shape()[a])
+        .chain(std::iter::once(-1))
+        .collect();
+    let (x, t) = (
+        reshape(&transpose(x, Some(&order)), &flat),
+        reshape(&transpose(t, Some(&order)), &flat),
+    );
+    let index = if largest {
+        argmax(&x, Some(-1), true)
+    } else {
+        argmin(&x, Some(-1), true)
+    };
+    take_along_axis(&t, &index, Some(-1))
+}
+
 /// The reduced result reshaped with its reduced axes kept (as length 1).
 fn with_kept_axes(value: &Array, input_shape: &[i32], axes: &[usize]) -> Array {
     let kept: Vec<i32> = input_shape
@@ -128,10 +154,10 @@ impl Primitive for Reduce {
             ReduceOp::Sum => broadcast_to(&c, x.shape()),
             ReduceOp::Prod => multiply(&c, product_of_others(x, &self.axes)),
             ReduceOp::Max | ReduceOp::Min => {
-                // Ties share the cotangent equally, as MLX.
+                // Ties share the cotangent equally, as MLX (in its order of operations).
                 let mask = equal(x, &out).astype(c.dtype());
                 let axes: Vec<i32> = self.axes.iter().map(|&a| a as i32).collect();
-                multiply(&c, divide(&mask, sum(&mask, axes, true)))
+                multiply(&divide(&c, sum(&mask, axes, true)), mask)
             }
             _ => zeros_like(x),
         };
@@ -158,16 +184,11 @@ impl Primitive for Reduce {
         use crate::ops::*;
         let (x, t) = (&inputs[0], &tangents[0].astype(inputs[0].dtype()));
         let axes: Vec<i32> = self.axes.iter().map(|&a| a as i32).collect();
-        let out = with_kept_axes(&outputs[0], x.shape(), &self.axes);
         let tangent = match self.op {
             ReduceOp::Sum => return super::linear_jvp(self, inputs, outputs, tangents, argnums),
             ReduceOp::Prod => sum(&multiply(t, product_of_others(x, &self.axes)), axes, false),
             ReduceOp::Max | ReduceOp::Min => {
-                // The tied extremes' mean tangent; other tangents (an infinite one too) drop out.
-                let picked = equal(x, &out);
-                let mask = picked.astype(t.dtype());
-                let share = divide(&mask, sum(&mask, axes.clone(), true));
-                sum(&where_(&picked, multiply(t, share), 0.0), axes, false)
+                extreme_tangent(x, t, &self.axes, self.op == ReduceOp::Max)
             }
             _ => zeros_like(&outputs[0]),
         };

@@ -84,7 +84,11 @@ pub fn jvp(
         }
         let argnums: Vec<usize> = (0..inputs.len())
             .filter(|&i| tangent_of.contains_key(&inputs[i].node_key()))
+            .filter(|&i| primitive.differentiates_input(i))
             .collect();
+        if argnums.is_empty() {
+            continue; // Behind a stop_gradient: no tangent (zeros at the outputs).
+        }
         let input_tangents: Vec<Array> = argnums
             .iter()
             .map(|&i| tangent_of[&inputs[i].node_key()].clone())

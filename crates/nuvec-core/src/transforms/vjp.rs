@@ -105,6 +105,9 @@ pub fn vjp(
             .filter(|&i| on_path.contains(&inputs[i].node_key()))
             .filter(|&i| primitive.differentiates_input(i))
             .collect();
+        if argnums.is_empty() {
+            continue; // A stop_gradient: nothing flows back.
+        }
         let input_vjps = primitive.vjp(&inputs, &siblings, &sibling_cotangents, &argnums)?;
         for (&argnum, value) in argnums.iter().zip(input_vjps) {
             accumulate(inputs[argnum].node_key(), value, &mut cotangent_of);
