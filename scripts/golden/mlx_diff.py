@@ -35,7 +35,8 @@ NAMES = {v: k for k, v in DTYPES.items()}
 UNARY = {
     "abs", "negative", "sign", "square", "sqrt", "rsqrt", "reciprocal", "exp", "expm1",
     "log", "log1p", "sin", "cos", "tanh", "sigmoid", "erf", "erfinv", "floor", "ceil",
-    "stop_gradient", "isnan", "logical_not",
+    "stop_gradient", "isnan", "logical_not", "tan", "log2", "log10", "sinh", "cosh", "arcsin",
+    "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
 }
 BINARY = {
     "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "logaddexp",

@@ -42,6 +42,22 @@ pub enum UnaryOp {
     Tan,
     /// Hyperbolic tangent.
     Tanh,
+    /// Hyperbolic sine.
+    Sinh,
+    /// Hyperbolic cosine.
+    Cosh,
+    /// Inverse sine.
+    ArcSin,
+    /// Inverse cosine.
+    ArcCos,
+    /// Inverse tangent.
+    ArcTan,
+    /// Inverse hyperbolic sine.
+    ArcSinh,
+    /// Inverse hyperbolic cosine.
+    ArcCosh,
+    /// Inverse hyperbolic tangent.
+    ArcTanh,
     /// `1 / (1 + e^-x)`.
     Sigmoid,
     /// The error function.
@@ -77,6 +93,14 @@ impl UnaryOp {
             UnaryOp::Cos => "cos",
             UnaryOp::Tan => "tan",
             UnaryOp::Tanh => "tanh",
+            UnaryOp::Sinh => "sinh",
+            UnaryOp::Cosh => "cosh",
+            UnaryOp::ArcSin => "arcsin",
+            UnaryOp::ArcCos => "arccos",
+            UnaryOp::ArcTan => "arctan",
+            UnaryOp::ArcSinh => "arcsinh",
+            UnaryOp::ArcCosh => "arccosh",
+            UnaryOp::ArcTanh => "arctanh",
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Erf => "erf",
             UnaryOp::ErfInv => "erfinv",
@@ -131,6 +155,14 @@ impl UnaryOp {
             UnaryOp::Cos => x.cos(),
             UnaryOp::Tan => x.tan(),
             UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sinh => x.sinh(),
+            UnaryOp::Cosh => x.cosh(),
+            UnaryOp::ArcSin => x.asin(),
+            UnaryOp::ArcCos => x.acos(),
+            UnaryOp::ArcTan => x.atan(),
+            UnaryOp::ArcSinh => x.asinh(),
+            UnaryOp::ArcCosh => x.acosh(),
+            UnaryOp::ArcTanh => x.atanh(),
             UnaryOp::Sigmoid => sigmoid_f32(x),
             UnaryOp::Erf => erf_f32(x),
             UnaryOp::ErfInv => erfinv_f32(x),
@@ -160,6 +192,14 @@ impl UnaryOp {
             UnaryOp::Cos => x.cos(),
             UnaryOp::Tan => x.tan(),
             UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sinh => x.sinh(),
+            UnaryOp::Cosh => x.cosh(),
+            UnaryOp::ArcSin => x.asin(),
+            UnaryOp::ArcCos => x.acos(),
+            UnaryOp::ArcTan => x.atan(),
+            UnaryOp::ArcSinh => x.asinh(),
+            UnaryOp::ArcCosh => x.acosh(),
+            UnaryOp::ArcTanh => x.atanh(),
             UnaryOp::Sigmoid => {
                 let e = (-x.abs()).exp();
                 if x < 0.0 {

@@ -81,6 +81,22 @@ unary_ops! {
     tan => Tan;
     /// Hyperbolic tangent.
     tanh => Tanh;
+    /// Hyperbolic sine.
+    sinh => Sinh;
+    /// Hyperbolic cosine.
+    cosh => Cosh;
+    /// Inverse sine (NaN outside [-1, 1]).
+    arcsin => ArcSin;
+    /// Inverse cosine (NaN outside [-1, 1]).
+    arccos => ArcCos;
+    /// Inverse tangent.
+    arctan => ArcTan;
+    /// Inverse hyperbolic sine.
+    arcsinh => ArcSinh;
+    /// Inverse hyperbolic cosine (NaN below 1).
+    arccosh => ArcCosh;
+    /// Inverse hyperbolic tangent (NaN outside [-1, 1]).
+    arctanh => ArcTanh;
     /// The logistic function `1 / (1 + e^-a)`.
     sigmoid => Sigmoid;
     /// The error function.

@@ -157,7 +157,7 @@ impl Primitive for Reduce {
                 // Ties share the cotangent equally, as MLX (in its order of operations).
                 let mask = equal(x, &out).astype(c.dtype());
                 let axes: Vec<i32> = self.axes.iter().map(|&a| a as i32).collect();
-                multiply(&divide(&c, sum(&mask, axes, true)), mask)
+                multiply(divide(&c, sum(&mask, axes, true)), mask)
             }
             _ => zeros_like(x),
         };

@@ -14,6 +14,20 @@ pub(crate) struct Deliberate {
 }
 
 /// The differences from MLX that nuvec keeps (docs/mlx-differences.md).
+/// Ops that MLX turns into their argument itself for some shapes.
+const NO_OPS_IN_MLX: [&str; 10] = [
+    "astype",
+    "broadcast_to",
+    "reshape",
+    "slice",
+    "sum",
+    "prod",
+    "max",
+    "min",
+    "squeeze",
+    "expand_dims",
+];
+
 pub(crate) const DELIBERATE: &[Deliberate] = &[
     Deliberate {
         name: "integers carry no derivative",
@@ -81,6 +95,49 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         },
     },
     Deliberate {
+        name: "second derivatives of cumprod at zeros",
+        reason: "MLX's cumprod vjp divides by the input and then selects with where, whose \
+                 derivative sends zeros back through that division: differentiating it again \
+                 gives NaN wherever an input is zero; nuvec divides only where no zero comes \
+                 before, so its second derivatives there are finite",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "cumprod")
+                && differentiations(program) >= 2
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "erf's approximation, amplified",
+        reason: "nuvec's float32 erf is a different approximation from MLX's (each within a \
+                 few 1e-7 of the exact value); near ±1 functions of it such as arcsin, erfinv \
+                 or log1p magnify that difference past the tolerance (to under 1%)",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "erf")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec).iter().all(|&i| {
+                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                    equal_except(a, b, |x, y| (x - y).abs() <= 0.01 * x.abs().max(y.abs()))
+                })
+        },
+    },
+    Deliberate {
+        name: "the sign of a matmul's zero",
+        reason: "MLX's matrix products start their sums from +0, so a product of -0 comes out \
+                 +0; nuvec's keep -0 when the inner dimension is 1, and 1/x or a later division \
+                 then differs in sign",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "matmul")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec).iter().all(|&i| {
+                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                    equal_except(a, b, |x, y| x == -y && (x.is_infinite() || x == 0.0))
+                })
+        },
+    },
+    Deliberate {
         name: "erf(+0)",
         reason: "MLX's erf of +0 is -0 (so 1 / erf(0) is -inf); erf is odd and nuvec's erf(+0) \
                  is +0, so values computed from it differ in sign",
@@ -103,10 +160,21 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         matches: |program, mlx, nuvec| {
             let outputs = program["outputs"].as_array().cloned().unwrap_or_default();
             let inputs = program["inputs"].as_array().map_or(0, Vec::len) as u64;
-            let repeated = outputs
-                .iter()
-                .enumerate()
-                .any(|(i, o)| outputs[..i].contains(o) || o.as_u64().is_some_and(|o| o < inputs));
+            let ops = program["ops"].as_array().cloned().unwrap_or_default();
+            // An op MLX may return its argument from unchanged (a broadcast to its own shape,
+            // a reduction over length-1 axes), applied to another output.
+            let copy_of_output = |o: u64| {
+                o.checked_sub(inputs)
+                    .and_then(|k| ops.get(k as usize))
+                    .is_some_and(|op| {
+                        NO_OPS_IN_MLX.contains(&op["op"].as_str().unwrap_or(""))
+                            && outputs.contains(&op["args"][0])
+                    })
+            };
+            let repeated = outputs.iter().enumerate().any(|(i, o)| {
+                outputs[..i].contains(o)
+                    || o.as_u64().is_some_and(|o| o < inputs || copy_of_output(o))
+            });
             let transformed = program["transforms"]
                 .as_array()
                 .is_some_and(|t| !t.is_empty());
@@ -119,11 +187,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                  derivative on the chosen side becomes NaN, and differentiating them again \
                  goes through the condition; nuvec's select",
         matches: |program, mlx, nuvec| {
-            let differentiations = program["transforms"].as_array().map_or(0, |t| {
-                t.iter()
-                    .filter(|t| ["grad", "vjp", "jvp"].iter().any(|k| t["kind"] == *k))
-                    .count()
-            });
+            let differentiations = differentiations(program);
             has_op(program, "where")
                 && both_ok(mlx, nuvec)
                 && (has_transform(program, "jvp")
@@ -285,6 +349,15 @@ fn differentiates(program: &Value) -> bool {
     ["grad", "vjp", "jvp"]
         .iter()
         .any(|k| has_transform(program, k))
+}
+
+/// How many of the transforms differentiate.
+fn differentiations(program: &Value) -> usize {
+    program["transforms"].as_array().map_or(0, |t| {
+        t.iter()
+            .filter(|t| ["grad", "vjp", "jvp"].iter().any(|k| t["kind"] == *k))
+            .count()
+    })
 }
 
 fn has_integer_input(program: &Value) -> bool {

@@ -113,7 +113,7 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     Some(out)
 }
 
-const UNARY: [&str; 22] = [
+const UNARY: [&str; 33] = [
     "abs",
     "negative",
     "sign",
@@ -136,6 +136,17 @@ const UNARY: [&str; 22] = [
     "stop_gradient",
     "isnan",
     "logical_not",
+    "tan",
+    "log2",
+    "log10",
+    "sinh",
+    "cosh",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "arcsinh",
+    "arccosh",
+    "arctanh",
 ];
 const BINARY: [&str; 13] = [
     "add",

@@ -102,6 +102,17 @@ fn unary(name: &str, a: &Array) -> Option<Array> {
         "stop_gradient" => ops::stop_gradient(a),
         "isnan" => ops::isnan(a),
         "logical_not" => ops::logical_not(a),
+        "tan" => ops::tan(a),
+        "log2" => ops::log2(a),
+        "log10" => ops::log10(a),
+        "sinh" => ops::sinh(a),
+        "cosh" => ops::cosh(a),
+        "arcsin" => ops::arcsin(a),
+        "arccos" => ops::arccos(a),
+        "arctan" => ops::arctan(a),
+        "arcsinh" => ops::arcsinh(a),
+        "arccosh" => ops::arccosh(a),
+        "arctanh" => ops::arctanh(a),
         _ => return None,
     })
 }
