@@ -344,3 +344,22 @@ fn compile_errors_surface_at_the_call() {
     let error = compiled.call(&[values(&[3], 1)]).unwrap_err().to_string();
     assert!(error.contains("[reshape]"), "{error}");
 }
+
+#[test]
+fn a_compiled_chain_s_tangent_ignores_its_constants() {
+    // floor_divide(x, x) · -0.5 has no derivative; the constant's zero tangent must not meet
+    // the NaN of 0/0 or inf/inf (0 · NaN), as MLX leaves constants out.
+    let x = Array::from_vec(vec![f32::NAN, f32::INFINITY, 1.0, 0.0], &[4]);
+    let compiled = compile(|v: &[Array]| vec![ops::floor_divide(&v[0], &v[0]) * -0.5]);
+    let (_, tangents) = jvp(
+        |v| compiled.call(v).unwrap(),
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&x),
+    )
+    .unwrap();
+    assert!(tangents[0]
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .all(|t| *t == 0.0));
+}

@@ -247,9 +247,17 @@ impl Primitive for Fused {
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
         let (shape, dtype) = (outputs[0].shape().to_vec(), outputs[0].dtype());
-        let full = super::full_tangents(inputs, tangents, argnums);
-        let (_, out) =
-            crate::transforms::jvp(|x| vec![self.expand(x, &shape, dtype)], inputs, &full)?;
+        // Only the inputs with tangents vary: a zero tangent given to a constant would meet
+        // the other factor of a product (0 · NaN) and spoil the sum, where MLX leaves it out.
+        let varying: Vec<Array> = argnums.iter().map(|&i| inputs[i].clone()).collect();
+        let chain = |x: &[Array]| {
+            let mut all = inputs.to_vec();
+            for (&i, value) in argnums.iter().zip(x) {
+                all[i] = value.clone();
+            }
+            vec![self.expand(&all, &shape, dtype)]
+        };
+        let (_, out) = crate::transforms::jvp(chain, &varying, tangents)?;
         Ok(out)
     }
 

@@ -96,12 +96,33 @@ impl Primitive for Custom {
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
         let primals = &inputs[..self.inputs];
-        let full = crate::primitives::full_tangents(inputs, tangents, argnums);
-        let full = &full[..self.inputs];
-        Ok(match &self.jvp {
-            Some(rule) => rule(primals, full),
-            None => super::jvp(|x| (self.f)(x), primals, full)?.1,
-        })
+        if let Some(rule) = &self.jvp {
+            // The user's rule takes a tangent for every input (zeros where none was given).
+            let full = crate::primitives::full_tangents(inputs, tangents, argnums);
+            return Ok(rule(primals, &full[..self.inputs]));
+        }
+        // Only the inputs with tangents vary: zeros given to the others could meet an
+        // infinite factor (0 · inf) and spoil the sum.
+        let varying: Vec<usize> = argnums
+            .iter()
+            .copied()
+            .filter(|&i| i < self.inputs)
+            .collect();
+        let given: Vec<Array> = argnums
+            .iter()
+            .zip(tangents)
+            .filter(|(&i, _)| i < self.inputs)
+            .map(|(_, t)| t.clone())
+            .collect();
+        let values: Vec<Array> = varying.iter().map(|&i| primals[i].clone()).collect();
+        let function = |x: &[Array]| {
+            let mut all = primals.to_vec();
+            for (&i, value) in varying.iter().zip(x) {
+                all[i] = value.clone();
+            }
+            (self.f)(&all)
+        };
+        Ok(super::jvp(function, &values, &given)?.1)
     }
 
     fn vmap(

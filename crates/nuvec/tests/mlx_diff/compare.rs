@@ -164,6 +164,30 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         },
     },
     Deliberate {
+        name: "var of integers holding -2^31",
+        reason: "MLX's var of an int32 array holding -2^31 (what casting -inf or NaN, or an \
+                 exclusive cummax, gives) is wrong: [-2^31, -1, -1, 0] comes out 2.0e18 where \
+                 the exact variance, numpy's and nuvec's, is 8.6e17 (its float32 var is right)",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "var") && has_integer_values(program) && both_ok(mlx, nuvec)
+        },
+    },
+    Deliberate {
+        name: "second derivatives through checkpoint at infinities",
+        reason: "differentiating a checkpoint's derivative, MLX also sends a zero cotangent \
+                 through the function's original graph, where it meets an infinite derivative \
+                 (0 · inf = NaN: the second derivative of exp at +inf comes out NaN, inf \
+                 without the checkpoint); nuvec sends nothing there",
+        matches: |program, mlx, nuvec| {
+            has_transform(program, "checkpoint")
+                && differentiations(program) >= 2
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
         name: "erf(+0)",
         reason: "MLX's erf of +0 is -0 (so 1 / erf(0) is -inf); erf is odd and nuvec's erf(+0) \
                  is +0, so values computed from it differ in sign",

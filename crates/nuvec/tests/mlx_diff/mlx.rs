@@ -1,6 +1,6 @@
 //! MLX's results for a batch of programs: `scripts/golden/mlx_diff.py` under the `.venv-mlx`
 //! Python (or `NUVEC_MLX_PYTHON`), one process per batch. A program that crashes MLX's
-//! process, or runs in it for 20 s, is recorded as an MLX error, and the rest of the batch
+//! process, or runs in it for 5 s, is recorded as an MLX error, and the rest of the batch
 //! runs in a new process.
 
 use serde_json::{json, Value};
@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 
 /// How long one program may take in MLX before its process counts as hung (MLX loops forever
 /// on some).
-const PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The Python that has MLX 0.32.4, and the script.
 pub(crate) struct Mlx {
