@@ -166,10 +166,11 @@ pub trait Primitive: Send + Sync + Debug + Any {
         false
     }
 
-    /// Whether reverse mode sends a cotangent back to input `input`. False for inputs that
-    /// only carry values along (a custom function's outputs, whose own graph the function's
-    /// rule replaces): even a zero cotangent sent there could meet an infinite derivative
-    /// and turn the sum into NaN.
+    /// Whether derivatives flow through input `input`: reverse mode sends it a cotangent and
+    /// forward mode takes its tangent only if so. False for `stop_gradient` and for inputs
+    /// that only carry values along (a custom function's outputs, whose own graph the
+    /// function's rule replaces): even a zero sent there could meet an infinite derivative
+    /// and turn a sum into NaN.
     fn differentiates_input(&self, _input: usize) -> bool {
         true
     }
