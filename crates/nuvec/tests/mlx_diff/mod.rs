@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod compare;
+pub(crate) mod deliberate;
 pub(crate) mod generate;
 pub(crate) mod interpret;
 pub(crate) mod mlx;

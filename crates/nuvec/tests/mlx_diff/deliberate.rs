@@ -1,0 +1,558 @@
+//! The differences nuvec keeps on purpose, each with its name, its reason and a predicate
+//! that recognises its cases, as listed in docs/mlx-differences.md; and the questions about a
+//! program and its two outcomes that the predicates ask.
+
+use super::compare::{close, compare_output, number, tolerance};
+use serde_json::Value;
+
+/// A difference nuvec keeps on purpose: its name, why, and whether a case is one.
+pub(crate) struct Deliberate {
+    pub(crate) name: &'static str,
+    pub(crate) reason: &'static str,
+    pub(crate) matches: fn(program: &Value, mlx: &Value, nuvec: &Value) -> bool,
+}
+
+/// The differences from MLX that nuvec keeps (docs/mlx-differences.md).
+/// Ops that MLX turns into their argument itself for some shapes.
+const NO_OPS_IN_MLX: [&str; 10] = [
+    "astype",
+    "broadcast_to",
+    "reshape",
+    "slice",
+    "sum",
+    "prod",
+    "max",
+    "min",
+    "squeeze",
+    "expand_dims",
+];
+
+pub(crate) const DELIBERATE: &[Deliberate] = &[
+    Deliberate {
+        name: "integers carry no derivative",
+        reason: "MLX differentiates through integer and boolean values in integers (the \
+                 derivative of exp at 1 comes out as 2), or refuses, depending on the path; \
+                 nuvec passes no derivative through them",
+        matches: |program, mlx, nuvec| {
+            differentiates(program)
+                && has_integer_values(program)
+                && nuvec["ok"] == true
+                && (mlx["ok"] == true
+                    || [
+                        "Type of cotangents does not match primal output type",
+                        "Cannot calculate JVP with respect to indices",
+                        "Cannot calculate VJP with respect to indices",
+                        "[negative] Not supported for bool",
+                        "Cannot infer the shape of an empty array",
+                        "Only inexact types are supported",
+                    ]
+                    .iter()
+                    .any(|text| error_has(mlx, text)))
+        },
+    },
+    Deliberate {
+        name: "softmax of integers with explicit axes",
+        reason: "MLX keeps an integer input's dtype when axes are given, truncating the \
+                 probabilities (what follows differs too, or is refused); nuvec computes them \
+                 in float32, as MLX does without axes",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "softmax")
+                && has_integer_values(program)
+                && nuvec["ok"] == true
+                && (mlx["ok"] == true
+                    || error_has(mlx, "Only inexact types are supported")
+                    || error_has(mlx, "would result in overflow"))
+        },
+    },
+    Deliberate {
+        name: "logsumexp's derivative at infinities",
+        reason: "where inputs are infinite, MLX's gradient of logsumexp (a softmax after \
+                 subtracting an infinite maximum) is NaN; nuvec's is the limit",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "logsumexp")
+                && differentiates(program)
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "logsumexp of booleans",
+        reason: "MLX's logsumexp of a boolean array counts a false as 2 (exp(2) where exp(0) \
+                 is due); nuvec computes it on 0 and 1",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "logsumexp") && makes_booleans(program) && both_ok(mlx, nuvec)
+        },
+    },
+    Deliberate {
+        name: "logsumexp of unsigned integers",
+        reason: "MLX's logsumexp of an unsigned array that is not one flat row (uint8 of shape \
+                 [4, 2], say) gives inf; nuvec computes it as for the same values in int32",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "logsumexp") && makes_unsigned(program) && both_ok(mlx, nuvec)
+        },
+    },
+    Deliberate {
+        name: "derivatives of cumprod at zeros and infinities",
+        reason: "MLX's cumprod vjp divides by the input and then selects with where, whose \
+                 derivative sends zeros back through that division (differentiating it again \
+                 gives NaN wherever an input is zero), and it finds the first zero from the \
+                 running product, which inf·0 makes NaN; nuvec finds it from the inputs and \
+                 divides only before it, so its derivatives there are finite",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "cumprod")
+                && differentiations(program) >= 1
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "third derivatives of power",
+        reason: "MLX's third derivatives of power are wrong: for f(x) = x^(1/sqrt(x)) at 3, \
+                 MLX's f''' is 0.2766, where the exact value (mpmath) and nuvec's are 0.1130",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "power") && differentiations(program) >= 3 && both_ok(mlx, nuvec)
+        },
+    },
+    Deliberate {
+        name: "second derivatives through max/min's tie mask",
+        reason: "MLX's max/min (and maximum/minimum) vjp multiplies by a boolean mask of the \
+                 extremes, and differentiates through it: where the first derivative is \
+                 infinite or NaN (a NaN extreme, a row of infinities), the second is NaN; \
+                 nuvec's mask carries no derivative",
+        matches: |program, mlx, nuvec| {
+            ["max", "min", "maximum", "minimum"]
+                .iter()
+                .any(|op| has_op(program, op))
+                && differentiations(program) >= 2
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "erf's approximation, amplified",
+        reason: "nuvec's float32 erf is a different approximation from MLX's (each within a \
+                 few 1e-7 of the exact value); near ±1 functions of it such as arcsin, erfinv \
+                 or log1p magnify that difference past the tolerance (to under 1%)",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "erf")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec).iter().all(|&i| {
+                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                    equal_except(a, b, |x, y| (x - y).abs() <= 0.01 * x.abs().max(y.abs()))
+                })
+        },
+    },
+    Deliberate {
+        name: "the sign of a matmul's zero",
+        reason: "MLX's matrix products start their sums from +0, so a product of -0 comes out \
+                 +0; nuvec's keep -0 when the inner dimension is 1, and 1/x or a later division \
+                 then differs in sign",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "matmul")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec).iter().all(|&i| {
+                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                    equal_except(a, b, |x, y| x == -y && (x.is_infinite() || x == 0.0))
+                })
+        },
+    },
+    Deliberate {
+        name: "var of integers holding -2^31",
+        reason: "MLX's var of an int32 array holding -2^31 (what casting -inf or NaN, or an \
+                 exclusive cummax, gives) is wrong: [-2^31, -1, -1, 0] comes out 2.0e18 where \
+                 the exact variance, numpy's and nuvec's, is 8.6e17 (its float32 var is right)",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "var") && has_integer_values(program) && both_ok(mlx, nuvec)
+        },
+    },
+    Deliberate {
+        name: "second derivatives through checkpoint at infinities",
+        reason: "differentiating a checkpoint's derivative, MLX also sends a zero cotangent \
+                 through the function's original graph, where it meets an infinite derivative \
+                 (0 · inf = NaN: the second derivative of exp at +inf comes out NaN, inf \
+                 without the checkpoint); nuvec sends nothing there",
+        matches: |program, mlx, nuvec| {
+            has_transform(program, "checkpoint")
+                && differentiations(program) >= 2
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "erf(+0)",
+        reason: "MLX's erf of +0 is -0 (so 1 / erf(0) is -inf); erf is odd and nuvec's erf(+0) \
+                 is +0, so values computed from it differ in sign",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "erf")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec).iter().all(|&i| {
+                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                    equal_except(a, b, |x, y| x == -y && (x.is_infinite() || x == 0.0))
+                })
+        },
+    },
+    Deliberate {
+        name: "an output returned twice",
+        reason: "when a function returns the same array twice (also an input returned beside \
+                 an op that MLX makes a no-op, such as astype to the same dtype or a slice of \
+                 everything, or beside a tangent that is the input's), MLX's vjp keeps one of \
+                 the two cotangents (nuvec adds them, which is the derivative) and its vmap \
+                 moves the batch axis of the copy again",
+        matches: |program, mlx, nuvec| {
+            let outputs = program["outputs"].as_array().cloned().unwrap_or_default();
+            let inputs = program["inputs"].as_array().map_or(0, Vec::len) as u64;
+            let ops = program["ops"].as_array().cloned().unwrap_or_default();
+            // An op MLX may return its argument from unchanged (a broadcast to its own shape,
+            // a reduction over length-1 axes), applied to another output.
+            let copy_of_output = |o: u64| {
+                o.checked_sub(inputs)
+                    .and_then(|k| ops.get(k as usize))
+                    .is_some_and(|op| {
+                        NO_OPS_IN_MLX.contains(&op["op"].as_str().unwrap_or(""))
+                            && outputs.contains(&op["args"][0])
+                    })
+            };
+            let repeated = outputs.iter().enumerate().any(|(i, o)| {
+                outputs[..i].contains(o)
+                    || o.as_u64().is_some_and(|o| o < inputs || copy_of_output(o))
+            });
+            let transformed = program["transforms"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty());
+            repeated && transformed && both_ok(mlx, nuvec)
+        },
+    },
+    Deliberate {
+        name: "where's derivatives select",
+        reason: "MLX's jvp and vjp of where mix both sides arithmetically, so an infinite \
+                 derivative on the chosen side becomes NaN, and differentiating them again \
+                 goes through the condition; nuvec's select",
+        matches: |program, mlx, nuvec| {
+            let differentiations = differentiations(program);
+            has_op(program, "where")
+                && both_ok(mlx, nuvec)
+                && (has_transform(program, "jvp")
+                    || differentiations >= 2
+                    || (differentiations == 1
+                        && differing(mlx, nuvec)
+                            .iter()
+                            .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))))
+        },
+    },
+    Deliberate {
+        name: "tangents of outputs that have no derivative",
+        reason: "the jvp of a boolean or index output (comparisons, isnan, all/any, argmax, \
+                 argsort) is zeros of its own dtype in nuvec; MLX gives zeros of the input's \
+                 dtype, or for all/any a reduction of the tangent",
+        matches: |program, mlx, nuvec| {
+            has_transform(program, "jvp")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| zeros_without_derivative(&nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "no cotangent through boolean and index outputs",
+        reason: "MLX's vjp passes a cotangent through all/any, comparisons and arg-reductions \
+                 as if they were sums; nuvec's is zero, since they have no derivative",
+        matches: |program, mlx, nuvec| {
+            (has_transform(program, "vjp") || has_transform(program, "grad"))
+                && makes_booleans_or_indices(program)
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec)
+                    .iter()
+                    .all(|&i| all_zero(&nuvec["outputs"][i]))
+        },
+    },
+    Deliberate {
+        name: "cummax and cummin of half-precision NaN",
+        reason: "MLX's float16/bfloat16 cummax and cummin lose a NaN that should propagate \
+                 (0 in its place; its float32 ones propagate it), and what is computed from \
+                 them differs; nuvec propagates NaN in every float type",
+        matches: |program, mlx, nuvec| {
+            (has_op(program, "cummax") || has_op(program, "cummin"))
+                && both_ok(mlx, nuvec)
+                && (half_precision_nan_input(program)
+                    || differing(mlx, nuvec).iter().all(|&i| {
+                        let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                        matches!(a["dtype"].as_str(), Some("float16" | "bfloat16"))
+                            && nan_in_nuvec_only(a, b)
+                    }))
+        },
+    },
+    Deliberate {
+        name: "transforms MLX has not implemented",
+        reason: "MLX raises for the jvp of cumprod/cummin/cummax and of scatter, and for the \
+                 jvp and vmap of checkpoint (Depends); nuvec computes them",
+        matches: |_, mlx, nuvec| {
+            nuvec["ok"] == true
+                && [
+                    "is not implemented",
+                    "not yet implemented",
+                    "Not implemented for",
+                ]
+                .iter()
+                .any(|text| error_has(mlx, text))
+        },
+    },
+    Deliberate {
+        name: "vjp with stop_gradient outputs",
+        reason: "MLX's vjp refuses some functions that return stop_gradient's result (\"Output \
+                 shape does not match cotangent shape\" although the shapes match); nuvec \
+                 computes them",
+        matches: |program, mlx, nuvec| {
+            nuvec["ok"] == true
+                && has_op(program, "stop_gradient")
+                && error_has(mlx, "does not match cotangent shape")
+        },
+    },
+    Deliberate {
+        name: "argmax/argmin of a 0-d array with keepdims",
+        reason: "MLX fails inside (\"cannot create std::vector larger than max_size()\"); nuvec \
+                 returns index 0",
+        matches: |_, mlx, nuvec| {
+            error_has(mlx, "cannot create std::vector larger than max_size") && nuvec["ok"] == true
+        },
+    },
+    Deliberate {
+        name: "programs that crash MLX or never end in it",
+        reason: "MLX's process dies (e.g. a segmentation fault in cummax's vjp at a leading \
+                 NaN) or runs for ever; nuvec computes a result or reports an error",
+        matches: |_, mlx, nuvec| {
+            error_has(mlx, "MLX's process crashed or hung") && nuvec["panic"] != true
+        },
+    },
+    Deliberate {
+        name: "vmap of take's result when it is also reduced",
+        reason: "when a vmapped function returns take's result (axis None) and also reduces it \
+                 with keepdims, MLX returns that output with its batch axis last ([1, 3] for \
+                 a batch of 3 results of shape [1]); nuvec puts the batch axis first, as out_axes \
+                 says",
+        matches: |program, mlx, nuvec| {
+            has_transform(program, "vmap")
+                && has_op(program, "take")
+                && both_ok(mlx, nuvec)
+                && differing(mlx, nuvec).iter().all(|&i| {
+                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                    let (mut x, mut y) = (dims(a), dims(b));
+                    x.sort_unstable();
+                    y.sort_unstable();
+                    x == y && x.len() == 2 && x[0] == 1 && a["data"] == b["data"]
+                })
+        },
+    },
+    Deliberate {
+        name: "differentiating again through MLX's own gathers",
+        reason: "MLX's derivatives of sort, max/min and the scans gather with indices they \
+                 compute; differentiating such a derivative again (or under vmap) makes MLX \
+                 refuse a derivative with respect to those indices; nuvec treats them as the \
+                 constants they are",
+        matches: |program, mlx, nuvec| {
+            differentiates(program)
+                && nuvec["ok"] == true
+                && (error_has(mlx, "Cannot calculate JVP with respect to indices")
+                    || error_has(mlx, "Cannot calculate VJP with respect to indices"))
+        },
+    },
+    Deliberate {
+        name: "derivatives of max/min over empty arrays",
+        reason: "MLX's derivative of max/min goes through argmax, which refuses any empty \
+                 array, even when the reduced axis is not empty; nuvec returns the empty result",
+        matches: |program, mlx, nuvec| {
+            differentiates(program)
+                && nuvec["ok"] == true
+                && error_has(mlx, "Cannot argmax reduce zero size array")
+        },
+    },
+    Deliberate {
+        name: "take with an index out of range",
+        reason: "MLX reads whatever an out-of-range index reaches; nuvec refuses it",
+        matches: |_, mlx, nuvec| {
+            mlx["ok"] == true && error_has(nuvec, "is out of range for an axis of length")
+        },
+    },
+];
+
+fn has_transform(program: &Value, kind: &str) -> bool {
+    program["transforms"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["kind"] == kind))
+}
+
+fn has_op(program: &Value, name: &str) -> bool {
+    program["ops"]
+        .as_array()
+        .is_some_and(|ops| ops.iter().any(|op| op["op"] == name))
+}
+
+fn differentiates(program: &Value) -> bool {
+    ["grad", "vjp", "jvp"]
+        .iter()
+        .any(|k| has_transform(program, k))
+}
+
+/// How many of the transforms differentiate.
+fn differentiations(program: &Value) -> usize {
+    program["transforms"].as_array().map_or(0, |t| {
+        t.iter()
+            .filter(|t| ["grad", "vjp", "jvp"].iter().any(|k| t["kind"] == *k))
+            .count()
+    })
+}
+
+fn has_integer_input(program: &Value) -> bool {
+    program["inputs"].as_array().is_some_and(|inputs| {
+        inputs.iter().any(|i| {
+            !matches!(
+                i["dtype"].as_str(),
+                Some("float32" | "float16" | "bfloat16")
+            )
+        })
+    })
+}
+
+/// Whether the program has a boolean input or an op that gives booleans.
+fn makes_booleans(program: &Value) -> bool {
+    let ops = [
+        "equal",
+        "greater",
+        "less",
+        "isnan",
+        "logical_not",
+        "any",
+        "all",
+    ];
+    ops.iter().any(|op| has_op(program, op))
+        || program["inputs"]
+            .as_array()
+            .is_some_and(|i| i.iter().any(|i| i["dtype"] == "bool"))
+        || program["ops"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o["dtype"] == "bool"))
+}
+
+/// Whether unsigned values appear: an input, a cast, or an op giving indices.
+fn makes_unsigned(program: &Value) -> bool {
+    let unsigned = |d: &Value| d.as_str().is_some_and(|d| d.starts_with("uint"));
+    program["inputs"]
+        .as_array()
+        .is_some_and(|i| i.iter().any(|i| unsigned(&i["dtype"])))
+        || program["ops"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| unsigned(&o["dtype"])))
+        || ["argmax", "argmin", "argsort"]
+            .iter()
+            .any(|op| has_op(program, op))
+}
+
+/// Whether an op gives booleans or indices.
+fn makes_booleans_or_indices(program: &Value) -> bool {
+    makes_booleans(program)
+        || ["argmax", "argmin", "argsort"]
+            .iter()
+            .any(|op| has_op(program, op))
+}
+
+/// Whether integer or boolean values appear: an input, an op that gives them, or a where
+/// (whose condition becomes boolean).
+fn has_integer_values(program: &Value) -> bool {
+    has_integer_input(program)
+        || makes_booleans_or_indices(program)
+        || has_op(program, "where")
+        || program["ops"].as_array().is_some_and(|ops| {
+            ops.iter().any(|o| {
+                o["op"] == "astype"
+                    && !matches!(
+                        o["dtype"].as_str(),
+                        Some("float32" | "float16" | "bfloat16")
+                    )
+            })
+        })
+}
+
+/// Whether a float16 or bfloat16 input holds a NaN (what MLX's half-precision cummax and
+/// cummin lose, so that everything computed from them differs: an argmin, a sum).
+fn half_precision_nan_input(program: &Value) -> bool {
+    program["inputs"].as_array().is_some_and(|inputs| {
+        inputs.iter().any(|i| {
+            matches!(i["dtype"].as_str(), Some("float16" | "bfloat16"))
+                && i["data"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|v| v == "nan"))
+        })
+    })
+}
+
+fn dims(output: &Value) -> Vec<u64> {
+    output["shape"]
+        .as_array()
+        .map(|s| s.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
+fn both_ok(mlx: &Value, nuvec: &Value) -> bool {
+    mlx["ok"] == true && nuvec["ok"] == true
+}
+
+fn error_has(result: &Value, text: &str) -> bool {
+    result["ok"] == false && result["error"].as_str().is_some_and(|e| e.contains(text))
+}
+
+/// The outputs that differ, when both have the same number.
+fn differing(mlx: &Value, nuvec: &Value) -> Vec<usize> {
+    let (a, b) = (
+        mlx["outputs"].as_array().cloned().unwrap_or_default(),
+        nuvec["outputs"].as_array().cloned().unwrap_or_default(),
+    );
+    if a.len() != b.len() {
+        return vec![usize::MAX];
+    }
+    (0..a.len())
+        .filter(|&i| compare_output(i, &a[i], &b[i], None).is_some())
+        .collect()
+}
+
+/// An output of zeros (or falses).
+fn all_zero(output: &Value) -> bool {
+    output["data"].as_array().is_some_and(|d| {
+        d.iter()
+            .all(|v| v == &Value::Bool(false) || v.as_f64() == Some(0.0))
+    })
+}
+
+/// A boolean or index output of zeros.
+fn zeros_without_derivative(output: &Value) -> bool {
+    matches!(output["dtype"].as_str(), Some("bool" | "uint32")) && all_zero(output)
+}
+
+/// Outputs equal (within the dtype's tolerance) except where `excused(MLX's, nuvec's)` holds.
+fn equal_except(theirs: &Value, ours: &Value, excused: fn(f64, f64) -> bool) -> bool {
+    let (Some(a), Some(b)) = (theirs["data"].as_array(), ours["data"].as_array()) else {
+        return false;
+    };
+    let tolerance = tolerance(theirs["dtype"].as_str().unwrap_or(""));
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (number(x), number(y)) {
+            (Some(x), Some(y)) => excused(x, y) || close(x, y, tolerance),
+            _ => false,
+        })
+}
+
+/// Outputs equal but where nuvec has NaN.
+fn nan_in_nuvec_only(theirs: &Value, ours: &Value) -> bool {
+    equal_except(theirs, ours, |_, y| y.is_nan())
+}
+
+/// Outputs equal but where MLX has NaN.
+fn nan_where_finite(theirs: &Value, ours: &Value) -> bool {
+    equal_except(theirs, ours, |x, _| x.is_nan())
+}
