@@ -285,6 +285,14 @@ pub fn softmax(a: &Array, axes: impl IntoAxes) -> Array {
     if x.size() == 0 {
         return x;
     }
+    if softmax_of_last_axis(a, &axes) {
+        return Array::build1(
+            Arc::new(crate::primitives::softmax::Softmax),
+            vec![x],
+            a.shape().to_vec(),
+            dtype,
+        );
+    }
     let peak = crate::ops::stop_gradient(&max(&x, Axes(axes.clone()), true));
     let e = crate::ops::exp(&crate::ops::subtract(&x, &peak));
     let out = crate::ops::divide(&e, reduce(ReduceOp::Sum, &e, axes, true));
@@ -293,6 +301,26 @@ pub fn softmax(a: &Array, axes: impl IntoAxes) -> Array {
         return out.astype(a.dtype());
     }
     out
+}
+
+/// Whether MLX computes this softmax with its one-pass kernel: over the last axis, with any
+/// other axes given just before it and of length 1 (no axes given means all of them).
+fn softmax_of_last_axis(a: &Array, axes: &Option<Vec<i32>>) -> bool {
+    let ndim = a.ndim() as i32;
+    let given: Vec<i32> = match axes {
+        None => (0..ndim).collect(),
+        Some(axes) => axes
+            .iter()
+            .map(|&x| if x < 0 { x + ndim } else { x })
+            .collect(),
+    };
+    let Some(&last) = given.last() else {
+        return false;
+    };
+    last == ndim - 1
+        && given
+            .windows(2)
+            .all(|pair| pair[0] + 1 == pair[1] && a.shape()[pair[0] as usize] == 1)
 }
 
 #[track_caller]
