@@ -690,3 +690,19 @@ fn custom_functions_use_their_own_rules() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn nothing_flows_through_stop_gradient_even_at_infinities() -> Result<()> {
+    // logsumexp of a stopped -inf: MLX's tangent and cotangent are 0; a zero sent through
+    // the stopped branch would meet 0/0 inside logsumexp and give NaN.
+    let x = Array::from_vec(vec![f32::NEG_INFINITY, 1.0], &[2]);
+    let f = |v: &[Array]| {
+        let stopped = ops::stop_gradient(&ops::reshape(&v[0], &[2, 1]));
+        vec![ops::logsumexp(&stopped, -1, false) + &v[0]]
+    };
+    let (_, tangent) = jvp(f, std::slice::from_ref(&x), &[ops::ones(&[2], DType::F32)])?;
+    assert_eq!(tangent[0].to_vec::<f32>()?, [1.0, 1.0]);
+    let (_, cotangent) = vjp(f, std::slice::from_ref(&x), &[ops::ones(&[2], DType::F32)])?;
+    assert_eq!(cotangent[0].to_vec::<f32>()?, [1.0, 1.0]);
+    Ok(())
+}

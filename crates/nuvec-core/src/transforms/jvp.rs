@@ -75,19 +75,19 @@ pub fn jvp(
             .into_iter()
             .map(|s| s.unwrap_or_else(|| array.clone()))
             .collect();
-        // Integers and booleans carry no derivative: their tangents are zeros.
-        if !siblings.iter().any(|s| s.dtype().is_float()) {
-            for sibling in &siblings {
-                tangent_of.insert(sibling.node_key(), crate::ops::zeros_like(sibling));
-            }
-            continue;
-        }
         let argnums: Vec<usize> = (0..inputs.len())
             .filter(|&i| tangent_of.contains_key(&inputs[i].node_key()))
             .filter(|&i| primitive.differentiates_input(i))
             .collect();
         if argnums.is_empty() {
             continue; // Behind a stop_gradient: no tangent (zeros at the outputs).
+        }
+        // Integers and booleans carry no derivative: their tangents are zeros.
+        if !siblings.iter().any(|s| s.dtype().is_float()) {
+            for sibling in &siblings {
+                tangent_of.insert(sibling.node_key(), crate::ops::zeros_like(sibling));
+            }
+            continue;
         }
         let input_tangents: Vec<Array> = argnums
             .iter()

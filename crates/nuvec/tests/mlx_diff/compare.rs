@@ -94,7 +94,7 @@ pub(super) fn compare_output(
 /// The lowest float precision a program computes in (an input's dtype or a cast's): a result
 /// that went through float16 or bfloat16 is compared within that type's tolerance, whatever
 /// its own dtype, since a rounding of the narrow type, one ulp apart, carries into it.
-fn precision_floor(program: &Value) -> Option<&'static str> {
+pub(super) fn precision_floor(program: &Value) -> Option<&'static str> {
     let dtypes: Vec<&str> = program["inputs"]
         .as_array()
         .into_iter()
