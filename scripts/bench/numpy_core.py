@@ -121,6 +121,16 @@ def main():
         if wanted("sum_f32_16m"):
             run("sum_f32_16m", lambda: np.sum(x))
 
+    # Attention's softmax: 14 heads of 512 x 512 scores, over the last axis.
+    if wanted("softmax_f32_7168x512"):
+        scores = pattern(7168 * 512, 5).reshape(7168, 512)
+
+        def softmax():
+            e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
+
+        run("softmax_f32_7168x512", softmax)
+
 
 if __name__ == "__main__":
     main()

@@ -128,5 +128,13 @@ fn main() -> Result<()> {
             run("sum_f32_16m", Box::new(|| x.sum(None, false)))?;
         }
     }
+    // Attention's softmax: 14 heads of 512 × 512 scores, over the last axis.
+    if wanted("softmax_f32_7168x512") {
+        let scores = input(&[7168, 512], 5)?;
+        run(
+            "softmax_f32_7168x512",
+            Box::new(|| nuvec::ops::softmax(&scores, -1)),
+        )?;
+    }
     Ok(())
 }
