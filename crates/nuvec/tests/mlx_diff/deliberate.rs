@@ -72,9 +72,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
             has_op(program, "logsumexp")
                 && differentiates(program)
                 && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec)
-                    .iter()
-                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+                && only_mlx_has_nan(mlx, nuvec)
         },
     },
     Deliberate {
@@ -104,9 +102,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
             has_op(program, "cumprod")
                 && differentiations(program) >= 1
                 && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec)
-                    .iter()
-                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+                && only_mlx_has_nan(mlx, nuvec)
         },
     },
     Deliberate {
@@ -129,9 +125,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                 .any(|op| has_op(program, op))
                 && differentiations(program) >= 2
                 && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec)
-                    .iter()
-                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+                && only_mlx_has_nan(mlx, nuvec)
         },
     },
     Deliberate {
@@ -142,8 +136,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         matches: |program, mlx, nuvec| {
             has_op(program, "erf")
                 && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec).iter().all(|&i| {
-                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                && differing_outputs_all(mlx, nuvec, |a, b| {
                     equal_except(a, b, |x, y| (x - y).abs() <= 0.01 * x.abs().max(y.abs()))
                 })
         },
@@ -154,12 +147,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                  +0; nuvec's keep -0 when the inner dimension is 1, and 1/x or a later division \
                  then differs in sign",
         matches: |program, mlx, nuvec| {
-            has_op(program, "matmul")
-                && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec).iter().all(|&i| {
-                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
-                    equal_except(a, b, |x, y| x == -y && (x.is_infinite() || x == 0.0))
-                })
+            has_op(program, "matmul") && both_ok(mlx, nuvec) && only_signs_differ(mlx, nuvec)
         },
     },
     Deliberate {
@@ -181,9 +169,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
             has_transform(program, "checkpoint")
                 && differentiations(program) >= 2
                 && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec)
-                    .iter()
-                    .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))
+                && only_mlx_has_nan(mlx, nuvec)
         },
     },
     Deliberate {
@@ -194,11 +180,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         matches: |program, mlx, nuvec| {
             has_op(program, "erf")
                 && both_ok(mlx, nuvec)
-                && (erf_of_an_input_holding_zero(program)
-                    || differing(mlx, nuvec).iter().all(|&i| {
-                        let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
-                        equal_except(a, b, |x, y| x == -y && (x.is_infinite() || x == 0.0))
-                    }))
+                && (erf_of_an_input_holding_zero(program) || only_signs_differ(mlx, nuvec))
         },
     },
     Deliberate {
@@ -243,10 +225,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                 && both_ok(mlx, nuvec)
                 && (has_transform(program, "jvp")
                     || differentiations >= 2
-                    || (differentiations == 1
-                        && differing(mlx, nuvec)
-                            .iter()
-                            .all(|&i| nan_where_finite(&mlx["outputs"][i], &nuvec["outputs"][i]))))
+                    || (differentiations == 1 && only_mlx_has_nan(mlx, nuvec)))
         },
     },
     Deliberate {
@@ -257,9 +236,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         matches: |program, mlx, nuvec| {
             has_transform(program, "jvp")
                 && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec)
-                    .iter()
-                    .all(|&i| zeros_without_derivative(&nuvec["outputs"][i]))
+                && differing_outputs_all(mlx, nuvec, |_, b| zeros_without_derivative(b))
         },
     },
     Deliberate {
@@ -270,9 +247,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
             (has_transform(program, "vjp") || has_transform(program, "grad"))
                 && makes_booleans_or_indices(program)
                 && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec)
-                    .iter()
-                    .all(|&i| all_zero(&nuvec["outputs"][i]))
+                && differing_outputs_all(mlx, nuvec, |_, b| all_zero(b))
         },
     },
     Deliberate {
@@ -286,8 +261,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                 && (half_precision_nan_input(program)
                     || (super::compare::precision_floor(program).is_some()
                         && nan_in_an_output(nuvec))
-                    || differing(mlx, nuvec).iter().all(|&i| {
-                        let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                    || differing_outputs_all(mlx, nuvec, |a, b| {
                         matches!(a["dtype"].as_str(), Some("float16" | "bfloat16"))
                             && nan_in_nuvec_only(a, b)
                     }))
@@ -345,8 +319,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
             has_transform(program, "vmap")
                 && has_op(program, "take")
                 && both_ok(mlx, nuvec)
-                && differing(mlx, nuvec).iter().all(|&i| {
-                    let (a, b) = (&mlx["outputs"][i], &nuvec["outputs"][i]);
+                && differing_outputs_all(mlx, nuvec, |a, b| {
                     let (mut x, mut y) = (dims(a), dims(b));
                     x.sort_unstable();
                     y.sort_unstable();
@@ -584,7 +557,25 @@ fn nan_in_nuvec_only(theirs: &Value, ours: &Value) -> bool {
     equal_except(theirs, ours, |_, y| y.is_nan())
 }
 
-/// Outputs equal but where MLX has NaN.
-fn nan_where_finite(theirs: &Value, ours: &Value) -> bool {
-    equal_except(theirs, ours, |x, _| x.is_nan())
+/// Whether every output that differs passes `check(MLX's, nuvec's)`.
+fn differing_outputs_all(
+    mlx: &Value,
+    nuvec: &Value,
+    check: impl Fn(&Value, &Value) -> bool,
+) -> bool {
+    differing(mlx, nuvec)
+        .iter()
+        .all(|&i| check(&mlx["outputs"][i], &nuvec["outputs"][i]))
+}
+
+/// Whether the outputs agree but where MLX has NaN.
+fn only_mlx_has_nan(mlx: &Value, nuvec: &Value) -> bool {
+    differing_outputs_all(mlx, nuvec, |a, b| equal_except(a, b, |x, _| x.is_nan()))
+}
+
+/// Whether the outputs agree but for the signs of zeros and infinities.
+fn only_signs_differ(mlx: &Value, nuvec: &Value) -> bool {
+    differing_outputs_all(mlx, nuvec, |a, b| {
+        equal_except(a, b, |x, y| x == -y && (x.is_infinite() || x == 0.0))
+    })
 }
