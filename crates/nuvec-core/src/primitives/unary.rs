@@ -52,11 +52,13 @@ impl Primitive for Unary {
         cotangents: &[Array],
         _argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        Ok(vec![self.times_derivative(
-            &inputs[0],
-            &outputs[0],
-            &cotangents[0],
-        )])
+        let (x, out, c) = (&inputs[0], &outputs[0], &cotangents[0]);
+        Ok(vec![match self.0 {
+            // MLX's vjp reads the output back (`c · (out + 1)`) where its jvp recomputes
+            // `exp(x)`: in half precision `out + 1` rounds to 0 where `exp(x)` does not.
+            UnaryOp::Expm1 => crate::ops::multiply(c, crate::ops::add(out, 1.0)),
+            _ => self.times_derivative(x, out, c),
+        }])
     }
 
     fn jvp(
@@ -83,8 +85,8 @@ impl Primitive for Unary {
 }
 
 impl Unary {
-    /// `c · f'(x)` element-wise (`out` is `f(x)`): the vjp of a cotangent `c` and the jvp of
-    /// a tangent `c` alike, since the Jacobian is diagonal. Each is MLX's expression, in its
+    /// `c · f'(x)` element-wise (`out` is `f(x)`): the jvp of a tangent `c`, and the vjp of a
+    /// cotangent `c` too (the Jacobian is diagonal) except where MLX writes the two apart. Each is MLX's expression, in its
     /// order, so that roundings, infinities and NaN come out as there (and so do the
     /// derivatives of these derivatives).
     fn times_derivative(&self, x: &Array, out: &Array, c: &Array) -> Array {
