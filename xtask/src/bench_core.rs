@@ -60,7 +60,9 @@ impl Results {
 
     /// The median over runs of `bench`'s medians.
     fn median(&self, bench: &str) -> Option<f64> {
-        self.medians.get(bench).and_then(|values| median(values))
+        self.medians
+            .get(bench)
+            .and_then(|values| crate::stats::median(values))
     }
 }
 
@@ -370,58 +372,20 @@ fn parse_numpy_meta(output: &str) -> Option<String> {
     ))
 }
 
-/// The text right after `"key":` (and any spaces) in a flat one-line JSON object.
-fn json_value<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let pattern = format!("\"{key}\"");
-    let mut rest = line;
-    loop {
-        let at = rest.find(&pattern)?;
-        let after = rest[at + pattern.len()..].trim_start();
-        if let Some(value) = after.strip_prefix(':') {
-            return Some(value.trim_start());
-        }
-        rest = &rest[at + pattern.len()..];
+/// The fields of `line` when it is a JSON object.
+fn json_object(line: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(line.trim()) {
+        Ok(serde_json::Value::Object(fields)) => Some(fields),
+        _ => None,
     }
 }
 
 fn json_string(line: &str, key: &str) -> Option<String> {
-    let value = json_value(line, key)?.strip_prefix('"')?;
-    let mut out = String::new();
-    let mut chars = value.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => return Some(out),
-            '\\' => match chars.next()? {
-                'n' => out.push('\n'),
-                't' => out.push('\t'),
-                other => out.push(other),
-            },
-            c => out.push(c),
-        }
-    }
-    None
+    json_object(line)?.get(key)?.as_str().map(str::to_string)
 }
 
 fn json_number(line: &str, key: &str) -> Option<f64> {
-    let value = json_value(line, key)?;
-    let end = value
-        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
-        .unwrap_or(value.len());
-    value[..end].parse().ok()
-}
-
-fn median(values: &[f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    Some(if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    })
+    json_object(line)?.get(key)?.as_f64()
 }
 
 fn render_table(nuvec: &Results, numpy: &Results) -> String {

@@ -45,9 +45,8 @@ fn launched(nuvec: &Path, ranks: usize, command: &str, what: &str) -> Result<Str
 }
 
 /// The median of `values` (0 when empty).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
+fn median(values: &[f64]) -> f64 {
+    crate::stats::median(values).unwrap_or(0.0)
 }
 
 /// Rank 0's trials (their medians) and every rank's peak memory.
@@ -62,7 +61,7 @@ fn ours(text: &str) -> Run {
             run.peaks_gb.push(peak);
         }
     }
-    (run.prompt_tps, run.generation_tps) = (median(prompt), median(generation));
+    (run.prompt_tps, run.generation_tps) = (median(&prompt), median(&generation));
     run
 }
 

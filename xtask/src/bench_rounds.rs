@@ -53,16 +53,6 @@ pub(crate) fn mark_steal(records: &mut [Value], steal: Option<f64>) {
     }
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let middle = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[middle]
-    } else {
-        (values[middle - 1] + values[middle]) / 2.0
-    }
-}
-
 fn point(record: &Value) -> (Value, Value, Value, Value) {
     (
         record["op"].clone(),
@@ -95,7 +85,7 @@ pub(crate) fn merge(records: &[Value]) -> Vec<Value> {
                 .iter()
                 .map(|r| r["median_us"].as_f64().unwrap_or(f64::NAN))
                 .collect();
-            let merged_median = median(&mut medians.clone());
+            let merged_median = crate::stats::median(&medians).unwrap_or(f64::NAN);
             let first = rounds[0];
             let first_median = first["median_us"].as_f64().unwrap_or(f64::NAN);
             let busbw =
@@ -127,7 +117,7 @@ pub(crate) fn merge(records: &[Value]) -> Vec<Value> {
 /// "median M% (most X%)" of the steal shares of `records` (one per run and point), or a
 /// sentence saying the system does not report it.
 pub(crate) fn describe_steal(records: &[Value]) -> String {
-    let mut steals: Vec<f64> = records
+    let steals: Vec<f64> = records
         .iter()
         .filter_map(|r| r["steal_pct"].as_f64())
         .collect();
@@ -135,7 +125,10 @@ pub(crate) fn describe_steal(records: &[Value]) -> String {
         return "not reported by this system".into();
     }
     let most = steals.iter().copied().fold(0.0, f64::max);
-    format!("median {:.1}% (most {most:.1}%)", median(&mut steals))
+    format!(
+        "median {:.1}% (most {most:.1}%)",
+        crate::stats::median(&steals).unwrap_or(0.0)
+    )
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ mod bench_plot;
 mod bench_rounds;
 mod bench_table;
 mod demo;
+mod stats;
 mod tidy;
 
 use std::path::{Path, PathBuf};

@@ -65,16 +65,6 @@ fn time_once(build: &Build<'_>) -> Result<Duration> {
     Ok(elapsed)
 }
 
-fn median(times: &mut [Duration]) -> Duration {
-    times.sort_unstable();
-    let n = times.len();
-    if n % 2 == 1 {
-        times[n / 2]
-    } else {
-        (times[n / 2 - 1] + times[n / 2]) / 2
-    }
-}
-
 /// Warms up, picks the iteration count, times, and prints the JSON line.
 fn run(name: &str, build: Build<'_>) -> Result<()> {
     let mut warm = Vec::new();
@@ -84,13 +74,13 @@ fn run(name: &str, build: Build<'_>) -> Result<()> {
     {
         warm.push(time_once(&build)?);
     }
-    let estimate = median(&mut warm).max(Duration::from_nanos(1));
+    let estimate = nuvec_bench::median_time(&mut warm).max(Duration::from_nanos(1));
     let iters = ((TARGET.as_secs_f64() / estimate.as_secs_f64()).ceil() as usize)
         .clamp(MIN_ITERS, MAX_ITERS);
     let mut times = (0..iters)
         .map(|_| time_once(&build))
         .collect::<Result<Vec<_>>>()?;
-    let median_ms = median(&mut times).as_secs_f64() * 1e3;
+    let median_ms = nuvec_bench::median_time(&mut times).as_secs_f64() * 1e3;
     let mut stdout = std::io::stdout().lock();
     // A closed pipe only loses the report; the benchmark itself did not fail.
     let _ = writeln!(

@@ -162,16 +162,6 @@ fn correct(op: &str, out: &Array, group: &Group) -> Result<bool> {
     })
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[mid]
-    } else {
-        (values[mid - 1] + values[mid]) / 2.0
-    }
-}
-
 /// What an iteration's time is divided by: a ping-pong's time is one way, half the round
 /// trip (as in `../shared/bench` and the peers' figures).
 fn one_way(op: &str) -> f64 {
@@ -224,7 +214,7 @@ fn time_op(op: &str, bytes: usize, settings: &Settings, group: &Group) -> Result
     if group.rank() == 0 {
         let mut seconds: Vec<f64> = slowest.iter().map(|&t| t as f64).collect();
         let min = seconds.iter().copied().fold(f64::INFINITY, f64::min);
-        let median = median(&mut seconds);
+        let median = nuvec_bench::median(&mut seconds);
         let busbw = bytes as f64 / median * bus_factor(op, group.size()) / 1e9;
         println!(
             "{{\"impl\": \"nuvec\", \"op\": \"{op}\", \"bytes\": {bytes}, \"ranks\": {}, \"dtype\": \"{}\", \"iters\": {iters}, \"median_us\": {:.3}, \"min_us\": {:.3}, \"busbw_gbps\": {busbw:.4}, \"ok\": {all_ok}}}",

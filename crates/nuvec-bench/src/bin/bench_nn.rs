@@ -39,8 +39,7 @@ fn median(
             break;
         }
     }
-    times.sort();
-    Ok(times[times.len() / 2])
+    Ok(nuvec_bench::median_time(&mut times))
 }
 
 fn ms(d: Duration) -> f64 {

@@ -6,23 +6,14 @@
 //! still takes that path. Prints medians and the packed weights' read rate.
 
 use nuvec_core::{ops, random, Array, DType, Result};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const GROUP_SIZE: usize = 64;
 const BITS: u32 = 4;
 
-fn median(runs: usize, mut run: impl FnMut() -> Result<()>) -> Result<Duration> {
-    for _ in 0..3 {
-        run()?;
-    }
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let start = Instant::now();
-        run()?;
-        times.push(start.elapsed());
-    }
-    times.sort();
-    Ok(times[runs / 2])
+/// The median of `runs` timed runs, after 3 warm-ups.
+fn median(runs: usize, run: impl FnMut() -> Result<()>) -> Result<Duration> {
+    nuvec_bench::time_median((3, runs, runs), Duration::ZERO, run)
 }
 
 fn ms(time: Duration) -> f64 {

@@ -11,7 +11,7 @@
 use nuvec::ops;
 use nuvec::transforms::compile;
 use nuvec::{Array, Result};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const LEN: usize = 16 * 1024 * 1024;
 const SMALL_OPS: usize = 1000;
@@ -21,18 +21,8 @@ fn gelu(x: &Array) -> Array {
 }
 
 /// The median of `run`'s time over about `budget` (at least 5 runs, after 2 warm-ups).
-fn median(budget: Duration, mut run: impl FnMut() -> Result<()>) -> Result<Duration> {
-    run()?;
-    run()?;
-    let mut times = Vec::new();
-    let start = Instant::now();
-    while times.len() < 5 || (start.elapsed() < budget && times.len() < 500) {
-        let t = Instant::now();
-        run()?;
-        times.push(t.elapsed());
-    }
-    times.sort();
-    Ok(times[times.len() / 2])
+fn median(budget: Duration, run: impl FnMut() -> Result<()>) -> Result<Duration> {
+    nuvec_bench::time_median((2, 5, 500), budget, run)
 }
 
 fn ms(d: Duration) -> f64 {

@@ -13,6 +13,7 @@ use hosts::{parse_host_list, parse_launch_hostfile, Host};
 use plan::{parse_env, plan, LaunchBackend, PlanOptions, RankPlan};
 use spawn::{Context, KEY_VARIABLE};
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// `nuvec launch [options] -- COMMAND [ARGS…]`
@@ -410,4 +411,11 @@ fn create_private_dir(path: &std::path::Path) -> Result<(), String> {
         .mode(0o700)
         .create(path)
         .map_err(|e| format!("creating {}: {e}", path.display()))
+}
+
+/// Locks `mutex`, taking over a poisoned one (a panic elsewhere leaves the data usable).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

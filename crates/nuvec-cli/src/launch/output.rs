@@ -1,6 +1,7 @@
 //! Forwarding each rank's output a whole line at a time, prefixed with its rank, to the
 //! launcher's stdout or stderr (kept apart), and its stdin to every rank.
 
+use super::lock;
 use super::spawn::PGID_LINE;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::ChildStdin;
@@ -68,10 +69,6 @@ fn labelled(label: &Label, line: &[u8]) -> Vec<u8> {
         },
     }
     out
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Copies `source` line by line, each line written at once (lines of different ranks never

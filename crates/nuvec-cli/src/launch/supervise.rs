@@ -3,6 +3,7 @@
 //! SIGKILL after a grace period); the launcher exits with the failing rank's status. Nothing
 //! polls: threads block on pipes, on `wait` and on signals.
 
+use super::lock;
 use super::output::{broadcast_stdin, forward, Inputs, Label, Stream};
 use super::plan::RankPlan;
 use super::spawn::{start, Context, SSH_OPTIONS};
@@ -72,10 +73,6 @@ fn why_it_ended(
         Some((host, _)) => format!("rank {rank} on {host} exited with status {code}"),
         None => format!("rank {rank} exited with status {code}"),
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn say(message: &str) {
