@@ -92,7 +92,7 @@ fn kernel_work_writing(bytes: usize, iterations: usize, write: usize) -> (f64, f
     (median(sends), median(receives))
 }
 
-/// Bytes per write of the ring's sends (`ring/peer.rs`, `SEND_PIECE`).
+/// Bytes per write of the ring's sends (`tcp/connection.rs`, `SEND_PIECE`).
 const SEND_PIECE: usize = 48 << 10;
 
 /// Moves `message` over `streams`, each its share, from one thread without blocking: writes

@@ -168,7 +168,7 @@ fn receive_loop(lane: Lane, work: Work, mut left: TcpStream, forward: Sender<Ran
     }
 }
 
-/// Bytes per send: the ring backend's `SEND_PIECE` (`ring/peer.rs`), below one of loopback's
+/// Bytes per send: the ring backend's `SEND_PIECE` (`tcp/connection.rs`), below one of loopback's
 /// segments.
 const SEND_PIECE: usize = 48 << 10;
 

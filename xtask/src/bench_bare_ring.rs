@@ -40,7 +40,7 @@ pub(crate) fn build_script(root: &Path, source: &str, name: &str) -> Result<Path
 }
 
 /// The lanes the ring gives an all-reduce of `bytes` on `ranks` ranks with one connection
-/// between neighbours (`ring/lanes.rs`: a second ring the other way round on three ranks or
+/// between neighbours (`ring/algorithms/lanes.rs`: a second ring the other way round on three ranks or
 /// more, each lane at least 1 MiB).
 fn lanes(ranks: u64, bytes: u64) -> u64 {
     if ranks >= 3 && bytes >= 2 << 20 {

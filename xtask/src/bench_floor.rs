@@ -19,7 +19,7 @@ use std::time::Instant;
 
 /// Bytes per cache-hot read buffer, and per write of the large-write measurement.
 const CHUNK: usize = 4 << 20;
-/// Bytes per write of the other measurement: the ring's sends (`ring/peer.rs`,
+/// Bytes per write of the other measurement: the ring's sends (`tcp/connection.rs`,
 /// `SEND_PIECE`), below one of loopback's segments, which loopback carries faster on one
 /// stream here (and slower on several).
 const PIECE: usize = 48 << 10;

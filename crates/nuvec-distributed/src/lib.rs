@@ -17,10 +17,15 @@ mod backend;
 mod c_probe;
 mod hostfile;
 pub mod jaccl;
+mod kernels;
 pub mod mpi;
 mod options;
 mod platform;
 pub mod ring;
+mod schedule;
+mod shm;
+mod sync;
+mod tcp;
 
 pub use backend::{init, init_backend, init_with, is_available, Backend};
 pub use hostfile::{parse_hostfile, read_hostfile, Address};

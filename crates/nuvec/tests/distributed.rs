@@ -343,7 +343,7 @@ fn init_refuses_an_unknown_shared_memory_choice() {
 #[test]
 fn messages_of_16_mib_arrive_whole_in_both_ways_of_sending_them() {
     // From 16 MiB a sender times its first payloads sent in pieces and whole, alternating,
-    // then keeps the faster way (ring/pieces.rs): eleven payloads decide, so thirteen cover
+    // then keeps the faster way (ring/send_pieces.rs): eleven payloads decide, so thirteen cover
     // both ways and the one kept.
     // Both ways are TCP's: shared memory is turned off.
     const ELEMENTS: usize = (16 << 20) / 4 + 1;

@@ -9,7 +9,7 @@ use super::ring::Ring;
 use super::scratch::Scratch;
 use super::side::SideChannel;
 use super::{Config, Options, Topology, RING_MAX_WIRES};
-use crate::ring::lock;
+use crate::sync::lock;
 use nuvec_core::distributed::{Communicator, Group, ReduceOp};
 use nuvec_core::{DType, Error, Result};
 use std::sync::Mutex;

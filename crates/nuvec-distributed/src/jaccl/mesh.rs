@@ -11,7 +11,7 @@
 
 use super::exchange::{carve, Links, Transfer};
 use super::scratch::{fold_in_rank_order, Scratch, CHUNK_BYTES};
-use crate::ring::schedule::segment;
+use crate::schedule::segment;
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Result};
 

@@ -9,8 +9,8 @@
 
 use super::exchange::{carve, reduce_kind, Links, Transfer, ALL_GATHER, SUM_SCATTER};
 use super::scratch::{Scratch, CHUNK_BYTES};
-use crate::ring::kernel_op;
-use crate::ring::schedule::{all_gather_steps, reduce_scatter_steps, segment};
+use crate::kernels::kernel_op;
+use crate::schedule::{all_gather_steps, reduce_scatter_steps, segment};
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Result};
 use nuvec_cpu::bytes::reduce_bytes;

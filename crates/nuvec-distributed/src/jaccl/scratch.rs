@@ -1,7 +1,7 @@
 //! The scratch memory of a JACCL group: one chunk per rank (mesh) or per lane (ring), kept
 //! between operations, and the rank-order reduction over it.
 
-use crate::ring::kernel_op;
+use crate::kernels::kernel_op;
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::DType;
 use nuvec_cpu::bytes::reduce_bytes;

@@ -83,7 +83,7 @@ impl SideChannel {
         size: usize,
         options: &crate::Options,
     ) -> Result<SideChannel> {
-        let streams = crate::ring::connect::form_star(coordinator, rank, size, options)?;
+        let streams = crate::tcp::form_star(coordinator, rank, size, options)?;
         for stream in streams.iter().flatten() {
             stream
                 .set_read_timeout(Some(options.timeout))

@@ -5,7 +5,7 @@
 //! the ring). Sums of `bool` are logical or, as everywhere in nuvec.
 
 use super::ffi::{half_op, Handle, Mpi};
-use crate::ring::kernel_op;
+use crate::kernels::kernel_op;
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::DType;
 use nuvec_cpu::bytes::reduce_bytes;

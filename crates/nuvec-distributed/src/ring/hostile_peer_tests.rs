@@ -2,12 +2,13 @@
 //! with corrupted fields, sizes and shapes): every operation on the receiving rank ends in an
 //! error or a correct result, never a panic, a hang or an allocation the peer's numbers drive.
 
-use super::frame::{Header, Kind};
-use super::handshake::{
-    accept_side, connect_side, write_message, Accepted, Local, Message, Verdict,
-};
 use super::RingCommunicator;
 use crate::hostfile::Address;
+use crate::tcp::connection_tests::free_port;
+use crate::tcp::frame::{Header, Kind};
+use crate::tcp::handshake::{
+    accept_side, connect_side, write_message, Accepted, Local, Message, Verdict,
+};
 use crate::Options;
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::DType;
@@ -28,15 +29,6 @@ impl Random {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-}
-
-/// A loopback port nothing listens on now (shared with the other ring tests).
-pub(super) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A byte stream a hostile or broken rank 0 might send.
@@ -111,12 +103,12 @@ fn group_with_raw_rank_0() -> (RingCommunicator, TcpStream, TcpStream) {
     connect_side(&mut stream, &local, 1, deadline).expect("handshake as rank 0");
     let (mut incoming, _) = listener.accept().expect("rank 1 connects to rank 0");
     match accept_side(&mut incoming, &local, deadline) {
-        Accepted::Peer(hello) => assert_eq!(hello.rank, 1),
+        Accepted::Connection(hello) => assert_eq!(hello.rank, 1),
         _ => panic!("rank 1's handshake failed"),
     }
     write_message(&mut incoming, &Message::verdict(Verdict::Accepted)).expect("verdict");
     // Rank 0 offers no shared memory and declines rank 1's offer.
-    let (ours, theirs) = super::nearby::declining_exchange();
+    let (ours, theirs) = crate::shm::offers::declining_exchange();
     stream.write_all(&ours).expect("rank 0's offer");
     let mut offer = vec![0u8; theirs];
     incoming

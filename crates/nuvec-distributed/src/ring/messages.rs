@@ -1,5 +1,5 @@
 //! The payloads of point-to-point messages. Large ones between ranks on one machine go through
-//! shared memory instead (`nearby.rs`); what follows is for those on TCP. One of at least [`SPLIT_BYTES`] travels in two
+//! shared memory instead (`channels.rs`); what follows is for those on TCP. One of at least [`SPLIT_BYTES`] travels in two
 //! halves at once, each written and read by its own thread: the first half on the connection
 //! the sender writes to the receiver on, after the message's header; the second on the other
 //! direction of the connection the receiver writes back on, which nothing else uses. Both
@@ -12,31 +12,31 @@
 //! cores. The halves are read without polling: two threads spinning on reads would take the
 //! cores from the two that send (measured: `docs/performance.md`, "Tuning measurements").
 
-use super::links::Way;
-use super::peer::Peer;
-use super::pieces::Sends;
+use super::connections::Way;
+use super::send_pieces::Sends;
 use super::{RingCommunicator, CHUNK_BYTES};
+use crate::tcp::Connection;
 use nuvec_core::{Error, Result};
 use std::time::Instant;
 
 /// Payloads at least this large travel in two halves at once. Below it the halves do not
 /// pay for their threads (measured: `docs/performance.md`, "Tuning measurements").
-pub(super) const SPLIT_BYTES: usize = 32 << 20;
+pub(crate) const SPLIT_BYTES: usize = 32 << 20;
 
 /// Payloads of these sizes are written in two halves, one after the other, on their one
 /// connection: the receiver then copies the first half out while the sender copies the
 /// second in. Larger payloads span several of loopback's 64 KiB segments already, which
 /// overlap the same way; smaller ones gain less than the second write costs (measured:
 /// `docs/performance.md`, "Tuning measurements").
-pub(super) const PIPELINED_WRITES: std::ops::RangeInclusive<usize> = (48 << 10)..=(96 << 10);
+pub(crate) const PIPELINED_WRITES: std::ops::RangeInclusive<usize> = (48 << 10)..=(96 << 10);
 
 /// Payloads at least this large may be sent in pieces of [`SEND_PIECE`], as collectives'
-/// chunks are, where that is faster on this machine (`pieces.rs` decides, per receiving rank).
+/// chunks are, where that is faster on this machine (`send_pieces.rs` decides, per receiving rank).
 /// Smaller ones go whole: pieces gained nothing there, and the extra sends cost (measured on
 /// the Intel Xeon VM: `docs/performance.md`, "Tuning measurements").
 ///
 /// [`SEND_PIECE`]: super::peer::SEND_PIECE
-pub(super) const PIECES_FROM: usize = 16 << 20;
+pub(crate) const PIECES_FROM: usize = 16 << 20;
 
 /// How many of a payload's `bytes` go first, on the message's own connection: all of a small
 /// one, half of a large one.
@@ -50,7 +50,7 @@ fn first_half(bytes: usize) -> usize {
 
 impl RingCommunicator {
     /// Sends `meta` (the message's header and shape) and its payload `data` to `dst`.
-    pub(super) fn write_message(&self, dst: usize, meta: &[u8], data: &[u8]) -> Result<()> {
+    pub(crate) fn write_message(&self, dst: usize, meta: &[u8], data: &[u8]) -> Result<()> {
         let peer = self.writer("send", dst)?;
         if let Some(channel) = self.shared_to(dst, data.len()) {
             peer.write_through("send", &[meta], meta.len(), self.timeout)?;
@@ -89,7 +89,12 @@ impl RingCommunicator {
 
     /// Reads the payload of a message from `src` whose header and shape came on `peer`,
     /// into `data` (as long as the header says).
-    pub(super) fn read_payload(&self, src: usize, peer: &Peer, data: &mut [u8]) -> Result<()> {
+    pub(crate) fn read_payload(
+        &self,
+        src: usize,
+        peer: &Connection,
+        data: &mut [u8],
+    ) -> Result<()> {
         if let Some(channel) = self.shared_from(src, data.len() as u64) {
             let mut alive = || self.still_there("recv", src);
             return channel.read("recv", data, self.timeout, &mut alive);
@@ -109,7 +114,7 @@ impl RingCommunicator {
     /// Reads and drops the payload of `bytes` (as the header says) of a message from `src`
     /// that this rank did not expect, in bounded pieces (the size comes from the peer), so
     /// the connections stay usable for the next one.
-    pub(super) fn drain_payload(&self, src: usize, peer: &Peer, bytes: u64) -> Result<()> {
+    pub(crate) fn drain_payload(&self, src: usize, peer: &Connection, bytes: u64) -> Result<()> {
         if let Some(channel) = self.shared_from(src, bytes) {
             let mut alive = || self.still_there("recv", src);
             return channel.skip("recv", bytes, self.timeout, &mut alive);
@@ -117,7 +122,7 @@ impl RingCommunicator {
         let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         let first = first_half(bytes);
         let mut scratch = vec![0u8; CHUNK_BYTES.min(bytes)];
-        let mut drain = |from: &Peer, mut left: usize| {
+        let mut drain = |from: &Connection, mut left: usize| {
             while left > 0 {
                 let piece = left.min(scratch.len());
                 from.read_message("recv", &mut scratch[..piece], self.timeout)?;

@@ -5,46 +5,30 @@
 //! `schedule.rs`; this module moves bytes. Chunks are pipelined: a chunk is forwarded to the
 //! right neighbour as soon as it has been reduced, while the next one arrives from the left.
 
-mod carry;
-pub(crate) mod connect;
-mod doubling;
-mod frame;
-mod handshake;
+mod algorithms;
+mod channels;
+mod connections;
 #[cfg(test)]
 mod hostile_peer_tests;
-mod lanes;
-mod links;
+mod link;
 mod messages;
-mod nearby;
-mod outbox;
-mod peer;
-#[cfg(test)]
-mod peer_tests;
-mod phases;
-mod pieces;
-mod progress;
-mod scatter;
-pub(crate) mod schedule;
-mod shared;
-mod star;
-mod stores;
-mod watch;
-mod wire;
+mod send_pieces;
 
 use crate::hostfile::Address;
+use crate::schedule::chunks;
+use crate::sync::lock;
+use crate::tcp::frame::{Header, Kind};
+use crate::tcp::watch::Watch;
+use crate::tcp::wire::{self, read_header, read_message_start};
+use crate::tcp::Connection;
 use crate::Options;
-use frame::{Header, Kind};
-use links::Way;
+use algorithms::lanes;
+use algorithms::outbox::{Outbox, OwnBlock};
+use link::Link;
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::{DType, Error, Result};
-use nuvec_cpu::reduce::ReduceOp as KernelOp;
-use outbox::{Outbox, OwnBlock};
-use peer::Peer;
-use schedule::chunks;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use watch::Watch;
-use wire::{read_header, read_message_start};
 
 /// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
 /// reducing one chunk overlaps receiving the next. The largest chunk; see [`chunk_bytes`].
@@ -71,14 +55,12 @@ fn chunk_bytes(bytes: usize) -> usize {
 /// The most dimensions a received message may claim (a larger count is a corrupt frame, not a
 /// reason to allocate).
 const MAX_NDIM: usize = 64;
-/// How long reading a waiting abort notice may take.
-const ROOT_CAUSE_WAIT: Duration = Duration::from_millis(200);
 /// How long a failing operation waits for its queued bytes to leave, best effort.
 const FLUSH_ON_ERROR: Duration = Duration::from_millis(500);
 
 /// Mutable state of a ring, guarded by one lock so collectives run one at a time, in order.
 #[derive(Debug)]
-struct State {
+pub(crate) struct State {
     collectives: u64,
     sent: Vec<u64>,
     received: Vec<u64>,
@@ -108,8 +90,8 @@ pub struct RingCommunicator {
     rank: usize,
     size: usize,
     /// The connections to each rank (none to this rank itself): one per address both list
-    /// and direction, those this rank writes on first ([`connect::form_mesh`]).
-    peers: Vec<Vec<Arc<Peer>>>,
+    /// and direction, those this rank writes on first ([`crate::tcp::form_mesh`]).
+    peers: Vec<Vec<Arc<Connection>>>,
     timeout: Duration,
     /// How many connections every pair of ring neighbours shares (the lanes' first factor).
     ring_connections: usize,
@@ -117,34 +99,9 @@ pub struct RingCommunicator {
     /// The collective in progress, for reads that wait long to check the other connections.
     watch: Arc<Watch>,
     /// How large point-to-point payloads go to each rank: in pieces or whole.
-    pieces: Vec<pieces::PieceChoice>,
+    pieces: Vec<send_pieces::PieceChoice>,
     /// Shared-memory channels with ranks on this machine, for large point-to-point payloads.
-    nearby: nearby::Nearby,
-}
-
-/// This rank's neighbours for one collective (or one lane of it), and the collective's
-/// sequence number. `position` is this rank's place on the ring the link goes round: its rank
-/// clockwise, reversed counter-clockwise.
-///
-/// Where the two ranks of a direction share a channel (`nearby.rs`), that direction's chunks
-/// go through it (`carry.rs`); headers and abort notices stay on the connections.
-#[derive(Clone, Copy)]
-struct Link<'a> {
-    ring: &'a RingCommunicator,
-    left: &'a Peer,
-    right: &'a Peer,
-    from_left: Option<&'a shared::Channel>,
-    to_right: Option<&'a shared::Channel>,
-    position: usize,
-    sequence: u64,
-    ours: Header,
-}
-
-/// Locks `mutex`, taking over a poisoned one (a panic elsewhere leaves the data usable).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    nearby: channels::Nearby,
 }
 
 fn kind_of(op: ReduceOp) -> Kind {
@@ -152,15 +109,6 @@ fn kind_of(op: ReduceOp) -> Kind {
         ReduceOp::Sum => Kind::AllSum,
         ReduceOp::Max => Kind::AllMax,
         ReduceOp::Min => Kind::AllMin,
-    }
-}
-
-/// The CPU kernel's name for `op`.
-pub(crate) fn kernel_op(op: ReduceOp) -> KernelOp {
-    match op {
-        ReduceOp::Sum => KernelOp::Sum,
-        ReduceOp::Max => KernelOp::Max,
-        ReduceOp::Min => KernelOp::Min,
     }
 }
 
@@ -180,13 +128,13 @@ impl RingCommunicator {
             });
         }
         let ring_connections = (0..size)
-            .map(|r| connect::connections_between(nodes, r, (r + 1) % size))
+            .map(|r| crate::tcp::connections_between(nodes, r, (r + 1) % size))
             .min()
             .unwrap_or(1);
         let peers = if size == 1 {
             vec![Vec::new()]
         } else {
-            connect::form_mesh(nodes, rank, options)?
+            crate::tcp::form_mesh(nodes, rank, options)?
         };
         let mut ring = RingCommunicator {
             rank,
@@ -196,7 +144,9 @@ impl RingCommunicator {
                 .map(|connections| connections.into_iter().map(Arc::new).collect())
                 .collect(),
             watch: Arc::new(Watch::new(rank)),
-            pieces: (0..size).map(|_| pieces::PieceChoice::default()).collect(),
+            pieces: (0..size)
+                .map(|_| send_pieces::PieceChoice::default())
+                .collect(),
             timeout: options.timeout,
             ring_connections,
             state: Mutex::new(State {
@@ -208,7 +158,7 @@ impl RingCommunicator {
                 scratch: Vec::new(),
                 lane_scratch: Vec::new(),
             }),
-            nearby: nearby::Nearby::default(),
+            nearby: channels::Nearby::default(),
         };
         if size > 1 {
             ring.open_nearby()?;
@@ -280,7 +230,8 @@ impl RingCommunicator {
     fn root_cause(&self, op: &str, error: Error) -> Error {
         for peer in self.connections() {
             let waiting = peer.check().ok().flatten();
-            let notice = waiting.and_then(|raw| wire::take_abort(peer, op, &raw, ROOT_CAUSE_WAIT));
+            let notice =
+                waiting.and_then(|raw| wire::take_abort(peer, op, &raw, wire::ABORT_READ_WAIT));
             if let Some(notice) = notice {
                 return notice;
             }

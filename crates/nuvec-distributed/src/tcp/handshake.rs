@@ -273,7 +273,7 @@ pub(crate) fn connect_side(
 #[derive(Debug)]
 pub(crate) enum Accepted {
     /// A rank of the group (proved its key when keys are in use): its hello.
-    Peer(Message),
+    Connection(Message),
     /// A connection claiming a rank that failed authentication: why.
     Refused { claimed: u32, reason: String },
     /// The connection, claiming rank `claimed`, says this rank's proof did not verify there:
@@ -299,7 +299,7 @@ pub(crate) fn accept_side(stream: &mut TcpStream, local: &Local, deadline: Insta
             if write_message(stream, &answer).is_err() {
                 return Accepted::Stray;
             }
-            Accepted::Peer(hello)
+            Accepted::Connection(hello)
         }
         (None, true) => {
             let _ = write_message(stream, &answer);
@@ -344,7 +344,7 @@ pub(crate) fn accept_side(stream: &mut TcpStream, local: &Local, deadline: Insta
                 };
             };
             if key.verify(Role::Connecting, &transcript, &proof.proof) {
-                Accepted::Peer(hello)
+                Accepted::Connection(hello)
             } else {
                 let _ = write_message(stream, &Message::verdict(Verdict::BadProof));
                 Accepted::Refused {

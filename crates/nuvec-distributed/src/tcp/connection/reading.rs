@@ -2,10 +2,11 @@
 //! reads themselves (whole buffers, point-to-point messages, frames sized by their header),
 //! with the checks for a closed connection or a waiting abort notice.
 
-use super::{lock, Peer, HEALTH_PROBE};
+use super::{Connection, HEALTH_PROBE};
 use crate::platform::recv_now;
-use crate::ring::frame::HEADER_BYTES;
-use crate::ring::watch::WATCH_AFTER;
+use crate::sync::lock;
+use crate::tcp::frame::HEADER_BYTES;
+use crate::tcp::watch::WATCH_AFTER;
 use nuvec_core::Error;
 use std::io::{ErrorKind, Read};
 use std::time::{Duration, Instant};
@@ -46,14 +47,14 @@ impl Poll {
     }
 }
 
-/// Reads longer than this (more than a ring chunk: a point-to-point message) keep yielding
-/// polls alive while data keeps arriving.
-const STREAMING_READ: usize = crate::ring::CHUNK_BYTES;
+/// Reads longer than this (more than the ring's largest chunk, 512 KiB: a point-to-point
+/// message) keep yielding polls alive while data keeps arriving.
+const STREAMING_READ: usize = 512 * 1024;
 
 /// How long a frame is, from its header.
 pub(crate) type FrameBytes<'a> = dyn Fn(&[u8; HEADER_BYTES]) -> usize + 'a;
 
-impl Peer {
+impl Connection {
     /// Reads exactly `buf.len()` bytes, waiting at most `timeout` for each part to arrive.
     pub(crate) fn read_exact(
         &self,
@@ -65,7 +66,7 @@ impl Peer {
             .map(|_| ())
     }
 
-    /// [`Peer::read_exact`] for a point-to-point message, polling as [`Poll::for_messages`]
+    /// [`Connection::read_exact`] for a point-to-point message, polling as [`Poll::for_messages`]
     /// says.
     pub(crate) fn read_message(
         &self,
@@ -77,7 +78,7 @@ impl Peer {
             .map(|_| ())
     }
 
-    /// [`Peer::read_exact`] without polling: the read sleeps in the kernel until data comes.
+    /// [`Connection::read_exact`] without polling: the read sleeps in the kernel until data comes.
     pub(crate) fn read_sleeping(
         &self,
         op: &str,
@@ -105,7 +106,7 @@ impl Peer {
         self.read_polling(op, buf, timeout, self.poll, Some(frame_bytes))
     }
 
-    /// [`Peer::read_frame`] for the start of a point-to-point message, polling as
+    /// [`Connection::read_frame`] for the start of a point-to-point message, polling as
     /// [`Poll::for_messages`] says.
     pub(crate) fn read_message_frame(
         &self,
@@ -273,7 +274,7 @@ impl Peer {
         })
     }
 
-    /// [`Peer::waiting_header`], or `None` at once when another thread is reading this
+    /// [`Connection::waiting_header`], or `None` at once when another thread is reading this
     /// connection.
     pub(crate) fn try_waiting_header(&self) -> Option<[u8; HEADER_BYTES]> {
         peek_header(&self.reader.try_lock().ok()?.stream)

@@ -1,12 +1,14 @@
 //! The two phases of a ring collective, chunk by chunk: reduce-scatter (each received chunk
 //! combined into this rank's buffer and forwarded) and all-gather (each received chunk put in
-//! place and forwarded). `schedule.rs` says which segment moves at each step; the link
-//! (`carry.rs`) says how chunks travel; the outbox how far ahead sends may run.
+//! place and forwarded). `crate::schedule` says which segment moves at each step; the link
+//! (`../link.rs`) says how chunks travel; the outbox how far ahead sends may run.
 
-use super::frame::Kind;
+use super::super::link::Link;
+use super::super::{chunk_bytes, RingCommunicator};
 use super::outbox::{Outbox, OwnBlock};
-use super::schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
-use super::{chunk_bytes, kernel_op, Link, RingCommunicator};
+use crate::kernels::kernel_op;
+use crate::schedule::{all_gather_steps, chunks, reduce_scatter_steps, segment};
+use crate::tcp::frame::Kind;
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Result};
 use nuvec_cpu::bytes::{combine_bytes, reduce_bytes};
@@ -16,7 +18,7 @@ impl RingCommunicator {
     /// finished segment is forwarded to start the all-gather. When the outbox reads an input,
     /// `data`'s old contents are ignored: the first segment goes right straight from the
     /// input, and each received one is combined with the input's part.
-    pub(super) fn reduce_scatter_phase(
+    pub(crate) fn reduce_scatter_phase(
         &self,
         kind: Kind,
         link: &Link<'_>,
@@ -59,7 +61,7 @@ impl RingCommunicator {
     /// The all-gather phase: this rank owns segment `rank` (already being sent right). `own`,
     /// when given, is that segment still in the caller's input: it is copied into place a
     /// chunk per chunk received, so the copy overlaps the transfer.
-    pub(super) fn all_gather_phase(
+    pub(crate) fn all_gather_phase(
         &self,
         kind: Kind,
         link: &Link<'_>,

@@ -8,15 +8,14 @@
 //! all-gather, which copies its own block into place while the others arrive: see
 //! [`OwnBlock`]).
 
-use super::carry::{slots, SLOT_WINDOW};
-use super::frame::Kind;
-use super::Link;
+use super::super::link::{slots, Link, SLOT_WINDOW};
+use crate::tcp::frame::Kind;
 use nuvec_core::Result;
 use std::collections::VecDeque;
 use std::ops::Range;
 
 /// How many chunks may be sent beyond the number received, on a link whose right is a TCP
-/// connection (one with a channel counts slots instead: `carry.rs`). At least 1: a
+/// connection (one with a channel counts slots instead: `../link.rs`). At least 1: a
 /// reduce-scatter relies on a chunk having been sent before the next chunk received
 /// overwrites it (a window of slots keeps that too: the chunks sent and those received
 /// line up, so at equal counts their slots differ by at most one, less than the window).
@@ -24,7 +23,7 @@ const AHEAD: usize = 4;
 
 /// Which buffer a chunk is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Source {
+pub(crate) enum Source {
     /// The buffer the collective works in.
     Data,
     /// The caller's input, when it is not the working buffer.
@@ -33,10 +32,10 @@ pub(super) enum Source {
 
 /// Byte ranges waiting to go right, in order.
 #[derive(Debug, Default)]
-pub(super) struct Outbox<'i> {
+pub(crate) struct Outbox<'i> {
     queue: VecDeque<(Source, Range<usize>)>,
     /// Chunks sent and received, and the channel slots they fill (the window's unit on a
-    /// link with a channel to its right: `carry.rs`).
+    /// link with a channel to its right: `../link.rs`).
     sent: Count,
     received: Count,
     /// The caller's input, where [`Source::Input`] ranges are, when it is not the working
@@ -46,7 +45,7 @@ pub(super) struct Outbox<'i> {
 
 impl<'i> Outbox<'i> {
     /// An outbox that can also send ranges of `input`, when there is one.
-    pub(super) fn reading(input: Option<&'i [u8]>) -> Outbox<'i> {
+    pub(crate) fn reading(input: Option<&'i [u8]>) -> Outbox<'i> {
         Outbox {
             input,
             ..Outbox::default()
@@ -54,18 +53,18 @@ impl<'i> Outbox<'i> {
     }
 
     /// The input it reads, if any.
-    pub(super) fn input(&self) -> Option<&'i [u8]> {
+    pub(crate) fn input(&self) -> Option<&'i [u8]> {
         self.input
     }
 
     /// Adds the next range of the working buffer (its bytes must be final by now).
-    pub(super) fn push(&mut self, bytes: Range<usize>) {
+    pub(crate) fn push(&mut self, bytes: Range<usize>) {
         self.queue.push_back((Source::Data, bytes));
     }
 
     /// Adds the next range of the caller's input: read from the input where the outbox has
     /// one, else from the working buffer, which then holds the input.
-    pub(super) fn push_input(&mut self, bytes: Range<usize>) {
+    pub(crate) fn push_input(&mut self, bytes: Range<usize>) {
         let source = match self.input {
             Some(_) => Source::Input,
             None => Source::Data,
@@ -74,12 +73,12 @@ impl<'i> Outbox<'i> {
     }
 
     /// Counts one chunk of `bytes` received from the left.
-    pub(super) fn received(&mut self, bytes: usize) {
+    pub(crate) fn received(&mut self, bytes: usize) {
         self.received.add(bytes);
     }
 
     /// Sends what the window allows.
-    pub(super) fn pump(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
+    pub(crate) fn pump(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
         let open = |sent: &Count, received: &Count| match link.shares_right() {
             true => sent.slots < received.slots + SLOT_WINDOW,
             false => sent.chunks < received.chunks + AHEAD,
@@ -93,7 +92,7 @@ impl<'i> Outbox<'i> {
     }
 
     /// Sends everything left.
-    pub(super) fn drain(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
+    pub(crate) fn drain(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
         while self.send_next(link, kind, data)? {}
         Ok(())
     }
@@ -132,7 +131,7 @@ impl Count {
 /// output a piece at a time while the other blocks arrive, rather than all at once before
 /// the first send: faster for large blocks, no slower for small ones (measured:
 /// `docs/performance.md`, "Tuning measurements").
-pub(super) struct OwnBlock<'i> {
+pub(crate) struct OwnBlock<'i> {
     input: &'i [u8],
     /// Where the block goes in the output.
     at: usize,
@@ -142,7 +141,7 @@ pub(super) struct OwnBlock<'i> {
 
 impl<'i> OwnBlock<'i> {
     /// The block `input`, to go at byte `at` of the output.
-    pub(super) fn new(input: &'i [u8], at: usize) -> OwnBlock<'i> {
+    pub(crate) fn new(input: &'i [u8], at: usize) -> OwnBlock<'i> {
         OwnBlock {
             input,
             at,
@@ -151,7 +150,7 @@ impl<'i> OwnBlock<'i> {
     }
 
     /// Copies up to `most` more bytes of the block into `output`.
-    pub(super) fn copy_next(&mut self, output: &mut [u8], most: usize) {
+    pub(crate) fn copy_next(&mut self, output: &mut [u8], most: usize) {
         let end = self.input.len().min(self.copied.saturating_add(most));
         let (from, to) = (self.copied, end);
         output[self.at + from..self.at + to].copy_from_slice(&self.input[from..to]);

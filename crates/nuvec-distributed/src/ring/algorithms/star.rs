@@ -10,9 +10,10 @@
 //! - `all_gather`: rank 0 places the blocks and sends the whole to every rank;
 //! - `sum_scatter`: rank 0 folds the whole inputs and sends each rank its block.
 
-use super::frame::{Header, Kind, HEADER_BYTES};
-use super::wire::read_frame;
-use super::{kernel_op, kind_of, RingCommunicator, State};
+use super::super::{kind_of, RingCommunicator, State};
+use crate::kernels::kernel_op;
+use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
+use crate::tcp::wire::read_frame;
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Result};
 use nuvec_cpu::bytes::reduce_bytes;
@@ -24,16 +25,16 @@ const ROOT: usize = 0;
 /// recursive doubling's exchanges win (over loopback the two are even at a larger size:
 /// `docs/performance.md`, "Tuning measurements"; between hosts, rank 0's link is the
 /// bottleneck).
-pub(super) const STAR_PATH_BYTES: usize = 16 * 1024;
+pub(crate) const STAR_PATH_BYTES: usize = 16 * 1024;
 /// The same for other groups, where the alternative is the ring's n − 1 or 2(n − 1) hops,
 /// slower at this size (measured: `docs/performance.md`, "Tuning measurements").
-pub(super) const STAR_PATH_BYTES_NO_DOUBLING: usize = 64 * 1024;
+pub(crate) const STAR_PATH_BYTES_NO_DOUBLING: usize = 64 * 1024;
 /// The largest group that takes this path: rank 0 handles every part in turn.
-pub(super) const STAR_PATH_RANKS: usize = 8;
+pub(crate) const STAR_PATH_RANKS: usize = 8;
 
 impl RingCommunicator {
     /// Whether a collective of `bytes` (its input or output, the larger) goes through rank 0.
-    pub(super) fn uses_star(&self, bytes: usize) -> bool {
+    pub(crate) fn uses_star(&self, bytes: usize) -> bool {
         let limit = if self.size.is_power_of_two() {
             STAR_PATH_BYTES
         } else {
@@ -91,7 +92,7 @@ impl RingCommunicator {
     }
 
     /// All-reduce of `data` through rank 0.
-    pub(super) fn all_reduce_star(
+    pub(crate) fn all_reduce_star(
         &self,
         state: &mut State,
         data: &mut [u8],
@@ -117,7 +118,7 @@ impl RingCommunicator {
 
     /// All-gather through rank 0 into `output`, this rank's block of `block` bytes already in
     /// place.
-    pub(super) fn all_gather_star(
+    pub(crate) fn all_gather_star(
         &self,
         state: &mut State,
         output: &mut [u8],
@@ -149,7 +150,7 @@ impl RingCommunicator {
     }
 
     /// Reduce-scatter of `input` through rank 0: this rank's block of the sum into `output`.
-    pub(super) fn reduce_scatter_star(
+    pub(crate) fn reduce_scatter_star(
         &self,
         state: &mut State,
         input: &[u8],

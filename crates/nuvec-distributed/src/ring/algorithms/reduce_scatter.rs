@@ -8,10 +8,12 @@
 //! previous contents were sent: the outbox always sends at least one chunk beyond those
 //! received, and the chunks of consecutive steps line up.
 
-use super::frame::Kind;
+use super::super::link::Link;
+use super::super::{chunk_bytes, RingCommunicator};
 use super::outbox::Outbox;
-use super::schedule::{chunks, reduce_scatter_steps, segment};
-use super::{chunk_bytes, kernel_op, Link, RingCommunicator};
+use crate::kernels::kernel_op;
+use crate::schedule::{chunks, reduce_scatter_steps, segment};
+use crate::tcp::frame::Kind;
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Error, Result};
 use nuvec_cpu::bytes::combine_bytes;
@@ -19,7 +21,7 @@ use nuvec_cpu::bytes::combine_bytes;
 impl RingCommunicator {
     /// Reduce-scatter of `input` (`size` segments of `output.len()` bytes) into `output`,
     /// with `scratch` holding one received chunk at a time.
-    pub(super) fn reduce_scatter_into(
+    pub(crate) fn reduce_scatter_into(
         &self,
         link: &Link<'_>,
         (input, output): (&[u8], &mut [u8]),

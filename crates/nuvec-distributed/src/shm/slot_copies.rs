@@ -16,8 +16,8 @@
 //! `NUVEC_RING_STREAMING_STORES` (`auto`, `on`, `off`) fixes the choice instead. Away from
 //! x86-64, streaming copies are plain ones.
 
-use super::lock;
-use super::shared::SLOT_BYTES;
+use super::channel::SLOT_BYTES;
+use crate::sync::lock;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ const RETRY_EVERY: Duration = Duration::from_millis(20);
 
 /// Which stores a sender uses: `NUVEC_RING_STREAMING_STORES`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Policy {
+pub(crate) enum Policy {
     /// Timed, as the module says (`auto`, the default).
     Auto,
     /// Always streaming (`on`).
@@ -44,7 +44,7 @@ pub(super) enum Policy {
 
 impl Policy {
     /// The policy the variable's value `choice` (empty when unset) names, if any.
-    pub(super) fn named(choice: &str) -> Option<Policy> {
+    pub(crate) fn named(choice: &str) -> Option<Policy> {
         match choice.trim() {
             "" | "auto" => Some(Policy::Auto),
             "on" => Some(Policy::Streaming),
@@ -95,14 +95,14 @@ impl Choice {
 
 /// A sender's stores: its policy, and under `Auto` what it has learnt.
 #[derive(Debug)]
-pub(super) struct Stores {
+pub(crate) struct Stores {
     policy: Policy,
     choice: Mutex<Choice>,
     start: Instant,
 }
 
 impl Stores {
-    pub(super) fn new(policy: Policy) -> Stores {
+    pub(crate) fn new(policy: Policy) -> Stores {
         Stores {
             policy,
             choice: Mutex::new(Choice::default()),
@@ -111,7 +111,7 @@ impl Stores {
     }
 
     /// Copies `src` into `dst` (a slot, or its start), with the stores the policy picks.
-    pub(super) fn copy(&self, src: &[u8], dst: &mut [u8]) {
+    pub(crate) fn copy(&self, src: &[u8], dst: &mut [u8]) {
         let plain = match self.policy {
             Policy::Plain => true,
             Policy::Streaming => false,

@@ -3,7 +3,7 @@
 //! into free slots and publishes each by advancing `head`; the receiver copies each out and
 //! frees it by advancing `tail`. A payload is cut into slots from its start, so both ends
 //! agree where every slot's bytes go without any framing. Headers, sequence numbers and abort
-//! notices still travel on the TCP connection (`nearby.rs`); only payloads come this way.
+//! notices still travel on the TCP connection (`ring/channels.rs`); only payloads come this way.
 //!
 //! Loopback TCP makes the kernel copy every byte twice and run the protocol on both ends;
 //! here the two copies are plain `memcpy`s on the two ranks' own cores, overlapping slot by
@@ -13,7 +13,7 @@
 //! Waiting ends spinning briefly, then yielding, then napping, so a rank left waiting uses
 //! little CPU; every wait is bounded by the group's timeout and checks the peer is alive.
 
-use super::stores::{Policy, Stores};
+use super::slot_copies::{Policy, Stores};
 use nuvec_core::{Error, Result};
 use std::fs::File;
 use std::path::PathBuf;
@@ -21,17 +21,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes per slot.
-pub(super) const SLOT_BYTES: usize = 128 << 10;
+pub(crate) const SLOT_BYTES: usize = 128 << 10;
 /// Slots per channel: the most payload a sender can leave for a receiver not yet reading.
-pub(super) const SLOTS: usize = 8;
+pub(crate) const SLOTS: usize = 8;
 /// Where the control words end and the slots start (a page, so slots stay page-aligned).
 const SLOTS_AT: usize = 4096;
 /// The size of a channel's file and mapping.
-pub(super) const CHANNEL_BYTES: usize = SLOTS_AT + SLOTS * SLOT_BYTES;
+pub(crate) const CHANNEL_BYTES: usize = SLOTS_AT + SLOTS * SLOT_BYTES;
 /// Where the channel's token (written by its creator, checked by the opener) lies.
 const TOKEN_AT: usize = 0;
 /// Bytes of the token.
-pub(super) const TOKEN_BYTES: usize = 16;
+pub(crate) const TOKEN_BYTES: usize = 16;
 /// Where the sender's and the receiver's counters lie, on cache lines of their own.
 const HEAD_AT: usize = 128;
 const TAIL_AT: usize = 256;
@@ -48,7 +48,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(10);
 /// One end of a channel: its mapping, and the file's path while this end may still have to
 /// remove it.
 #[derive(Debug)]
-pub(super) struct Channel {
+pub(crate) struct Channel {
     base: *mut u8,
     /// The peer at the other end, for errors.
     peer: usize,
@@ -83,7 +83,7 @@ impl Drop for Channel {
 impl Channel {
     /// Creates the file at `path` (new, readable by this user alone), maps it and writes
     /// `token` into it: the sending end of a channel to rank `peer`.
-    pub(super) fn create(
+    pub(crate) fn create(
         path: PathBuf,
         token: &[u8; TOKEN_BYTES],
         peer: usize,
@@ -112,7 +112,7 @@ impl Channel {
     /// Opens the file at `path` that rank `peer` created for this rank, and removes it once
     /// mapped; the receiving end. Refused unless it is a private regular file of this user,
     /// of a channel's size, holding `token`.
-    pub(super) fn open(
+    pub(crate) fn open(
         path: &std::path::Path,
         token: &[u8; TOKEN_BYTES],
         peer: usize,
@@ -165,12 +165,12 @@ impl Channel {
     }
 
     /// Copies into slots with stores of `policy` (the sending end's choice).
-    pub(super) fn use_stores(&mut self, policy: Policy) {
+    pub(crate) fn use_stores(&mut self, policy: Policy) {
         self.stores = Stores::new(policy);
     }
 
     /// Removes the file now if this end created it (the other end has it open, or never will).
-    pub(super) fn unlink(&mut self) {
+    pub(crate) fn unlink(&mut self) {
         if let Some(path) = self.path.take() {
             let _ = std::fs::remove_file(path);
         }
@@ -196,7 +196,7 @@ impl Channel {
 
     /// Copies `data` into the channel slot by slot, waiting for room as the receiver reads;
     /// `alive` is asked now and then whether the receiver can still read.
-    pub(super) fn write(
+    pub(crate) fn write(
         &self,
         op: &str,
         data: &[u8],
@@ -234,7 +234,7 @@ impl Channel {
     }
 
     /// Copies the next `out.len()` bytes of payload out of the channel, waiting for each slot.
-    pub(super) fn read(
+    pub(crate) fn read(
         &self,
         op: &str,
         out: &mut [u8],
@@ -251,7 +251,7 @@ impl Channel {
     /// Hands the next `bytes` of payload to `take` a slot at a time, in place, with each
     /// piece's offset in the payload: a reduction reads its operand straight from the slot
     /// instead of from a copy. The slot is freed when `take` returns.
-    pub(super) fn read_with(
+    pub(crate) fn read_with(
         &self,
         op: &str,
         bytes: usize,
@@ -275,7 +275,7 @@ impl Channel {
     }
 
     /// Drops the next `bytes` of payload (a message this rank refused), slot by slot.
-    pub(super) fn skip(
+    pub(crate) fn skip(
         &self,
         op: &str,
         bytes: u64,

@@ -4,10 +4,11 @@
 //! drains (no thread per step, no spinning). The thread starts with the first write that has
 //! to wait and lasts as long as the connection; one this rank only reads never starts it. A
 //! point-to-point send instead writes its whole frame from the calling thread, waiting for room
-//! ([`Peer::write_through`]). Reads poll briefly as [`Poll`] says, then block with a timeout.
+//! ([`Connection::write_through`]). Reads poll briefly as [`Poll`] says, then block with a timeout.
 //! Failures become errors naming the peer's rank.
 
 use super::watch::Watch;
+use crate::sync::lock;
 use nuvec_core::Error;
 use std::io::{ErrorKind, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
@@ -77,7 +78,7 @@ impl Incoming {
 
 /// A connection to rank `rank`.
 #[derive(Debug)]
-pub(crate) struct Peer {
+pub(crate) struct Connection {
     pub(crate) rank: usize,
     /// How a read waits before sleeping.
     poll: Poll,
@@ -101,12 +102,6 @@ enum Writer {
         thread: JoinHandle<()>,
     },
     Closed,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn write_loop(outgoing: Arc<Outgoing>, jobs: Receiver<Job>) {
@@ -166,9 +161,9 @@ fn unsent<'a>(parts: &[&'a [u8]], sent: usize, most: usize, slices: &mut [IoSlic
     count
 }
 
-impl Peer {
+impl Connection {
     /// Wraps a connected, handshaken stream to rank `rank`; reads wait as `poll` says.
-    pub(crate) fn new(rank: usize, stream: TcpStream, poll: Poll) -> std::io::Result<Peer> {
+    pub(crate) fn new(rank: usize, stream: TcpStream, poll: Poll) -> std::io::Result<Connection> {
         stream.set_nodelay(true)?;
         crate::platform::enable_keepalive(&stream)?;
         let outgoing = Arc::new(Outgoing {
@@ -178,7 +173,7 @@ impl Peer {
             spares: Mutex::new(Vec::new()),
         });
         let control = stream.try_clone()?;
-        Ok(Peer {
+        Ok(Connection {
             rank,
             poll,
             read_fd: crate::platform::raw_fd(&stream),
@@ -215,7 +210,7 @@ impl Peer {
 
     /// Whether the writer thread has been started (and not yet stopped).
     #[cfg(test)]
-    pub(super) fn has_writer_thread(&self) -> bool {
+    pub(crate) fn has_writer_thread(&self) -> bool {
         matches!(*lock(&self.writer), Writer::Running { .. })
     }
 
@@ -264,7 +259,7 @@ impl Peer {
     /// Sends `parts` (one frame) in order after everything sent before; returns without
     /// waiting for the peer to read. What the socket takes at once is sent from this thread;
     /// the rest is copied and queued for the writer thread. A failed send is reported by
-    /// [`Peer::flush`] (as the writer thread's are): until then this rank goes on reading, so
+    /// [`Connection::flush`] (as the writer thread's are): until then this rank goes on reading, so
     /// its error names the rank that was lost rather than a neighbour that closed early.
     pub(crate) fn write(&self, op: &str, parts: &[&[u8]]) -> Result<(), Error> {
         if lock(&self.outgoing.failure).is_some() {
@@ -412,7 +407,7 @@ impl Peer {
     }
 }
 
-impl Drop for Peer {
+impl Drop for Connection {
     fn drop(&mut self) {
         self.close();
     }

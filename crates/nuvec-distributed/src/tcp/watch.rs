@@ -11,10 +11,10 @@
 //! A read watches only after blocking for [`WATCH_AFTER`]: a call whose data is on its way
 //! costs nothing more, and a mismatch is reported within about that long.
 
+use super::connection::Connection;
 use super::frame::{Header, Kind, HEADER_BYTES};
-use super::lock;
-use super::peer::Peer;
 use crate::platform;
+use crate::sync::lock;
 use nuvec_core::Error;
 use std::net::TcpStream;
 use std::sync::{Mutex, OnceLock, Weak};
@@ -31,7 +31,7 @@ pub(crate) struct Watch {
     /// The call in progress, if any (its byte counts' storage kept between calls).
     call: Mutex<Call>,
     /// Every connection this rank reads, set once the group is connected.
-    readers: OnceLock<Vec<Weak<Peer>>>,
+    readers: OnceLock<Vec<Weak<Connection>>>,
 }
 
 /// A collective in progress: its header and the byte counts its frames may carry (a large
@@ -62,7 +62,7 @@ impl Watch {
     }
 
     /// Sets the connections this rank reads (once; later calls are ignored).
-    pub(crate) fn set_readers(&self, readers: Vec<Weak<Peer>>) {
+    pub(crate) fn set_readers(&self, readers: Vec<Weak<Connection>>) {
         let _ = self.readers.set(readers);
     }
 
@@ -95,7 +95,7 @@ impl Watch {
     pub(crate) fn wait(
         &self,
         op: &str,
-        reading: &Peer,
+        reading: &Connection,
         stream: &TcpStream,
         timeout: Duration,
     ) -> Result<bool, Error> {
@@ -153,7 +153,9 @@ impl Watch {
             let Some(raw) = peer.try_waiting_header() else {
                 continue;
             };
-            if let Some(notice) = super::wire::take_abort(&peer, op, &raw, super::ROOT_CAUSE_WAIT) {
+            if let Some(notice) =
+                super::wire::take_abort(&peer, op, &raw, super::wire::ABORT_READ_WAIT)
+            {
                 return Err(notice);
             }
             if let Some(error) = judge(self.rank, (&ours, &call.bytes), peer.rank, &raw) {

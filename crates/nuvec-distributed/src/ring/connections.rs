@@ -3,14 +3,14 @@
 //! halves of large point-to-point messages (`messages.rs`), which take the other direction of
 //! the receiver's connection.
 
-use super::peer::Peer;
 use super::RingCommunicator;
+use crate::tcp::Connection;
 use nuvec_core::{Error, Result};
 use std::sync::Arc;
 
 /// Which way a connection carries data: each direction between two ranks has its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Way {
+pub(crate) enum Way {
     /// From this rank to the other.
     To,
     /// From the other rank to this one.
@@ -20,13 +20,13 @@ pub(super) enum Way {
 impl RingCommunicator {
     /// Connection `index` of those that carry data to rank `rank` ([`Way::To`]) or from it
     /// ([`Way::From`]); [`super::connect::form_mesh`] gives their order.
-    pub(super) fn connection(
+    pub(crate) fn connection(
         &self,
         op: &str,
         rank: usize,
         index: usize,
         way: Way,
-    ) -> Result<&Arc<Peer>> {
+    ) -> Result<&Arc<Connection>> {
         let connections = self.peers.get(rank).map_or(&[][..], |c| &c[..]);
         let each_way = connections.len() / 2;
         let at = match way {
@@ -48,31 +48,31 @@ impl RingCommunicator {
 
     /// The connection this rank writes to `rank` on (the first: extra ones carry the extra
     /// lanes of large collectives).
-    pub(super) fn writer(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
+    pub(crate) fn writer(&self, op: &str, rank: usize) -> Result<&Arc<Connection>> {
         self.connection(op, rank, 0, Way::To)
     }
 
     /// The connection this rank reads from `rank` on.
-    pub(super) fn reader(&self, op: &str, rank: usize) -> Result<&Arc<Peer>> {
+    pub(crate) fn reader(&self, op: &str, rank: usize) -> Result<&Arc<Connection>> {
         self.connection(op, rank, 0, Way::From)
     }
 
     /// Every connection to every peer.
-    pub(super) fn connections(&self) -> impl Iterator<Item = &Arc<Peer>> {
+    pub(crate) fn connections(&self) -> impl Iterator<Item = &Arc<Connection>> {
         self.peers.iter().flatten()
     }
 
     /// Every connection this rank writes frames on. (Only the second halves of large messages
     /// go the other way on the others, and only into a `recv` that reads them: a peer that
     /// closes a socket with unread bytes resets it.)
-    pub(super) fn writers(&self) -> impl Iterator<Item = &Arc<Peer>> {
+    pub(crate) fn writers(&self) -> impl Iterator<Item = &Arc<Connection>> {
         self.peers
             .iter()
             .flat_map(|connections| &connections[..connections.len() / 2])
     }
 
     /// Every connection that carries frames from another rank to this one.
-    pub(super) fn readers(&self) -> impl Iterator<Item = &Arc<Peer>> {
+    pub(crate) fn readers(&self) -> impl Iterator<Item = &Arc<Connection>> {
         self.peers
             .iter()
             .flat_map(|connections| &connections[connections.len() / 2..])

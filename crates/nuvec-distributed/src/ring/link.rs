@@ -1,5 +1,5 @@
 //! How a collective's chunks travel between ring neighbours: as frames on the TCP connection,
-//! or, where the two ranks of that direction share a channel (`nearby.rs`), through it, bare.
+//! or, where the two ranks of that direction share a channel (`channels.rs`), through it, bare.
 //! Both ends of a direction know whether it has a channel, so they agree without asking.
 //!
 //! On a channel a chunk needs no frame: the call's header, already checked on the connection,
@@ -18,34 +18,53 @@
 //! round the ring: some rank is not stuck. (A rank that has received everything sends only
 //! to a neighbour still receiving, which reads.)
 
-use super::frame::Kind;
-use super::shared::{SLOTS, SLOT_BYTES};
-use super::wire::{read_chunk, write_chunk};
-use super::{Link, CHUNK_BYTES};
+use super::{RingCommunicator, CHUNK_BYTES};
+use crate::shm::{Channel, SLOTS, SLOT_BYTES};
+use crate::tcp::frame::{Header, Kind};
+use crate::tcp::wire::{read_chunk, write_chunk};
+use crate::tcp::Connection;
 use nuvec_core::Result;
 
 /// The most slots one chunk fills.
-pub(super) const CHUNK_SLOTS: usize = CHUNK_BYTES.div_ceil(SLOT_BYTES);
+pub(crate) const CHUNK_SLOTS: usize = CHUNK_BYTES.div_ceil(SLOT_BYTES);
 /// How many slots a link with a channel to its right may send beyond those it has received.
-pub(super) const SLOT_WINDOW: usize = SLOTS / 2;
+pub(crate) const SLOT_WINDOW: usize = SLOTS / 2;
 const _: () = assert!(
     SLOT_WINDOW >= 1 && SLOT_WINDOW + CHUNK_SLOTS - 2 < SLOTS,
     "the outbox's window must leave a full channel's writer ahead of its reader"
 );
 
 /// The slots a chunk of `bytes` fills.
-pub(super) fn slots(bytes: usize) -> usize {
+pub(crate) fn slots(bytes: usize) -> usize {
     bytes.div_ceil(SLOT_BYTES)
+}
+
+/// This rank's neighbours for one collective (or one lane of it), and the collective's
+/// sequence number. `position` is this rank's place on the ring the link goes round: its rank
+/// clockwise, reversed counter-clockwise.
+///
+/// Where the two ranks of a direction share a channel (`channels.rs`), that direction's chunks
+/// go through it; headers and abort notices stay on the connections.
+#[derive(Clone, Copy)]
+pub(crate) struct Link<'a> {
+    pub(crate) ring: &'a RingCommunicator,
+    pub(crate) left: &'a Connection,
+    pub(crate) right: &'a Connection,
+    pub(crate) from_left: Option<&'a Channel>,
+    pub(crate) to_right: Option<&'a Channel>,
+    pub(crate) position: usize,
+    pub(crate) sequence: u64,
+    pub(crate) ours: Header,
 }
 
 impl Link<'_> {
     /// Whether chunks to the right go through a channel.
-    pub(super) fn shares_right(&self) -> bool {
+    pub(crate) fn shares_right(&self) -> bool {
         self.to_right.is_some()
     }
 
     /// Sends one chunk of the collective `kind` to the right.
-    pub(super) fn send_chunk(&self, kind: Kind, payload: &[u8]) -> Result<()> {
+    pub(crate) fn send_chunk(&self, kind: Kind, payload: &[u8]) -> Result<()> {
         match self.to_right {
             Some(channel) => {
                 let mut alive = || self.still_there(kind, self.right.rank);
@@ -57,7 +76,7 @@ impl Link<'_> {
 
     /// Receives one chunk of the collective `kind` from the left into `into` (as long as the
     /// chunk).
-    pub(super) fn recv_chunk(&self, kind: Kind, into: &mut [u8]) -> Result<()> {
+    pub(crate) fn recv_chunk(&self, kind: Kind, into: &mut [u8]) -> Result<()> {
         match self.from_left {
             Some(channel) => {
                 let mut alive = || self.still_there(kind, self.left.rank);
@@ -70,7 +89,7 @@ impl Link<'_> {
     /// Receives one chunk of `bytes` from the left and hands it to `take` piece by piece,
     /// with each piece's offset in the chunk: in place from a channel's slots, else whole
     /// from `scratch`.
-    pub(super) fn recv_chunk_with(
+    pub(crate) fn recv_chunk_with(
         &self,
         kind: Kind,
         bytes: usize,

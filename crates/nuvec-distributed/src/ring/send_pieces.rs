@@ -11,8 +11,8 @@
 //! room, so a receiver that is busy elsewhere during the trials can mislead the choice; the
 //! worst outcome is one of the two ways, each of which is the right one on some machine.
 
-use super::lock;
-use super::peer::SEND_PIECE;
+use crate::sync::lock;
+use crate::tcp::SEND_PIECE;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ const WARM_UP: usize = 1;
 
 /// One way of handing a payload to the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Sends {
+pub(crate) enum Sends {
     /// Sends of at most [`SEND_PIECE`] bytes.
     Pieces,
     /// As few sends as the kernel takes.
@@ -32,7 +32,7 @@ pub(super) enum Sends {
 
 impl Sends {
     /// The most bytes one send may take.
-    pub(super) fn piece(self) -> usize {
+    pub(crate) fn piece(self) -> usize {
         match self {
             Sends::Pieces => SEND_PIECE,
             Sends::Whole => usize::MAX,
@@ -42,7 +42,7 @@ impl Sends {
 
 /// The choice for one connection, made by timing its first large payloads.
 #[derive(Debug, Default)]
-pub(super) struct PieceChoice {
+pub(crate) struct PieceChoice {
     trials: Mutex<Trials>,
 }
 
@@ -58,7 +58,7 @@ struct Trials {
 
 impl PieceChoice {
     /// The way to send the next large payload.
-    pub(super) fn next(&self) -> Sends {
+    pub(crate) fn next(&self) -> Sends {
         let trials = lock(&self.trials);
         match trials.chosen {
             Some(sends) => sends,
@@ -69,7 +69,7 @@ impl PieceChoice {
 
     /// Records that a payload of `bytes` went `sends` in `elapsed`; decides once both ways
     /// have [`TRIALS`] timings.
-    pub(super) fn record(&self, sends: Sends, bytes: usize, elapsed: Duration) {
+    pub(crate) fn record(&self, sends: Sends, bytes: usize, elapsed: Duration) {
         let mut trials = lock(&self.trials);
         if trials.chosen.is_some() || bytes == 0 {
             return;
@@ -95,7 +95,7 @@ impl PieceChoice {
 
     /// The way kept, once the trials are over.
     #[cfg(test)]
-    pub(super) fn chosen(&self) -> Option<Sends> {
+    pub(crate) fn chosen(&self) -> Option<Sends> {
         lock(&self.trials).chosen
     }
 }

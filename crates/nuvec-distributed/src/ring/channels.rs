@@ -1,59 +1,39 @@
-//! Shared-memory channels between ranks on one machine, for the payloads of large
-//! point-to-point messages and the chunks of ring collectives (`shared.rs` moves the bytes,
-//! `carry.rs` routes a collective's chunks).
-//!
-//! Right after the connections form, every rank offers every other rank a channel: it creates
-//! a file only its user can open, with a random name and a random token inside, and sends the
-//! name and the token on its connection to that rank (already authenticated when the group
-//! has a key). A rank that can open the file, finds it private to the same user and holding
-//! the token, is on the same machine (and sees the same files): it maps the file, removes
-//! it, and answers yes. Otherwise it answers no and that direction stays on TCP. Both ends
-//! then know which directions have a channel, so a message's size alone says where its
-//! payload goes: from [`SHARED_FROM`] bytes on, through the channel; below, and headers and
-//! abort notices, on TCP. Every chunk of a ring collective between neighbours that share a
-//! channel goes through it (the small collectives' paths, through rank 0 or by recursive
+//! The shared-memory channels of a ring group: which directions between its ranks have one,
+//! and what goes through them. Right after the connections form, every rank offers every
+//! other rank a channel and accepts those it can open (`shm/offers.rs`). Both ends then know
+//! which directions have a channel, so a message's size alone says where its payload goes:
+//! from [`SHARED_FROM`] bytes on, through the channel; below, and headers and abort notices,
+//! on TCP. Every chunk of a ring collective between neighbours that share a channel goes
+//! through it (`link.rs`; the small collectives' paths, through rank 0 or by recursive
 //! doubling, stay on TCP).
 //!
-//! `NUVEC_RING_SHARED_MEMORY=off` keeps every payload and chunk on TCP (`auto`, the default, offers
-//! channels). Each channel takes `shared::CHANNEL_BYTES` (1 MiB and a page) of shared memory,
-//! allocated when the group forms, per direction between two ranks on one machine: a group
-//! of n ranks on one machine holds n(n − 1) channels (12 MiB for 4 ranks, 56 MiB for 8). Where
-//! that memory cannot be had (a small `/dev/shm`), the directions left over stay on TCP. The
-//! files are removed as soon as both ends have them mapped; a rank killed during the exchange
-//! may leave its offers behind in `/dev/shm` (named `nuvec-ring-*`).
+//! `NUVEC_RING_SHARED_MEMORY=off` keeps every payload and chunk on TCP (`auto`, the default,
+//! offers channels). Each channel takes `shm::CHANNEL_BYTES` (1 MiB and a page) of shared
+//! memory, allocated when the group forms, per direction between two ranks on one machine: a
+//! group of n ranks on one machine holds n(n − 1) channels (12 MiB for 4 ranks, 56 MiB for 8).
+//! Where that memory cannot be had (a small `/dev/shm`), the directions left over stay on TCP.
 //!
 //! Channels beat TCP on ping-pongs from 32 KB up, on 2 ranks and on 4; at 16 KB and below TCP
 //! was as fast or faster. Channels of 8 slots did as well as of 16 (measured:
 //! `docs/performance.md`, "Tuning measurements").
 
-use super::shared::{Channel, TOKEN_BYTES};
-use super::stores::Policy;
-use super::wire::take_abort;
 use super::RingCommunicator;
+use crate::shm::offers::{accept, empty_offer, offer_to, NO, OFFER_BYTES, OFFER_MAGIC, YES};
+use crate::shm::{Channel, Policy};
+use crate::tcp::wire::{take_abort, ABORT_READ_WAIT};
 use nuvec_core::{Error, Result};
 
 /// Payloads at least this large go through a channel where there is one. Smaller ones gain
 /// little: loopback's round trip is already short at those sizes (`docs/performance.md`,
 /// "Tuning measurements").
-pub(super) const SHARED_FROM: usize = 32 << 10;
+pub(crate) const SHARED_FROM: usize = 32 << 10;
 
 /// The channels of one rank, by peer: those it writes to, and those it reads from.
 #[derive(Debug, Default)]
-pub(super) struct Nearby {
+pub(crate) struct Nearby {
     to: Vec<Option<Channel>>,
     from: Vec<Option<Channel>>,
 }
-
-/// An offer: magic, token, name length, name (empty: no channel offered).
-const OFFER_BYTES: usize = 128;
-const OFFER_MAGIC: &[u8; 8] = b"nuvecSHM";
-const NAME_AT: usize = 8 + TOKEN_BYTES + 1;
-const MAX_NAME: usize = OFFER_BYTES - NAME_AT;
-/// The answers to an offer.
-const YES: &[u8; 8] = b"nuvecYES";
-const NO: &[u8; 8] = b"nuvec-NO";
-/// Every channel file's name starts with this.
-const NAME_PREFIX: &str = "nuvec-ring-";
 
 /// Whether this rank offers and accepts channels: `NUVEC_RING_SHARED_MEMORY`, `auto` (or
 /// unset) or `off`.
@@ -75,7 +55,7 @@ fn wanted_from(choice: &str) -> Result<bool> {
 }
 
 /// The stores senders copy into slots with: `NUVEC_RING_STREAMING_STORES`, `auto` (or
-/// unset), `on` or `off` (`stores.rs`).
+/// unset), `on` or `off` (`shm/slot_copies.rs`).
 fn stores_wanted() -> Result<Policy> {
     let choice = std::env::var("NUVEC_RING_STREAMING_STORES").unwrap_or_default();
     Policy::named(&choice).ok_or_else(|| Error::Distributed {
@@ -85,62 +65,10 @@ fn stores_wanted() -> Result<Policy> {
     })
 }
 
-/// Whether `name` could be a channel file's name: the prefix, then letters, digits and
-/// dashes (no path: an offer cannot point this rank at another file).
-fn plausible_name(name: &str) -> bool {
-    name.starts_with(NAME_PREFIX)
-        && name.len() <= MAX_NAME
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-}
-
-/// An offer of no channel: the magic and an empty name.
-fn empty_offer() -> [u8; OFFER_BYTES] {
-    let mut offer = [0u8; OFFER_BYTES];
-    offer[..8].copy_from_slice(OFFER_MAGIC);
-    offer
-}
-
-/// A new channel to rank `dst` and the offer that announces it, or an empty offer when none
-/// can be made (no shared-memory directory, say: the payloads then go on TCP).
-fn offer_to(rank: usize, dst: usize) -> (Option<Channel>, [u8; OFFER_BYTES]) {
-    let mut offer = empty_offer();
-    let mut random = [0u8; TOKEN_BYTES + 8];
-    if getrandom::fill(&mut random).is_err() {
-        return (None, offer);
-    }
-    let (token, tag) = random.split_at(TOKEN_BYTES);
-    let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-    let name = format!("{NAME_PREFIX}{}-{rank}-{dst}-{tag}", std::process::id());
-    if name.len() > MAX_NAME {
-        return (None, offer);
-    }
-    let token: [u8; TOKEN_BYTES] = token.try_into().expect("the token's length");
-    let path = crate::platform::shared_memory_dir().join(&name);
-    let Ok(channel) = Channel::create(path, &token, dst) else {
-        return (None, offer);
-    };
-    offer[8..8 + TOKEN_BYTES].copy_from_slice(&token);
-    offer[NAME_AT - 1] = name.len() as u8;
-    offer[NAME_AT..NAME_AT + name.len()].copy_from_slice(name.as_bytes());
-    (Some(channel), offer)
-}
-
-/// The channel that rank `src`'s `offer` announces, if this rank can open it.
-fn accept(src: usize, offer: &[u8; OFFER_BYTES]) -> Option<Channel> {
-    let length = offer[NAME_AT - 1] as usize;
-    let name = std::str::from_utf8(offer.get(NAME_AT..NAME_AT + length)?).ok()?;
-    if !plausible_name(name) {
-        return None;
-    }
-    let token: [u8; TOKEN_BYTES] = offer[8..8 + TOKEN_BYTES].try_into().ok()?;
-    let path = crate::platform::shared_memory_dir().join(name);
-    Channel::open(&path, &token, src).ok()
-}
-
 impl RingCommunicator {
     /// Offers every other rank a channel and opens those offered that this rank can (see the
     /// module's documentation). Called once, right after the connections form.
-    pub(super) fn open_nearby(&mut self) -> Result<()> {
+    pub(crate) fn open_nearby(&mut self) -> Result<()> {
         let (wanted, stores) = (wanted()?, stores_wanted()?);
         let (rank, size, timeout) = (self.rank, self.size, self.timeout);
         let others: Vec<usize> = (0..size).filter(|&r| r != rank).collect();
@@ -198,14 +126,14 @@ impl RingCommunicator {
     }
 
     /// The channel a payload of `bytes` to rank `dst` goes through, if any.
-    pub(super) fn shared_to(&self, dst: usize, bytes: usize) -> Option<&Channel> {
+    pub(crate) fn shared_to(&self, dst: usize, bytes: usize) -> Option<&Channel> {
         (bytes >= SHARED_FROM)
             .then(|| self.channel_to(dst))
             .flatten()
     }
 
     /// The channel a payload of `bytes` from rank `src` comes through, if any.
-    pub(super) fn shared_from(&self, src: usize, bytes: u64) -> Option<&Channel> {
+    pub(crate) fn shared_from(&self, src: usize, bytes: u64) -> Option<&Channel> {
         (bytes >= SHARED_FROM as u64)
             .then(|| self.channel_from(src))
             .flatten()
@@ -213,41 +141,32 @@ impl RingCommunicator {
 
     /// The channel to rank `dst`, if any, whatever the size: a collective's link takes it
     /// for all of its chunks.
-    pub(super) fn channel_to(&self, dst: usize) -> Option<&Channel> {
+    pub(crate) fn channel_to(&self, dst: usize) -> Option<&Channel> {
         self.nearby.to.get(dst)?.as_ref()
     }
 
     /// The channel from rank `src`, if any (see [`RingCommunicator::channel_to`]).
-    pub(super) fn channel_from(&self, src: usize) -> Option<&Channel> {
+    pub(crate) fn channel_from(&self, src: usize) -> Option<&Channel> {
         self.nearby.from.get(src)?.as_ref()
     }
 
     /// Whether `peer` has directions with a channel, to it and from it: for tests.
     #[cfg(test)]
-    pub(super) fn shares_memory_with(&self, peer: usize) -> (bool, bool) {
+    pub(crate) fn shares_memory_with(&self, peer: usize) -> (bool, bool) {
         let has = |side: &Vec<Option<Channel>>| side.get(peer).is_some_and(Option::is_some);
         (has(&self.nearby.to), has(&self.nearby.from))
     }
 
     /// Fails when rank `peer` can no longer take part: its connection to this rank closed,
     /// or it sent word that the group failed (which `run` then reports).
-    pub(super) fn still_there(&self, op: &str, peer: usize) -> Result<()> {
+    pub(crate) fn still_there(&self, op: &str, peer: usize) -> Result<()> {
         let connection = self.reader(op, peer)?;
         let waiting = connection.check()?;
-        match waiting.and_then(|raw| take_abort(connection, op, &raw, super::ROOT_CAUSE_WAIT)) {
+        match waiting.and_then(|raw| take_abort(connection, op, &raw, ABORT_READ_WAIT)) {
             Some(notice) => Err(notice),
             None => Ok(()),
         }
     }
-}
-
-/// What a peer that offers no channel and declines every offer writes after the
-/// connections form, and how many bytes it reads back: for tests that play a rank by hand.
-#[cfg(test)]
-pub(super) fn declining_exchange() -> (Vec<u8>, usize) {
-    let mut bytes = empty_offer().to_vec();
-    bytes.extend_from_slice(NO);
-    (bytes, OFFER_BYTES + NO.len())
 }
 
 #[cfg(test)]
@@ -275,8 +194,8 @@ mod tests {
     /// Two ranks of one group, formed by two threads of this process over loopback.
     fn two_ranks() -> (RingCommunicator, RingCommunicator) {
         let ports = [
-            super::super::hostile_peer_tests::free_port(),
-            super::super::hostile_peer_tests::free_port(),
+            crate::tcp::connection_tests::free_port(),
+            crate::tcp::connection_tests::free_port(),
         ];
         let nodes: Vec<Vec<Address>> = ports
             .iter()
@@ -371,40 +290,5 @@ mod tests {
             }
             other => panic!("{other}"),
         }
-    }
-
-    #[test]
-    fn offers_cannot_name_paths_or_foreign_files() {
-        assert!(plausible_name("nuvec-ring-12-0-1-00ff"));
-        for bad in [
-            "../etc/passwd",
-            "/etc/passwd",
-            "nuvec-ring-../../x",
-            "nuvec-ring-a/b",
-            "other-name",
-            "nuvec-ring-a.b",
-        ] {
-            assert!(!plausible_name(bad), "{bad}");
-        }
-        let mut offer = empty_offer();
-        let name = b"/etc/passwd";
-        offer[NAME_AT - 1] = name.len() as u8;
-        offer[NAME_AT..NAME_AT + name.len()].copy_from_slice(name);
-        assert!(accept(1, &offer).is_none());
-        // A length past the record is refused, not read beyond it.
-        offer[NAME_AT - 1] = 255;
-        assert!(accept(1, &offer).is_none());
-    }
-
-    #[test]
-    fn an_offer_opens_on_this_machine_once_and_only_with_its_token() {
-        let (channel, offer) = offer_to(0, 1);
-        assert!(channel.is_some(), "no shared-memory directory here?");
-        let mut forged = offer;
-        forged[8] ^= 1;
-        assert!(accept(0, &forged).is_none(), "a wrong token was accepted");
-        assert!(accept(0, &offer).is_some());
-        // Accepting removes the file: the offer cannot be taken twice.
-        assert!(accept(0, &offer).is_none());
     }
 }

@@ -8,25 +8,26 @@
 //! (lower rank's part) op (higher rank's part), so every rank computes the same tree,
 //! ((x0 + x1) + (x2 + x3)) for 4 ranks, and gets the same bits; reruns repeat them.
 
-use super::frame::{Header, Kind, HEADER_BYTES};
-use super::peer::Peer;
-use super::wire::{pending_abort, read_frame, read_frame_of, read_header};
-use super::{kernel_op, kind_of, RingCommunicator, State};
+use super::super::{kind_of, RingCommunicator, State};
+use crate::kernels::kernel_op;
+use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
+use crate::tcp::wire::{pending_abort, read_frame, read_frame_of, read_header};
+use crate::tcp::Connection;
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Result};
 use nuvec_cpu::bytes::reduce_bytes;
 
 /// The largest reduction (bytes) that takes this path.
-pub(super) const LATENCY_PATH_BYTES: usize = 64 * 1024;
+pub(crate) const LATENCY_PATH_BYTES: usize = 64 * 1024;
 
 impl RingCommunicator {
     /// Whether an all-reduce of `bytes` takes the recursive-doubling path.
-    pub(super) fn uses_doubling(&self, bytes: usize) -> bool {
+    pub(crate) fn uses_doubling(&self, bytes: usize) -> bool {
         self.size.is_power_of_two() && bytes <= LATENCY_PATH_BYTES
     }
 
     /// Sends `part` to `partner` after this call's header, as one frame.
-    pub(super) fn send_part(&self, ours: &Header, partner: usize, part: &[u8]) -> Result<()> {
+    pub(crate) fn send_part(&self, ours: &Header, partner: usize, part: &[u8]) -> Result<()> {
         let name = ours.kind.name();
         self.writer(name, partner)?
             .write(name, &[&ours.encode(), part])
@@ -34,7 +35,7 @@ impl RingCommunicator {
 
     /// Sends `part` to `partner` after this call's header and checks the partner's header;
     /// the partner's payload is then the next thing to read from the returned connection.
-    fn swap_headers(&self, ours: &Header, partner: usize, part: &[u8]) -> Result<&Peer> {
+    fn swap_headers(&self, ours: &Header, partner: usize, part: &[u8]) -> Result<&Connection> {
         self.send_part(ours, partner, part)?;
         let name = ours.kind.name();
         let peer = self.reader(name, partner)?;
@@ -69,7 +70,7 @@ impl RingCommunicator {
     /// waiting for this rank, say) may have sent its part first, and its abort notice, already
     /// waiting, fails the call here too, so no rank takes a result that another rank reported
     /// as failed.
-    pub(super) fn finish_exchanges(
+    pub(crate) fn finish_exchanges(
         &self,
         kind: Kind,
         partners: impl Iterator<Item = usize>,
@@ -91,14 +92,14 @@ impl RingCommunicator {
     }
 
     /// `state`'s scratch, at least `bytes` long (kept between calls).
-    pub(super) fn scratch(state: &mut State, bytes: usize) -> &mut [u8] {
+    pub(crate) fn scratch(state: &mut State, bytes: usize) -> &mut [u8] {
         state.scratch.resize(state.scratch.len().max(bytes), 0);
         &mut state.scratch[..bytes]
     }
 
     /// The header of the collective starting now (which counts it, and which the group's
     /// watch then checks other ranks' frames against).
-    pub(super) fn header(
+    pub(crate) fn header(
         &self,
         state: &mut State,
         kind: Kind,
@@ -117,7 +118,7 @@ impl RingCommunicator {
     }
 
     /// All-reduce of `data` by recursive doubling.
-    pub(super) fn all_reduce_doubling(
+    pub(crate) fn all_reduce_doubling(
         &self,
         state: &mut State,
         data: &mut [u8],
@@ -146,7 +147,7 @@ impl RingCommunicator {
     /// All-gather by recursive doubling: at step k each rank holds the 2^k blocks of its
     /// aligned group and swaps them with its partner's group, so `output` (this rank's block
     /// already in place) fills in log2(n) exchanges.
-    pub(super) fn all_gather_doubling(
+    pub(crate) fn all_gather_doubling(
         &self,
         state: &mut State,
         output: &mut [u8],
@@ -175,7 +176,7 @@ impl RingCommunicator {
     /// Reduce-scatter on two ranks in one exchange: each rank sends the block the other
     /// keeps, and both combine (rank 0's block) op (rank 1's block). The frame's header
     /// announces the whole input, as the ring's does, and carries half of it.
-    pub(super) fn reduce_scatter_pair(
+    pub(crate) fn reduce_scatter_pair(
         &self,
         state: &mut State,
         input: &[u8],

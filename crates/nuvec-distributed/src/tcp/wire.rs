@@ -3,11 +3,13 @@
 //! tells its peers why with an abort notice between chunks, so every rank's error names the
 //! rank that was lost, not only the neighbour that stopped talking.
 
+use super::connection::Connection;
 use super::frame::{Header, Kind, HEADER_BYTES};
-use super::peer::Peer;
 use nuvec_core::{DType, Error, Result};
 use std::time::Duration;
 
+/// How long reading the rest of an abort notice found waiting may take.
+pub(crate) const ABORT_READ_WAIT: Duration = Duration::from_millis(200);
 /// Longest abort reason sent or accepted.
 const MAX_REASON: usize = 1024;
 /// Marks an abort notice whose cause names no rank.
@@ -22,7 +24,12 @@ fn error(op: &str, rank: Option<usize>, reason: String) -> Error {
 }
 
 /// Queues one chunk of collective number `sequence`.
-pub(crate) fn write_chunk(peer: &Peer, kind: Kind, sequence: u64, payload: &[u8]) -> Result<()> {
+pub(crate) fn write_chunk(
+    peer: &Connection,
+    kind: Kind,
+    sequence: u64,
+    payload: &[u8],
+) -> Result<()> {
     let header = Header {
         kind: Kind::Chunk,
         dtype: DType::U8,
@@ -33,7 +40,7 @@ pub(crate) fn write_chunk(peer: &Peer, kind: Kind, sequence: u64, payload: &[u8]
 }
 
 /// Reads the next frame's header from `peer`; an abort notice becomes the error it reports.
-pub(crate) fn read_header(peer: &Peer, op: &str, timeout: Duration) -> Result<Header> {
+pub(crate) fn read_header(peer: &Connection, op: &str, timeout: Duration) -> Result<Header> {
     let mut raw = [0u8; HEADER_BYTES];
     peer.read_exact(op, &mut raw, timeout)?;
     finish_header(peer, op, timeout, &raw)
@@ -45,7 +52,7 @@ pub(crate) fn read_header(peer: &Peer, op: &str, timeout: Duration) -> Result<He
 /// refuses; the read may then have taken up to 4 bytes beyond it). An abort notice becomes the
 /// error it reports.
 pub(crate) fn read_message_start(
-    peer: &Peer,
+    peer: &Connection,
     op: &str,
     timeout: Duration,
 ) -> Result<(Header, u32)> {
@@ -70,7 +77,7 @@ pub(crate) fn read_message_start(
 
 /// Decodes a header read from `peer`; an abort notice becomes the error it reports.
 fn finish_header(
-    peer: &Peer,
+    peer: &Connection,
     op: &str,
     timeout: Duration,
     raw: &[u8; HEADER_BYTES],
@@ -81,7 +88,7 @@ fn finish_header(
 /// Decodes a header read from `peer` along with `after`, the bytes read behind it; an abort
 /// notice becomes the error it reports, its reason taken from `after` and then the connection.
 fn finish_frame(
-    peer: &Peer,
+    peer: &Connection,
     op: &str,
     timeout: Duration,
     raw: &[u8; HEADER_BYTES],
@@ -123,7 +130,7 @@ fn finish_frame(
 /// caller must fail the group then (collectives do). An abort notice becomes the error it
 /// reports.
 pub(crate) fn read_frame(
-    peer: &Peer,
+    peer: &Connection,
     op: &str,
     frame: &mut [u8],
     timeout: Duration,
@@ -134,7 +141,7 @@ pub(crate) fn read_frame(
 /// [`read_frame`] of a frame whose payload is `payload(header)` bytes rather than the
 /// header's count.
 pub(crate) fn read_frame_of(
-    peer: &Peer,
+    peer: &Connection,
     op: &str,
     frame: &mut [u8],
     timeout: Duration,
@@ -174,7 +181,7 @@ pub(crate) fn read_frame_of(
 
 /// Reads one chunk of collective number `sequence` into `buf` (which has its exact size).
 pub(crate) fn read_chunk(
-    peer: &Peer,
+    peer: &Connection,
     kind: Kind,
     sequence: u64,
     buf: &mut [u8],
@@ -199,7 +206,7 @@ pub(crate) fn read_chunk(
 
 /// Tells `peer` that the group failed because of `cause` (queued after anything already sent,
 /// so it arrives between chunks).
-pub(crate) fn write_abort(peer: &Peer, cause: &Error) {
+pub(crate) fn write_abort(peer: &Connection, cause: &Error) {
     let (culprit, text) = match cause {
         Error::Distributed { rank, .. } => (rank.map_or(NO_RANK, |r| r as u64), cause.to_string()),
         other => (NO_RANK, other.to_string()),
@@ -222,7 +229,7 @@ pub(crate) fn write_abort(peer: &Peer, cause: &Error) {
 /// When `raw`, the header waiting on `peer`, is an abort notice: the error the notice reports,
 /// read whole (it names the rank that was lost and why). Waits at most `wait` for its reason.
 pub(crate) fn take_abort(
-    peer: &Peer,
+    peer: &Connection,
     op: &str,
     raw: &[u8; HEADER_BYTES],
     wait: Duration,
@@ -244,7 +251,7 @@ pub(crate) fn pending_abort(raw: &[u8; HEADER_BYTES]) -> Option<Option<usize>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::peer_tests::pair;
+    use super::super::connection_tests::pair;
     use super::*;
     use std::io::{Read, Write};
 

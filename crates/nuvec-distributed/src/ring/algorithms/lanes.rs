@@ -10,32 +10,34 @@
 //! tells every peer at once, so the other lanes on every rank stop instead of waiting out
 //! their timeouts.
 
-use super::frame::Header;
+use super::super::connections::Way;
+use super::super::link::Link;
+use super::super::{kind_of, RingCommunicator, CHUNK_BYTES};
 use super::outbox::Outbox;
-use super::schedule::segment;
-use super::{kind_of, Link, RingCommunicator, Way, CHUNK_BYTES};
+use crate::schedule::segment;
+use crate::tcp::frame::Header;
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Result};
 
 /// The fewest bytes a lane is given: below this, a lane's thread and header cost more than
 /// the transfer gains.
-pub(super) const LANE_MIN_BYTES: usize = 1 << 20;
+pub(crate) const LANE_MIN_BYTES: usize = 1 << 20;
 
 /// Whether rings also run counter-clockwise on three ranks or more.
-pub(super) const BOTH_DIRECTIONS: bool = true;
+pub(crate) const BOTH_DIRECTIONS: bool = true;
 
 /// One ring of a collective: which of the neighbours' connections it uses, and which way
 /// round it goes.
 /// The default is the first connection, clockwise: the only lane of a small collective.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Lane {
-    pub(super) connection: usize,
-    pub(super) reversed: bool,
+pub(crate) struct Lane {
+    pub(crate) connection: usize,
+    pub(crate) reversed: bool,
 }
 
 /// The lanes for a collective of `bytes` over a ring of `size` ranks whose neighbours share
 /// `connections` connections (the same on every rank).
-pub(super) fn plan(size: usize, connections: usize, bytes: usize) -> Vec<Lane> {
+pub(crate) fn plan(size: usize, connections: usize, bytes: usize) -> Vec<Lane> {
     let directions = if size >= 3 && BOTH_DIRECTIONS { 2 } else { 1 };
     let most = connections.max(1) * directions;
     let count = most.min(bytes / LANE_MIN_BYTES).max(1);
@@ -49,7 +51,7 @@ pub(super) fn plan(size: usize, connections: usize, bytes: usize) -> Vec<Lane> {
 
 impl RingCommunicator {
     /// The link of `lane` for the collective `ours`, with `ours` sent to the lane's right.
-    pub(super) fn lane_link(&self, lane: Lane, ours: Header) -> Result<Link<'_>> {
+    pub(crate) fn lane_link(&self, lane: Lane, ours: Header) -> Result<Link<'_>> {
         let name = ours.kind.name();
         let (n, rank) = (self.size, self.rank);
         let (clockwise_right, clockwise_left) = ((rank + 1) % n, (rank + n - 1) % n);
@@ -81,7 +83,7 @@ impl RingCommunicator {
 
     /// One lane's all-reduce into `data`, its slice of the buffer, of the same slice of the
     /// input when given (else of `data` itself).
-    pub(super) fn all_reduce_lane(
+    pub(crate) fn all_reduce_lane(
         &self,
         lane: Lane,
         sequence: u64,
@@ -104,7 +106,7 @@ impl RingCommunicator {
     }
 
     /// The all-reduce of `data` over `lanes` (more than one) at once, each on its slice.
-    pub(super) fn all_reduce_lanes(
+    pub(crate) fn all_reduce_lanes(
         &self,
         lanes: &[Lane],
         sequence: u64,

@@ -2,17 +2,17 @@
 //! from the caller's thread arrive whole and in order, and a send to a peer that stops
 //! reading ends with an error within its timeout instead of hanging.
 
-use super::peer::{Peer, Poll, SEND_PIECE, SPIN};
+use super::connection::{Connection, Poll, SEND_PIECE, SPIN};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-/// A connected pair: a `Peer` (standing for rank 1) and the raw far end.
-pub(super) fn pair() -> (Peer, TcpStream) {
+/// A connected pair: a `Connection` (standing for rank 1) and the raw far end.
+pub(crate) fn pair() -> (Connection, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (far, _) = listener.accept().unwrap();
-    (Peer::new(1, near, Poll::Off).unwrap(), far)
+    (Connection::new(1, near, Poll::Off).unwrap(), far)
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -78,7 +78,7 @@ fn writing_through_to_a_peer_that_stops_reading_times_out_naming_it() {
 
 #[test]
 fn point_to_point_receives_spin_longer_and_crowded_machines_still_yield() {
-    use super::peer::{MESSAGE_SPIN, YIELD};
+    use super::connection::{MESSAGE_SPIN, YIELD};
     let (Poll::Spin(short), Poll::Spin(long)) = (SPIN, MESSAGE_SPIN) else {
         panic!("SPIN and MESSAGE_SPIN must both spin");
     };
@@ -93,7 +93,7 @@ fn a_message_read_polls_then_sleeps_until_its_bytes_come() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (mut far, _) = listener.accept().unwrap();
-    let peer = Peer::new(1, near, SPIN).unwrap();
+    let peer = Connection::new(1, near, SPIN).unwrap();
     let message = pattern(3 << 20, 7);
     let sent = message.clone();
     // The message starts well after the 300 µs poll, so the read must go on to sleep.
@@ -154,4 +154,13 @@ fn ending_writes_without_a_writer_thread_closes_the_peers_stream() {
     far.read_to_end(&mut all).unwrap();
     assert_eq!(all, b"last words");
     assert!(!peer.has_writer_thread());
+}
+
+/// A loopback port nothing listens on now.
+pub(crate) fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

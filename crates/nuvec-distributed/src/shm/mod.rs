@@ -1,0 +1,10 @@
+//! The shared-memory transport between ranks on one machine: a one-way channel of slots
+//! (`channel.rs`), how its sender copies into a slot (`slot_copies.rs`), and how two ranks
+//! find out they share a machine and open one (`offers.rs`). `README.md` maps the files.
+
+mod channel;
+pub(crate) mod offers;
+mod slot_copies;
+
+pub(crate) use channel::{Channel, SLOTS, SLOT_BYTES};
+pub(crate) use slot_copies::Policy;

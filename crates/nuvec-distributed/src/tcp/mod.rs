@@ -1,0 +1,20 @@
+//! The TCP transport: forming a group's connections (listening, connecting, the handshake),
+//! one connection to a peer with its reads and writes, the frames every message and chunk
+//! travels in, and the watch that notices a peer calling something else. Nothing here knows
+//! the collective algorithms; `README.md` maps the files.
+
+mod accept;
+mod connection;
+#[cfg(test)]
+pub(crate) mod connection_tests;
+mod form;
+pub(crate) mod frame;
+pub(crate) mod handshake;
+mod progress;
+pub(crate) mod watch;
+pub(crate) mod wire;
+
+pub(crate) use connection::{Connection, SEND_PIECE};
+#[cfg(feature = "jaccl")]
+pub(crate) use form::form_star;
+pub(crate) use form::{connections_between, form_mesh};
