@@ -17,7 +17,7 @@
 //! was as fast or faster. Channels of 8 slots did as well as of 16 (measured:
 //! `docs/performance.md`, "Tuning measurements").
 
-use super::RingCommunicator;
+use super::network::Network;
 use crate::shm::offers::{accept, empty_offer, offer_to, NO, OFFER_BYTES, OFFER_MAGIC, YES};
 use crate::shm::{Channel, Policy};
 use crate::tcp::wire::{take_abort, ABORT_READ_WAIT};
@@ -65,7 +65,7 @@ fn stores_wanted() -> Result<Policy> {
     })
 }
 
-impl RingCommunicator {
+impl Network {
     /// Offers every other rank a channel and opens those offered that this rank can (see the
     /// module's documentation). Called once, right after the connections form.
     pub(crate) fn open_nearby(&mut self) -> Result<()> {
@@ -145,7 +145,7 @@ impl RingCommunicator {
         self.nearby.to.get(dst)?.as_ref()
     }
 
-    /// The channel from rank `src`, if any (see [`RingCommunicator::channel_to`]).
+    /// The channel from rank `src`, if any (see [`Network::channel_to`]).
     pub(crate) fn channel_from(&self, src: usize) -> Option<&Channel> {
         self.nearby.from.get(src)?.as_ref()
     }
@@ -172,6 +172,8 @@ impl RingCommunicator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::transport::Transport;
+    use crate::ring::RingCommunicator;
 
     use crate::hostfile::Address;
     use crate::Options;
@@ -211,8 +213,8 @@ mod tests {
     #[test]
     fn ranks_on_one_machine_share_memory_both_ways_and_large_messages_take_it() {
         let (rank_0, rank_1) = two_ranks();
-        assert_eq!(rank_0.shares_memory_with(1), (true, true));
-        assert_eq!(rank_1.shares_memory_with(0), (true, true));
+        assert_eq!(rank_0.network.shares_memory_with(1), (true, true));
+        assert_eq!(rank_1.network.shares_memory_with(0), (true, true));
         // Sizes on both sides of the threshold, and one spanning many slots with a ragged end.
         for bytes in [SHARED_FROM - 4, SHARED_FROM, 3 * (1 << 20) + 4] {
             let sent: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
@@ -268,14 +270,14 @@ mod tests {
     fn a_wait_that_meets_an_abort_notice_reports_the_rank_it_names_and_why() {
         let (rank_0, rank_1) = two_ranks();
         // Rank 1 gives up because of rank 7 (say, of a larger group) and tells rank 0.
-        rank_1.abort_all(&Error::Distributed {
+        rank_1.network.abort_all(&Error::Distributed {
             op: "all_sum".into(),
             rank: Some(7),
             reason: "rank 7 closed its connection".into(),
         });
         let start = std::time::Instant::now();
         let error = loop {
-            match rank_0.still_there("all_sum", 1) {
+            match rank_0.network.still_there("all_sum", 1) {
                 Err(error) => break error,
                 Ok(()) if start.elapsed() < Duration::from_secs(5) => {
                     std::thread::sleep(Duration::from_millis(1))

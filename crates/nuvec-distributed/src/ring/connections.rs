@@ -3,7 +3,7 @@
 //! halves of large point-to-point messages (`messages.rs`), which take the other direction of
 //! the receiver's connection.
 
-use super::RingCommunicator;
+use super::network::Network;
 use crate::tcp::Connection;
 use nuvec_core::{Error, Result};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ pub(crate) enum Way {
     From,
 }
 
-impl RingCommunicator {
+impl Network {
     /// Connection `index` of those that carry data to rank `rank` ([`Way::To`]) or from it
     /// ([`Way::From`]); [`super::connect::form_mesh`] gives their order.
     pub(crate) fn connection(

@@ -12,9 +12,10 @@
 //! cores. The halves are read without polling: two threads spinning on reads would take the
 //! cores from the two that send (measured: `docs/performance.md`, "Tuning measurements").
 
+use super::algorithms::CHUNK_BYTES;
 use super::connections::Way;
+use super::network::Network;
 use super::send_pieces::Sends;
-use super::{RingCommunicator, CHUNK_BYTES};
 use crate::tcp::Connection;
 use nuvec_core::{Error, Result};
 use std::time::Instant;
@@ -48,7 +49,7 @@ fn first_half(bytes: usize) -> usize {
     }
 }
 
-impl RingCommunicator {
+impl Network {
     /// Sends `meta` (the message's header and shape) and its payload `data` to `dst`.
     pub(crate) fn write_message(&self, dst: usize, meta: &[u8], data: &[u8]) -> Result<()> {
         let peer = self.writer("send", dst)?;

@@ -11,7 +11,7 @@ use std::time::Duration;
 /// How long reading the rest of an abort notice found waiting may take.
 pub(crate) const ABORT_READ_WAIT: Duration = Duration::from_millis(200);
 /// Longest abort reason sent or accepted.
-const MAX_REASON: usize = 1024;
+pub(crate) const MAX_REASON: usize = 1024;
 /// Marks an abort notice whose cause names no rank.
 const NO_RANK: u64 = u64::MAX;
 
@@ -110,25 +110,26 @@ fn finish_frame(
     let have = reason.len();
     reason.resize(length, 0);
     peer.read_exact(op, &mut reason[have..], timeout)?;
-    let culprit = (header.sequence != NO_RANK).then_some(header.sequence as usize);
-    Err(error(
-        op,
-        culprit.or(Some(peer.rank)),
-        format!(
-            "rank {} stopped because the group failed: {}",
-            peer.rank,
-            String::from_utf8_lossy(&reason)
-        ),
-    ))
+    Err(abort_error(op, peer.rank, &header, &reason))
 }
 
-/// Reads one frame, header and payload in one go (one system call when it has arrived), into
-/// `frame` (room for the header and the payload this rank expects) and returns its header;
-/// the payload is `frame[HEADER_BYTES..]` when the header's size matches. A frame of another
-/// size comes back for the caller's check of the header to fail: a shorter one ends the read
-/// without waiting for more, though the read may have taken bytes beyond it, which is why the
-/// caller must fail the group then (collectives do). An abort notice becomes the error it
-/// reports.
+/// The error an abort notice from rank `from` reports: `header` is the notice's, `reason` the
+/// text that followed it. It names the rank the notice names (the one that was lost), else
+/// `from`.
+pub(crate) fn abort_error(op: &str, from: usize, header: &Header, reason: &[u8]) -> Error {
+    let culprit = (header.sequence != NO_RANK).then_some(header.sequence as usize);
+    error(
+        op,
+        culprit.or(Some(from)),
+        format!(
+            "rank {from} stopped because the group failed: {}",
+            String::from_utf8_lossy(reason)
+        ),
+    )
+}
+
+/// [`read_frame_of`] of a frame whose payload is the header's count of bytes.
+#[cfg(test)]
 pub(crate) fn read_frame(
     peer: &Connection,
     op: &str,
@@ -138,8 +139,13 @@ pub(crate) fn read_frame(
     read_frame_of(peer, op, frame, timeout, |header| header.bytes)
 }
 
-/// [`read_frame`] of a frame whose payload is `payload(header)` bytes rather than the
-/// header's count.
+/// Reads one frame, header and payload in one go (one system call when it has arrived), into
+/// `frame` (room for the header and the payload this rank expects) and returns its header;
+/// the payload, `payload(header)` bytes, is `frame[HEADER_BYTES..]` when the header's size
+/// matches. A frame of another size comes back for the caller's check of the header to fail:
+/// a shorter one ends the read without waiting for more, though the read may have taken bytes
+/// beyond it, which is why the caller must fail the group then (collectives do). An abort
+/// notice becomes the error it reports.
 pub(crate) fn read_frame_of(
     peer: &Connection,
     op: &str,
@@ -207,6 +213,12 @@ pub(crate) fn read_chunk(
 /// Tells `peer` that the group failed because of `cause` (queued after anything already sent,
 /// so it arrives between chunks).
 pub(crate) fn write_abort(peer: &Connection, cause: &Error) {
+    let _ = peer.write("abort", &[&abort_notice(cause)]);
+}
+
+/// The abort notice that tells a peer the group failed because of `cause`: a header naming
+/// the rank at fault (if the cause names one) and the cause's text, cut to [`MAX_REASON`].
+pub(crate) fn abort_notice(cause: &Error) -> Vec<u8> {
     let (culprit, text) = match cause {
         Error::Distributed { rank, .. } => (rank.map_or(NO_RANK, |r| r as u64), cause.to_string()),
         other => (NO_RANK, other.to_string()),
@@ -223,7 +235,7 @@ pub(crate) fn write_abort(peer: &Connection, cause: &Error) {
     };
     let mut frame = header.encode().to_vec();
     frame.extend_from_slice(&text.as_bytes()[..end]);
-    let _ = peer.write("abort", &[&frame]);
+    frame
 }
 
 /// When `raw`, the header waiting on `peer`, is an abort notice: the error the notice reports,

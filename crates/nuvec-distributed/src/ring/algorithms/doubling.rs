@@ -8,11 +8,11 @@
 //! (lower rank's part) op (higher rank's part), so every rank computes the same tree,
 //! ((x0 + x1) + (x2 + x3)) for 4 ranks, and gets the same bits; reruns repeat them.
 
-use super::super::{kind_of, RingCommunicator, State};
+use super::star::send_part;
+use super::Calls;
 use crate::kernels::kernel_op;
+use crate::ring::transport::{same_call, Transport};
 use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
-use crate::tcp::wire::{pending_abort, read_frame, read_frame_of, read_header};
-use crate::tcp::Connection;
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Result};
 use nuvec_cpu::bytes::reduce_bytes;
@@ -20,197 +20,144 @@ use nuvec_cpu::bytes::reduce_bytes;
 /// The largest reduction (bytes) that takes this path.
 pub(crate) const LATENCY_PATH_BYTES: usize = 64 * 1024;
 
-impl RingCommunicator {
-    /// Whether an all-reduce of `bytes` takes the recursive-doubling path.
-    pub(crate) fn uses_doubling(&self, bytes: usize) -> bool {
-        self.size.is_power_of_two() && bytes <= LATENCY_PATH_BYTES
-    }
+/// Whether an all-reduce of `bytes` on a group of `size` takes the recursive-doubling path.
+pub(crate) fn uses_doubling(size: usize, bytes: usize) -> bool {
+    size.is_power_of_two() && bytes <= LATENCY_PATH_BYTES
+}
 
-    /// Sends `part` to `partner` after this call's header, as one frame.
-    pub(crate) fn send_part(&self, ours: &Header, partner: usize, part: &[u8]) -> Result<()> {
-        let name = ours.kind.name();
-        self.writer(name, partner)?
-            .write(name, &[&ours.encode(), part])
-    }
+/// Sends `part` to `partner` in the frame `ours`, then reads and checks the partner's header
+/// (its payload is left for the caller to read).
+fn swap_headers<T: Transport + ?Sized>(
+    t: &T,
+    ours: &Header,
+    partner: usize,
+    part: &[u8],
+) -> Result<()> {
+    send_part(t, ours, partner, part)?;
+    let theirs = t.recv_header(partner, 0, ours.kind.name())?;
+    same_call(t.rank(), partner, &theirs, ours)
+}
 
-    /// Sends `part` to `partner` after this call's header and checks the partner's header;
-    /// the partner's payload is then the next thing to read from the returned connection.
-    fn swap_headers(&self, ours: &Header, partner: usize, part: &[u8]) -> Result<&Connection> {
-        self.send_part(ours, partner, part)?;
-        let name = ours.kind.name();
-        let peer = self.reader(name, partner)?;
-        let theirs = read_header(peer, name, self.timeout)?;
-        self.same_call(partner, &theirs, ours)?;
-        Ok(peer)
-    }
+/// Sends `part` to `partner` in the frame `ours` and reads the partner's frame into `frame`
+/// (room for the header and a part of the same size), checking its header.
+fn swap_frames<T: Transport + ?Sized>(
+    t: &T,
+    ours: &Header,
+    partner: usize,
+    part: &[u8],
+    frame: &mut [u8],
+) -> Result<()> {
+    send_part(t, ours, partner, part)?;
+    let theirs = t.recv_frame(
+        (partner, 0),
+        ours.kind.name(),
+        frame,
+        &|h| h.bytes,
+        t.timeout(),
+    )?;
+    same_call(t.rank(), partner, &theirs, ours)
+}
 
-    /// Sends `part` to `partner` after this call's header and reads the partner's frame,
-    /// header and payload in one go, into `frame` (room for both); checks its header.
-    fn swap_frames(
-        &self,
-        ours: &Header,
-        partner: usize,
-        part: &[u8],
-        frame: &mut [u8],
-    ) -> Result<()> {
-        self.send_part(ours, partner, part)?;
-        let name = ours.kind.name();
-        let theirs = read_frame(self.reader(name, partner)?, name, frame, self.timeout)?;
-        self.same_call(partner, &theirs, ours)
-    }
+/// The partners of this rank's exchanges, step by step.
+fn partners<T: Transport + ?Sized>(t: &T) -> impl Iterator<Item = usize> {
+    let (rank, size) = (t.rank(), t.size());
+    std::iter::successors(Some(1usize), |distance| distance.checked_mul(2))
+        .take_while(move |&distance| distance < size)
+        .map(move |distance| rank ^ distance)
+}
 
-    /// The partners of this rank's exchanges, step by step.
-    fn doubling_partners(&self) -> impl Iterator<Item = usize> + '_ {
-        std::iter::successors(Some(1usize), |distance| distance.checked_mul(2))
-            .take_while(|&distance| distance < self.size)
-            .map(|distance| self.rank ^ distance)
+/// Ends a call of exchanges with `partners` ([`Transport::finish_exchange`]).
+fn finish<T: Transport + ?Sized>(
+    t: &T,
+    kind: Kind,
+    partners: impl Iterator<Item = usize>,
+) -> Result<()> {
+    for partner in partners {
+        t.finish_exchange(partner, kind.name())?;
     }
+    Ok(())
+}
 
-    /// Ends a call of exchanges with `partners`: a partner that gave up on it (it timed out
-    /// waiting for this rank, say) may have sent its part first, and its abort notice, already
-    /// waiting, fails the call here too, so no rank takes a result that another rank reported
-    /// as failed.
-    pub(crate) fn finish_exchanges(
-        &self,
-        kind: Kind,
-        partners: impl Iterator<Item = usize>,
-    ) -> Result<()> {
-        for partner in partners {
-            let peer = self.reader(kind.name(), partner)?;
-            if peer
-                .waiting_header()
-                .as_ref()
-                .and_then(pending_abort)
-                .is_some()
-            {
-                read_header(peer, kind.name(), self.timeout)?;
-            }
-            self.writer(kind.name(), partner)?
-                .flush(kind.name(), self.timeout)?;
-        }
-        Ok(())
-    }
-
-    /// `state`'s scratch, at least `bytes` long (kept between calls).
-    pub(crate) fn scratch(state: &mut State, bytes: usize) -> &mut [u8] {
-        state.scratch.resize(state.scratch.len().max(bytes), 0);
-        &mut state.scratch[..bytes]
-    }
-
-    /// The header of the collective starting now (which counts it, and which the group's
-    /// watch then checks other ranks' frames against).
-    pub(crate) fn header(
-        &self,
-        state: &mut State,
-        kind: Kind,
-        dtype: DType,
-        bytes: usize,
-    ) -> Header {
-        let header = Header {
-            kind,
-            dtype,
-            sequence: state.collectives,
-            bytes: bytes as u64,
-        };
-        state.collectives += 1;
-        self.watch.begin(header);
-        header
-    }
-
-    /// All-reduce of `data` by recursive doubling.
-    pub(crate) fn all_reduce_doubling(
-        &self,
-        state: &mut State,
-        data: &mut [u8],
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let kind = kind_of(op);
-        let ours = self.header(state, kind, dtype, data.len());
-        let frame = Self::scratch(state, HEADER_BYTES + data.len());
-        let mut distance = 1;
-        while distance < self.size {
-            let partner = self.rank ^ distance;
-            self.swap_frames(&ours, partner, data, frame)?;
-            let incoming = &mut frame[HEADER_BYTES..];
-            if self.rank < partner {
-                reduce_bytes(data, incoming, dtype, kernel_op(op));
-            } else {
-                reduce_bytes(incoming, data, dtype, kernel_op(op));
-                data.copy_from_slice(incoming);
-            }
-            distance *= 2;
-        }
-        self.finish_exchanges(kind, self.doubling_partners())
-    }
-
-    /// All-gather by recursive doubling: at step k each rank holds the 2^k blocks of its
-    /// aligned group and swaps them with its partner's group, so `output` (this rank's block
-    /// already in place) fills in log2(n) exchanges.
-    pub(crate) fn all_gather_doubling(
-        &self,
-        state: &mut State,
-        output: &mut [u8],
-        block: usize,
-        dtype: DType,
-    ) -> Result<()> {
-        let kind = Kind::AllGather;
-        let ours = self.header(state, kind, dtype, block);
-        let mut distance = 1;
-        while distance < self.size {
-            let partner = self.rank ^ distance;
-            let mine = (self.rank & !(distance - 1)) * block;
-            let theirs = (partner & !(distance - 1)) * block;
-            let span = distance * block;
-            let peer = self.swap_headers(&ours, partner, &output[mine..mine + span])?;
-            peer.read_exact(
-                kind.name(),
-                &mut output[theirs..theirs + span],
-                self.timeout,
-            )?;
-            distance *= 2;
-        }
-        self.finish_exchanges(kind, self.doubling_partners())
-    }
-
-    /// Reduce-scatter on two ranks in one exchange: each rank sends the block the other
-    /// keeps, and both combine (rank 0's block) op (rank 1's block). The frame's header
-    /// announces the whole input, as the ring's does, and carries half of it.
-    pub(crate) fn reduce_scatter_pair(
-        &self,
-        state: &mut State,
-        input: &[u8],
-        output: &mut [u8],
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let kind = Kind::SumScatter;
-        let block = output.len();
-        let ours = self.header(state, kind, dtype, input.len());
-        let partner = 1 - self.rank;
-        let frame = Self::scratch(state, HEADER_BYTES + block);
-        let theirs = &input[partner * block..(partner + 1) * block];
-        self.send_part(&ours, partner, theirs)?;
-        let name = kind.name();
-        let header = read_frame_of(
-            self.reader(name, partner)?,
-            name,
-            frame,
-            self.timeout,
-            |h| h.bytes / 2,
-        )?;
-        self.same_call(partner, &header, &ours)?;
-        let (mine, received) = (
-            &input[self.rank * block..(self.rank + 1) * block],
-            &frame[HEADER_BYTES..],
-        );
-        let (first, second) = if self.rank == 0 {
-            (mine, received)
+/// All-reduce of `data` by recursive doubling.
+pub(crate) fn all_reduce<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    data: &mut [u8],
+    (dtype, op): (DType, ReduceOp),
+) -> Result<()> {
+    let kind = super::kind_of(op);
+    let ours = calls.header(t, kind, dtype, data.len());
+    let frame = calls.scratch(HEADER_BYTES + data.len());
+    let rank = t.rank();
+    let mut distance = 1;
+    while distance < t.size() {
+        let partner = rank ^ distance;
+        swap_frames(t, &ours, partner, data, frame)?;
+        let incoming = &mut frame[HEADER_BYTES..];
+        if rank < partner {
+            reduce_bytes(data, incoming, dtype, kernel_op(op));
         } else {
-            (received, mine)
-        };
-        output.copy_from_slice(first);
-        reduce_bytes(output, second, dtype, kernel_op(op));
-        self.finish_exchanges(kind, std::iter::once(partner))
+            reduce_bytes(incoming, data, dtype, kernel_op(op));
+            data.copy_from_slice(incoming);
+        }
+        distance *= 2;
     }
+    finish(t, kind, partners(t))
+}
+
+/// All-gather into `output` by recursive doubling, this rank's block of `block` bytes
+/// already in place: at each step the partners swap everything they have gathered so far.
+pub(crate) fn all_gather<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    output: &mut [u8],
+    (block, dtype): (usize, DType),
+) -> Result<()> {
+    let kind = Kind::AllGather;
+    let ours = calls.header(t, kind, dtype, block);
+    let rank = t.rank();
+    let mut distance = 1;
+    while distance < t.size() {
+        let partner = rank ^ distance;
+        let mine = (rank & !(distance - 1)) * block;
+        let theirs = (partner & !(distance - 1)) * block;
+        let span = distance * block;
+        swap_headers(t, &ours, partner, &output[mine..mine + span])?;
+        t.recv_payload(partner, 0, kind.name(), &mut output[theirs..theirs + span])?;
+        distance *= 2;
+    }
+    finish(t, kind, partners(t))
+}
+
+/// Reduce-scatter on two ranks in one exchange: each sends the other the half it needs and
+/// combines the half it keeps, (rank 0's part) op (rank 1's part) on both.
+pub(crate) fn reduce_scatter_pair<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    (input, output): (&[u8], &mut [u8]),
+    (dtype, op): (DType, ReduceOp),
+) -> Result<()> {
+    let kind = Kind::SumScatter;
+    let block = output.len();
+    let ours = calls.header(t, kind, dtype, input.len());
+    let rank = t.rank();
+    let partner = 1 - rank;
+    let frame = calls.scratch(HEADER_BYTES + block);
+    let theirs = &input[partner * block..(partner + 1) * block];
+    send_part(t, &ours, partner, theirs)?;
+    let name = kind.name();
+    let header = t.recv_frame((partner, 0), name, frame, &|h| h.bytes / 2, t.timeout())?;
+    same_call(rank, partner, &header, &ours)?;
+    let (mine, received) = (
+        &input[rank * block..(rank + 1) * block],
+        &frame[HEADER_BYTES..],
+    );
+    let (first, second) = if rank == 0 {
+        (mine, received)
+    } else {
+        (received, mine)
+    };
+    output.copy_from_slice(first);
+    reduce_bytes(output, second, dtype, kernel_op(op));
+    finish(t, kind, std::iter::once(partner))
 }

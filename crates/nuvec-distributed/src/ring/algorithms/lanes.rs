@@ -10,14 +10,14 @@
 //! tells every peer at once, so the other lanes on every rank stop instead of waiting out
 //! their timeouts.
 
-use super::super::connections::Way;
-use super::super::link::Link;
-use super::super::{kind_of, RingCommunicator, CHUNK_BYTES};
 use super::outbox::Outbox;
+use super::ring_phases::{all_gather_phase, reduce_scatter_phase};
+use super::{kind_of, CHUNK_BYTES};
+use crate::ring::transport::{Link, Transport};
 use crate::schedule::segment;
 use crate::tcp::frame::Header;
 use nuvec_core::distributed::ReduceOp;
-use nuvec_core::{DType, Result};
+use nuvec_core::{DType, Error, Result};
 
 /// The fewest bytes a lane is given: below this, a lane's thread and header cost more than
 /// the transfer gains.
@@ -49,124 +49,90 @@ pub(crate) fn plan(size: usize, connections: usize, bytes: usize) -> Vec<Lane> {
         .collect()
 }
 
-impl RingCommunicator {
-    /// The link of `lane` for the collective `ours`, with `ours` sent to the lane's right.
-    pub(crate) fn lane_link(&self, lane: Lane, ours: Header) -> Result<Link<'_>> {
-        let name = ours.kind.name();
-        let (n, rank) = (self.size, self.rank);
-        let (clockwise_right, clockwise_left) = ((rank + 1) % n, (rank + n - 1) % n);
-        let (right, left, position) = if lane.reversed {
-            (clockwise_left, clockwise_right, (n - rank) % n)
-        } else {
-            (clockwise_right, clockwise_left, rank)
-        };
-        // The channels, where there are, go with the first connection (extra lanes of a pair
-        // that shares several keep to theirs).
-        let (to_right, from_left) = match lane.connection {
-            0 => (self.channel_to(right), self.channel_from(left)),
-            _ => (None, None),
-        };
-        let right = self.connection(name, right, lane.connection, Way::To)?;
-        let left = self.connection(name, left, lane.connection, Way::From)?;
-        right.write(name, &[&ours.encode()])?;
-        Ok(Link {
-            ring: self,
-            left,
-            right,
-            from_left,
-            to_right,
-            position,
-            sequence: ours.sequence,
-            ours,
-        })
-    }
+/// One lane's all-reduce into `data`, its slice of the buffer, of the same slice of the input
+/// when given (else of `data` itself).
+pub(crate) fn all_reduce_lane<T: Transport + ?Sized>(
+    transport: &T,
+    (lane, sequence): (Lane, u64),
+    (input, data): (Option<&[u8]>, &mut [u8]),
+    (dtype, op): (DType, ReduceOp),
+    scratch: &mut Vec<u8>,
+) -> Result<()> {
+    let ours = Header {
+        kind: kind_of(op),
+        dtype,
+        sequence,
+        bytes: data.len() as u64,
+    };
+    let link = Link::open(transport, lane.connection, lane.reversed, ours)?;
+    let mut outbox = Outbox::new(link.window(), input);
+    reduce_scatter_phase(&link, data, (dtype, op), (scratch, &mut outbox))?;
+    all_gather_phase(&link, data, dtype.size(), &mut outbox, None)?;
+    link.flush_right()
+}
 
-    /// One lane's all-reduce into `data`, its slice of the buffer, of the same slice of the
-    /// input when given (else of `data` itself).
-    pub(crate) fn all_reduce_lane(
-        &self,
-        lane: Lane,
-        sequence: u64,
-        (input, data): (Option<&[u8]>, &mut [u8]),
-        (dtype, op): (DType, ReduceOp),
-        scratch: &mut Vec<u8>,
-    ) -> Result<()> {
-        let kind = kind_of(op);
-        let ours = Header {
-            kind,
-            dtype,
-            sequence,
-            bytes: data.len() as u64,
-        };
-        let link = self.lane_link(lane, ours)?;
-        let mut outbox = Outbox::reading(input);
-        self.reduce_scatter_phase(kind, &link, data, (dtype, op), (scratch, &mut outbox))?;
-        self.all_gather_phase(kind, &link, data, dtype.size(), &mut outbox, None)?;
-        link.right.flush(kind.name(), self.timeout)
+/// The all-reduce of `data` over `lanes` (more than one) at once, each on its slice: the
+/// first on the calling thread, the others on scoped threads. A lane that fails tells every
+/// peer at once, so the other lanes on every rank stop instead of waiting out their timeouts.
+pub(crate) fn all_reduce_lanes<T: Transport + ?Sized>(
+    transport: &T,
+    (lanes, sequence): (&[Lane], u64),
+    (input, data): (Option<&[u8]>, &mut [u8]),
+    (dtype, op): (DType, ReduceOp),
+    scratches: &mut Vec<Vec<u8>>,
+) -> Result<()> {
+    let width = dtype.size();
+    let elements = data.len() / width;
+    scratches.resize_with(lanes.len(), || Vec::with_capacity(CHUNK_BYTES));
+    let mut slices = Vec::with_capacity(lanes.len());
+    let mut rest = data;
+    for index in 0..lanes.len() {
+        let range = segment(elements, lanes.len(), index);
+        // Each lane announces its slice; the transport must know them all before any starts.
+        transport.accept((range.len() * width) as u64);
+        let (slice, tail) = rest.split_at_mut(range.len() * width);
+        let from = input.map(|input| &input[range.start * width..range.end * width]);
+        slices.push((from, slice));
+        rest = tail;
     }
-
-    /// The all-reduce of `data` over `lanes` (more than one) at once, each on its slice.
-    pub(crate) fn all_reduce_lanes(
-        &self,
-        lanes: &[Lane],
-        sequence: u64,
-        (input, data): (Option<&[u8]>, &mut [u8]),
-        (dtype, op): (DType, ReduceOp),
-        scratches: &mut Vec<Vec<u8>>,
-    ) -> Result<()> {
-        let width = dtype.size();
-        let elements = data.len() / width;
-        scratches.resize_with(lanes.len(), || Vec::with_capacity(CHUNK_BYTES));
-        let mut slices = Vec::with_capacity(lanes.len());
-        let mut rest = data;
-        for index in 0..lanes.len() {
-            let range = segment(elements, lanes.len(), index);
-            // Each lane announces its slice; the watch must know them all before any starts.
-            self.watch.accept((range.len() * width) as u64);
-            let (slice, tail) = rest.split_at_mut(range.len() * width);
-            let from = input.map(|input| &input[range.start * width..range.end * width]);
-            slices.push((from, slice));
-            rest = tail;
-        }
-        let lane_failed = |error: nuvec_core::Error| {
-            self.abort_all(&error);
-            error
-        };
-        let results: Vec<Result<()>> = std::thread::scope(|scope| {
-            let mut work = lanes.iter().zip(slices).zip(scratches.iter_mut());
-            let first = work.next();
-            let others: Vec<_> = work.collect();
-            let handles: Vec<_> = others
-                .into_iter()
-                .map(|((&lane, slice), scratch)| {
-                    scope.spawn(move || {
-                        self.all_reduce_lane(lane, sequence, slice, (dtype, op), scratch)
-                            .map_err(lane_failed)
-                    })
+    let lane_failed = |error: Error| {
+        transport.abort_all(&error);
+        error
+    };
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let mut work = lanes.iter().zip(slices).zip(scratches.iter_mut());
+        let first = work.next();
+        let others: Vec<_> = work.collect();
+        let handles: Vec<_> = others
+            .into_iter()
+            .map(|((&lane, slice), scratch)| {
+                scope.spawn(move || {
+                    all_reduce_lane(transport, (lane, sequence), slice, (dtype, op), scratch)
+                        .map_err(lane_failed)
                 })
-                .collect();
-            let mut results = Vec::with_capacity(lanes.len());
-            if let Some(((&lane, slice), scratch)) = first {
-                results.push(
-                    self.all_reduce_lane(lane, sequence, slice, (dtype, op), scratch)
-                        .map_err(lane_failed),
-                );
-            }
-            for handle in handles {
-                results.push(handle.join().unwrap_or_else(|_| {
-                    Err(lane_failed(nuvec_core::Error::Distributed {
-                        op: kind_of(op).name().into(),
-                        rank: None,
-                        reason: "a lane's thread panicked".into(),
-                    }))
-                }));
-            }
-            results
-        });
-        // The first lane's error is the one to report: it is the one with the root cause
-        // when several fail.
-        results.into_iter().collect()
-    }
+            })
+            .collect();
+        let mut results = Vec::with_capacity(lanes.len());
+        if let Some(((&lane, slice), scratch)) = first {
+            results.push(
+                all_reduce_lane(transport, (lane, sequence), slice, (dtype, op), scratch)
+                    .map_err(lane_failed),
+            );
+        }
+        for handle in handles {
+            results.push(handle.join().unwrap_or_else(|_| {
+                Err(lane_failed(Error::Distributed {
+                    op: kind_of(op).name().into(),
+                    rank: None,
+                    reason: "a lane's thread panicked".into(),
+                }))
+            }));
+        }
+        results
+    });
+    // The first lane's error is the one to report: it is the one with the root cause when
+    // several fail.
+    results.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
-//! The ring backend's collective algorithms: the ring's two phases chunk by chunk
-//! (`ring_phases.rs`, `reduce_scatter.rs`), the outbox that paces their sends (`outbox.rs`),
-//! large all-reduces split over lanes (`lanes.rs`), and the latency paths for small
-//! collectives, through rank 0 (`star.rs`) or by recursive doubling (`doubling.rs`).
-//! `../README.md` has the glossary of the words for pieces of a buffer.
+//! The ring backend's collective algorithms, written against [`Transport`] alone: the ring's
+//! two phases chunk by chunk (`ring_phases.rs`, `reduce_scatter.rs`), the outbox that paces
+//! their sends (`outbox.rs`), large all-reduces split over lanes (`lanes.rs`), and the latency
+//! paths for small collectives, through rank 0 (`star.rs`) or by recursive doubling
+//! (`doubling.rs`). This file picks the path for each call. `../README.md` has the glossary of
+//! the words for pieces of a buffer.
 
 pub(crate) mod doubling;
 pub(crate) mod lanes;
@@ -10,3 +11,175 @@ pub(crate) mod outbox;
 mod reduce_scatter;
 mod ring_phases;
 pub(crate) mod star;
+
+use super::transport::{Link, Transport};
+use crate::schedule::chunks;
+use crate::tcp::frame::{Header, Kind};
+use nuvec_core::distributed::ReduceOp;
+use nuvec_core::{DType, Result};
+use outbox::{Outbox, OwnBlock};
+
+/// Bytes per pipelined chunk: large enough for efficient syscalls, small enough that
+/// reducing one chunk overlaps receiving the next. The largest chunk; see [`chunk_bytes`].
+pub(crate) const CHUNK_BYTES: usize = 512 * 1024;
+/// Passes over at least this many bytes use [`LARGE_PASS_CHUNK_BYTES`].
+const SMALLER_CHUNKS_FROM: usize = 4 << 20;
+/// Bytes per chunk of a pass over [`SMALLER_CHUNKS_FROM`] bytes or more.
+const LARGE_PASS_CHUNK_BYTES: usize = 128 * 1024;
+
+/// Bytes per chunk of a ring pass over `bytes` (an all-reduce's buffer or lane, an
+/// all-gather's output, a reduce-scatter's input); both ends of every connection compute it
+/// from the same size. Large passes use smaller chunks: fewer bytes in flight on each
+/// connection keep the chunks being received and reduced in the cores' caches. Smaller chunks
+/// start at [`SMALLER_CHUNKS_FROM`]: passes of 2 MB lost with them (measured with sends in
+/// pieces of `tcp::SEND_PIECE`: `docs/performance.md`, "Tuning measurements").
+pub(crate) fn chunk_bytes(bytes: usize) -> usize {
+    if bytes >= SMALLER_CHUNKS_FROM {
+        LARGE_PASS_CHUNK_BYTES
+    } else {
+        CHUNK_BYTES
+    }
+}
+
+/// The frame kind of a reduction.
+pub(crate) fn kind_of(op: ReduceOp) -> Kind {
+    match op {
+        ReduceOp::Sum => Kind::AllSum,
+        ReduceOp::Max => Kind::AllMax,
+        ReduceOp::Min => Kind::AllMin,
+    }
+}
+
+/// What the collectives of one group keep between calls: how many ran (each call's sequence
+/// number) and the scratch buffers chunks are received into.
+#[derive(Debug, Default)]
+pub(crate) struct Calls {
+    collectives: u64,
+    scratch: Vec<u8>,
+    lane_scratch: Vec<Vec<u8>>,
+}
+
+impl Calls {
+    /// The header of the collective starting now, which counts it and which the transport
+    /// then checks other ranks' frames against.
+    pub(crate) fn header<T: Transport + ?Sized>(
+        &mut self,
+        transport: &T,
+        kind: Kind,
+        dtype: DType,
+        bytes: usize,
+    ) -> Header {
+        let header = Header {
+            kind,
+            dtype,
+            sequence: self.collectives,
+            bytes: bytes as u64,
+        };
+        self.collectives += 1;
+        transport.begin(&header);
+        header
+    }
+
+    /// The scratch buffer, at least `bytes` long.
+    pub(crate) fn scratch(&mut self, bytes: usize) -> &mut [u8] {
+        self.scratch.resize(self.scratch.len().max(bytes), 0);
+        &mut self.scratch[..bytes]
+    }
+}
+
+/// The all-reduce into `data` of `input` when given (else of `data` itself): through rank 0
+/// or by recursive doubling when small, else around the ring, over several lanes when large.
+pub(crate) fn all_reduce<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    (input, data): (Option<&[u8]>, &mut [u8]),
+    (dtype, op): (DType, ReduceOp),
+) -> Result<()> {
+    if t.size() == 1 {
+        if let Some(input) = input {
+            data.copy_from_slice(input);
+        }
+        return Ok(());
+    }
+    let star = star::uses_star(t.size(), data.len());
+    if star || doubling::uses_doubling(t.size(), data.len()) {
+        if let Some(input) = input {
+            data.copy_from_slice(input);
+        }
+        return if star {
+            star::all_reduce(t, calls, data, (dtype, op))
+        } else {
+            doubling::all_reduce(t, calls, data, (dtype, op))
+        };
+    }
+    let lanes = lanes::plan(t.size(), t.ring_connections(), data.len());
+    let sequence = calls.header(t, kind_of(op), dtype, data.len()).sequence;
+    if let [lane] = lanes[..] {
+        let scratch = &mut calls.scratch;
+        return lanes::all_reduce_lane(t, (lane, sequence), (input, data), (dtype, op), scratch);
+    }
+    let scratches = &mut calls.lane_scratch;
+    lanes::all_reduce_lanes(t, (&lanes, sequence), (input, data), (dtype, op), scratches)
+}
+
+/// The all-gather of every rank's `input` into `output` (rank `r`'s at block `r`).
+pub(crate) fn all_gather<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    (input, output): (&[u8], &mut [u8]),
+    dtype: DType,
+) -> Result<()> {
+    if t.size() == 1 {
+        output.copy_from_slice(input);
+        return Ok(());
+    }
+    let block = input.len();
+    let own = t.rank() * block..(t.rank() + 1) * block;
+    if star::uses_star(t.size(), output.len()) {
+        output[own].copy_from_slice(input);
+        return star::all_gather(t, calls, output, (block, dtype));
+    }
+    if doubling::uses_doubling(t.size(), output.len()) {
+        output[own].copy_from_slice(input);
+        return doubling::all_gather(t, calls, output, (block, dtype));
+    }
+    let kind = Kind::AllGather;
+    let ours = calls.header(t, kind, dtype, input.len());
+    let link = Link::open(t, 0, false, ours)?;
+    // Blocks are the segments of the gathered array. This rank's own goes right straight
+    // from the input and is copied into place while the others arrive.
+    let width = dtype.size();
+    let elements = block / width;
+    let mut outbox = Outbox::new(link.window(), Some(input));
+    for piece in chunks(0..elements, (chunk_bytes(output.len()) / width).max(1)) {
+        outbox.push_input(piece.start * width..piece.end * width);
+    }
+    outbox.pump(&link, output)?;
+    link.check_left()?;
+    let mut own_block = OwnBlock::new(input, own.start);
+    ring_phases::all_gather_phase(&link, output, width, &mut outbox, Some(&mut own_block))?;
+    link.flush_right()
+}
+
+/// This rank's block of the reduction of every rank's `input` into `output`.
+pub(crate) fn reduce_scatter<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    (input, output): (&[u8], &mut [u8]),
+    (dtype, op): (DType, ReduceOp),
+) -> Result<()> {
+    if t.size() == 1 {
+        output.copy_from_slice(input);
+        return Ok(());
+    }
+    if star::uses_star(t.size(), input.len()) {
+        return star::reduce_scatter(t, calls, (input, output), (dtype, op));
+    }
+    if t.size() == 2 && doubling::uses_doubling(t.size(), input.len()) {
+        return doubling::reduce_scatter_pair(t, calls, (input, output), (dtype, op));
+    }
+    let ours = calls.header(t, Kind::SumScatter, dtype, input.len());
+    let link = Link::open(t, 0, false, ours)?;
+    reduce_scatter::reduce_scatter_into(&link, (input, output), (dtype, op), &mut calls.scratch)?;
+    link.flush_right()
+}

@@ -1,5 +1,5 @@
-//! The chunks a rank owes its right neighbour, sent in schedule order but at most `AHEAD`
-//! chunks ahead of what it has received: the ring then moves data in step, the socket takes
+//! The chunks a rank owes its right neighbour, sent in schedule order but at most a window
+//! ([`Window`]) ahead of what it has received: the ring then moves data in step, the socket takes
 //! most chunks directly, and the writer thread's queue stays small instead of holding a whole
 //! segment.
 //!
@@ -8,18 +8,15 @@
 //! all-gather, which copies its own block into place while the others arrive: see
 //! [`OwnBlock`]).
 
-use super::super::link::{slots, Link, SLOT_WINDOW};
-use crate::tcp::frame::Kind;
+use super::super::transport::{Link, Transport, Window};
 use nuvec_core::Result;
 use std::collections::VecDeque;
 use std::ops::Range;
 
-/// How many chunks may be sent beyond the number received, on a link whose right is a TCP
-/// connection (one with a channel counts slots instead: `../link.rs`). At least 1: a
-/// reduce-scatter relies on a chunk having been sent before the next chunk received
-/// overwrites it (a window of slots keeps that too: the chunks sent and those received
-/// line up, so at equal counts their slots differ by at most one, less than the window).
-const AHEAD: usize = 4;
+// The window is at least one chunk (or slot): a reduce-scatter relies on a chunk having been
+// sent before the next chunk received overwrites it (a window of slots keeps that too: the
+// chunks sent and those received line up, so at equal counts their slots differ by at most
+// one, less than the window).
 
 /// Which buffer a chunk is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,11 +28,12 @@ pub(crate) enum Source {
 }
 
 /// Byte ranges waiting to go right, in order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Outbox<'i> {
     queue: VecDeque<(Source, Range<usize>)>,
-    /// Chunks sent and received, and the channel slots they fill (the window's unit on a
-    /// link with a channel to its right: `../link.rs`).
+    /// How far sends may run ahead of what was received, and in what unit.
+    window: Window,
+    /// Chunks (or slots) sent and received.
     sent: Count,
     received: Count,
     /// The caller's input, where [`Source::Input`] ranges are, when it is not the working
@@ -44,11 +42,15 @@ pub(crate) struct Outbox<'i> {
 }
 
 impl<'i> Outbox<'i> {
-    /// An outbox that can also send ranges of `input`, when there is one.
-    pub(crate) fn reading(input: Option<&'i [u8]>) -> Outbox<'i> {
+    /// An outbox for a link whose sends keep within `window`, which can also send ranges of
+    /// `input`, when there is one.
+    pub(crate) fn new(window: Window, input: Option<&'i [u8]>) -> Outbox<'i> {
         Outbox {
+            queue: VecDeque::new(),
+            window,
+            sent: Count::default(),
+            received: Count::default(),
             input,
-            ..Outbox::default()
         }
     }
 
@@ -74,17 +76,26 @@ impl<'i> Outbox<'i> {
 
     /// Counts one chunk of `bytes` received from the left.
     pub(crate) fn received(&mut self, bytes: usize) {
-        self.received.add(bytes);
+        self.received.add(bytes, self.window);
+    }
+
+    /// Whether the window lets another chunk go.
+    fn open(&self) -> bool {
+        let ahead = match self.window {
+            Window::Chunks(chunks) => chunks,
+            Window::Slots { slots, .. } => slots,
+        };
+        self.sent.0 < self.received.0 + ahead
     }
 
     /// Sends what the window allows.
-    pub(crate) fn pump(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
-        let open = |sent: &Count, received: &Count| match link.shares_right() {
-            true => sent.slots < received.slots + SLOT_WINDOW,
-            false => sent.chunks < received.chunks + AHEAD,
-        };
-        while open(&self.sent, &self.received) {
-            if !self.send_next(link, kind, data)? {
+    pub(crate) fn pump<T: Transport + ?Sized>(
+        &mut self,
+        link: &Link<'_, T>,
+        data: &[u8],
+    ) -> Result<()> {
+        while self.open() {
+            if !self.send_next(link, data)? {
                 break;
             }
         }
@@ -92,13 +103,21 @@ impl<'i> Outbox<'i> {
     }
 
     /// Sends everything left.
-    pub(crate) fn drain(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<()> {
-        while self.send_next(link, kind, data)? {}
+    pub(crate) fn drain<T: Transport + ?Sized>(
+        &mut self,
+        link: &Link<'_, T>,
+        data: &[u8],
+    ) -> Result<()> {
+        while self.send_next(link, data)? {}
         Ok(())
     }
 
     /// Sends the next chunk; false when none is waiting.
-    fn send_next(&mut self, link: &Link<'_>, kind: Kind, data: &[u8]) -> Result<bool> {
+    fn send_next<T: Transport + ?Sized>(
+        &mut self,
+        link: &Link<'_, T>,
+        data: &[u8],
+    ) -> Result<bool> {
         let Some((source, bytes)) = self.queue.pop_front() else {
             return Ok(false);
         };
@@ -107,23 +126,22 @@ impl<'i> Outbox<'i> {
             (Source::Input, Some(input)) => input,
             _ => data,
         };
-        link.send_chunk(kind, &buffer[bytes.clone()])?;
-        self.sent.add(bytes.len());
+        link.send_chunk(&buffer[bytes.clone()])?;
+        self.sent.add(bytes.len(), self.window);
         Ok(true)
     }
 }
 
-/// Chunks, and the channel slots they fill.
+/// Chunks, or the slots they fill (each chunk starts a slot), as the window counts.
 #[derive(Debug, Default)]
-struct Count {
-    chunks: usize,
-    slots: usize,
-}
+struct Count(usize);
 
 impl Count {
-    fn add(&mut self, bytes: usize) {
-        self.chunks += 1;
-        self.slots += slots(bytes);
+    fn add(&mut self, bytes: usize, window: Window) {
+        self.0 += match window {
+            Window::Chunks(_) => 1,
+            Window::Slots { slot_bytes, .. } => bytes.div_ceil(slot_bytes),
+        };
     }
 }
 

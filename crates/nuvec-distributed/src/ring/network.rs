@@ -1,0 +1,318 @@
+//! A ring rank's network: its TCP connections to every other rank (`connections.rs` finds
+//! them by direction), its shared-memory channels to the ranks on its machine
+//! (`channels.rs`), and the [`Transport`] the collective algorithms run on.
+//!
+//! A collective's chunks travel between ring neighbours as frames on the TCP connection, or,
+//! where the two ranks of that direction share a channel, through it, bare (only for the
+//! first connection: the extra lanes of a pair that shares several keep to theirs). Both ends
+//! of a direction know whether it has a channel, so they agree without asking. On a channel a
+//! chunk needs no frame: the call's header, already checked on the connection, says what every
+//! byte that follows belongs to, and the channel keeps them in order. A wait on a channel
+//! cannot be woken by a socket, so it looks now and then (every few milliseconds) at the
+//! neighbour's connection and at every other incoming one, for an abort notice, a closed
+//! connection, or a frame showing a rank called something else.
+//!
+//! A channel holds `SLOTS` slots, and a sender waits for room: if every rank of a ring waited
+//! to write, none would read. So a link with a channel to its right counts the outbox's
+//! window in slots, [`SLOT_WINDOW`] beyond the slots received, with chunks of at most
+//! [`CHUNK_SLOTS`] slots. A rank stuck writing has filled the channel: `SLOTS` slots lie
+//! unread between it and its right neighbour. Yet it has sent at most
+//! `SLOT_WINDOW + CHUNK_SLOTS - 2` slots beyond those it has received, fewer than `SLOTS`, so
+//! it has received more slots than its right neighbour has. That cannot hold all the way
+//! round the ring: some rank is not stuck. (A rank that has received everything sends only
+//! to a neighbour still receiving, which reads.) The simulation tests check this with
+//! channels of the same size (`simulation_tests.rs`).
+
+use super::algorithms::CHUNK_BYTES;
+use super::channels::Nearby;
+use super::connections::Way;
+use super::send_pieces::PieceChoice;
+use super::transport::{Incoming, Pass, Route, Transport, Window};
+use crate::hostfile::Address;
+use crate::shm::{SLOTS, SLOT_BYTES};
+use crate::tcp::frame::{Header, Kind};
+use crate::tcp::watch::Watch;
+use crate::tcp::wire::{self, pending_abort, read_chunk, read_frame_of, read_header, write_chunk};
+use crate::tcp::Connection;
+use crate::Options;
+use nuvec_core::{Error, Result};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The most slots one chunk fills.
+const CHUNK_SLOTS: usize = CHUNK_BYTES.div_ceil(SLOT_BYTES);
+/// How many slots a link with a channel to its right may send beyond those it has received.
+pub(crate) const SLOT_WINDOW: usize = SLOTS / 2;
+const _: () = assert!(
+    SLOT_WINDOW >= 1 && SLOT_WINDOW + CHUNK_SLOTS - 2 < SLOTS,
+    "the outbox's window must leave a full channel's writer ahead of its reader"
+);
+/// How many chunks may be sent beyond the number received on a TCP connection, which queues
+/// what the socket does not take at once: the ring then moves data in step, the socket takes
+/// most chunks directly, and the writer thread's queue stays small instead of holding a whole
+/// segment.
+const AHEAD: usize = 4;
+/// How long a failing operation waits for its queued bytes to leave, best effort.
+const FLUSH_ON_ERROR: Duration = Duration::from_millis(500);
+
+/// The connections and channels of one rank of a ring group.
+#[derive(Debug)]
+pub(crate) struct Network {
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    /// The connections to each rank (none to this rank itself): one per address both list
+    /// and direction, those this rank writes on first ([`crate::tcp::form_mesh`]).
+    pub(crate) peers: Vec<Vec<Arc<Connection>>>,
+    pub(crate) timeout: Duration,
+    /// How many connections every pair of ring neighbours shares.
+    ring_connections: usize,
+    /// The collective in progress, for reads that wait long to check the other connections.
+    pub(crate) watch: Arc<Watch>,
+    /// How large point-to-point payloads go to each rank: in pieces or whole.
+    pub(crate) pieces: Vec<PieceChoice>,
+    /// Shared-memory channels with ranks on this machine.
+    pub(crate) nearby: Nearby,
+}
+
+impl Network {
+    /// Connects rank `rank` of the group whose listening addresses are `nodes` and opens the
+    /// channels it can (a group of one has neither).
+    pub(crate) fn connect(
+        nodes: &[Vec<Address>],
+        rank: usize,
+        options: &Options,
+    ) -> Result<Network> {
+        let size = nodes.len();
+        let ring_connections = (0..size)
+            .map(|r| crate::tcp::connections_between(nodes, r, (r + 1) % size))
+            .min()
+            .unwrap_or(1);
+        let peers = match size {
+            1 => vec![Vec::new()],
+            _ => crate::tcp::form_mesh(nodes, rank, options)?,
+        };
+        let mut network = Network {
+            rank,
+            size,
+            peers: peers
+                .into_iter()
+                .map(|connections| connections.into_iter().map(Arc::new).collect())
+                .collect(),
+            watch: Arc::new(Watch::new(rank)),
+            pieces: (0..size).map(|_| PieceChoice::default()).collect(),
+            timeout: options.timeout,
+            ring_connections,
+            nearby: Nearby::default(),
+        };
+        if size > 1 {
+            network.open_nearby()?;
+        }
+        for peer in network.connections() {
+            peer.join_watch(network.watch.clone());
+        }
+        network
+            .watch
+            .set_readers(network.readers().map(Arc::downgrade).collect());
+        Ok(network)
+    }
+
+    /// Fails when the collective `kind` cannot go on: rank `peer`, waited on through a
+    /// channel, left or sent word that the group failed, or some rank sent a frame of another
+    /// call.
+    fn still_going(&self, kind: Kind, peer: usize) -> Result<()> {
+        self.still_there(kind.name(), peer)?;
+        self.watch.sweep(kind.name())
+    }
+}
+
+impl Transport for Network {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn ring_connections(&self) -> usize {
+        self.ring_connections
+    }
+
+    fn begin(&self, ours: &Header) {
+        self.watch.begin(*ours);
+    }
+
+    fn accept(&self, bytes: u64) {
+        self.watch.accept(bytes);
+    }
+
+    fn end(&self) {
+        self.watch.end();
+    }
+
+    fn send_frame(
+        &self,
+        to: usize,
+        connection: usize,
+        header: &Header,
+        payload: &[u8],
+    ) -> Result<()> {
+        let op = header.kind.name();
+        let peer = self.connection(op, to, connection, Way::To)?;
+        if payload.is_empty() {
+            peer.write(op, &[&header.encode()])
+        } else {
+            peer.write(op, &[&header.encode(), payload])
+        }
+    }
+
+    fn recv_header(&self, from: usize, connection: usize, op: &str) -> Result<Header> {
+        let peer = self.connection(op, from, connection, Way::From)?;
+        read_header(peer, op, self.timeout)
+    }
+
+    fn recv_payload(&self, from: usize, connection: usize, op: &str, buf: &mut [u8]) -> Result<()> {
+        self.connection(op, from, connection, Way::From)?
+            .read_exact(op, buf, self.timeout)
+    }
+
+    fn recv_frame(
+        &self,
+        (from, connection): Route,
+        op: &str,
+        frame: &mut [u8],
+        payload: &dyn Fn(&Header) -> u64,
+        wait: Duration,
+    ) -> Result<Header> {
+        let peer = self.connection(op, from, connection, Way::From)?;
+        read_frame_of(peer, op, frame, wait, payload)
+    }
+
+    fn flush(&self, to: usize, connection: usize, op: &str) -> Result<()> {
+        self.connection(op, to, connection, Way::To)?
+            .flush(op, self.timeout)
+    }
+
+    /// A partner that gave up on the exchange (it timed out waiting for this rank, say) may
+    /// have sent its part first, and its abort notice, already waiting, fails the call here
+    /// too, so no rank takes a result that another rank reported as failed.
+    fn finish_exchange(&self, partner: usize, op: &str) -> Result<()> {
+        let peer = self.reader(op, partner)?;
+        if peer
+            .waiting_header()
+            .as_ref()
+            .and_then(pending_abort)
+            .is_some()
+        {
+            read_header(peer, op, self.timeout)?;
+        }
+        self.writer(op, partner)?.flush(op, self.timeout)
+    }
+
+    fn window(&self, to: usize, connection: usize) -> Window {
+        match connection == 0 && self.channel_to(to).is_some() {
+            true => Window::Slots {
+                slots: SLOT_WINDOW,
+                slot_bytes: SLOT_BYTES,
+            },
+            false => Window::Chunks(AHEAD),
+        }
+    }
+
+    fn send_chunk(
+        &self,
+        (to, connection): Route,
+        (kind, sequence): Pass,
+        payload: &[u8],
+    ) -> Result<()> {
+        if let Some(channel) = self.channel_to(to).filter(|_| connection == 0) {
+            let mut alive = || self.still_going(kind, to);
+            return channel.write(kind.name(), payload, self.timeout, &mut alive);
+        }
+        let peer = self.connection(kind.name(), to, connection, Way::To)?;
+        write_chunk(peer, kind, sequence, payload)
+    }
+
+    fn recv_chunk(
+        &self,
+        (from, connection): Route,
+        (kind, sequence): Pass,
+        into: &mut [u8],
+    ) -> Result<()> {
+        if let Some(channel) = self.channel_from(from).filter(|_| connection == 0) {
+            let mut alive = || self.still_going(kind, from);
+            return channel.read(kind.name(), into, self.timeout, &mut alive);
+        }
+        let peer = self.connection(kind.name(), from, connection, Way::From)?;
+        read_chunk(peer, kind, sequence, into, self.timeout)
+    }
+
+    fn recv_chunk_with(
+        &self,
+        (from, connection): Route,
+        (kind, sequence): Pass,
+        (bytes, scratch): Incoming<'_>,
+        take: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        if let Some(channel) = self.channel_from(from).filter(|_| connection == 0) {
+            let mut alive = || self.still_going(kind, from);
+            return channel.read_with(kind.name(), bytes, (self.timeout, &mut alive), take);
+        }
+        if scratch.len() < bytes {
+            scratch.resize(bytes, 0);
+        }
+        let incoming = &mut scratch[..bytes];
+        let peer = self.connection(kind.name(), from, connection, Way::From)?;
+        read_chunk(peer, kind, sequence, incoming, self.timeout)?;
+        take(0, incoming);
+        Ok(())
+    }
+
+    fn abort_all(&self, cause: &Error) {
+        for peer in self.writers() {
+            wire::write_abort(peer, cause);
+            peer.end_writes();
+        }
+    }
+
+    fn root_cause(&self, op: &str, error: Error) -> Error {
+        for peer in self.connections() {
+            let waiting = peer.check().ok().flatten();
+            let notice =
+                waiting.and_then(|raw| wire::take_abort(peer, op, &raw, wire::ABORT_READ_WAIT));
+            if let Some(notice) = notice {
+                return notice;
+            }
+        }
+        error
+    }
+
+    fn flush_all(&self, op: &str) {
+        for peer in self.writers() {
+            let _ = peer.flush(op, FLUSH_ON_ERROR);
+        }
+    }
+
+    fn check_peers(&self) -> Result<()> {
+        for peer in self.connections() {
+            if let Some(culprit) = peer.check()?.as_ref().and_then(pending_abort) {
+                return Err(Error::Distributed {
+                    op: "health".into(),
+                    rank: culprit.or(Some(peer.rank)),
+                    reason: format!("rank {} reported that the group failed", peer.rank),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn close(&self) {
+        for peer in self.connections() {
+            peer.close();
+        }
+    }
+}
