@@ -116,11 +116,12 @@ fn extreme_tangent(x: &Array, t: &Array, axes: &[usize], largest: bool) -> Array
         reshape(&transpose(x, Some(&order)), &flat),
         reshape(&transpose(t, Some(&order)), &flat),
     );
-    let index = if largest {
+    // The pick is locally constant in `x`: nothing is differentiated through it.
+    let index = stop_gradient(&if largest {
         argmax(&x, Some(-1), true)
     } else {
         argmin(&x, Some(-1), true)
-    };
+    });
     take_along_axis(&t, &index, Some(-1))
 }
 

@@ -164,7 +164,19 @@ impl Scan {
         where_(&before, &usual, multiply(&at_first, &once))
     }
 
+    /// Where each running extreme came from along the axis, and whether there is one (an
+    /// exclusive scan's first value has none).
     fn extreme_source(&self, x: &Array, out: &Array) -> (Array, Array) {
+        // Locally constant in `x`: nothing is differentiated through them (as MLX's `owner`).
+        let (source, valid) = self.extreme_positions(x, out);
+        (
+            crate::ops::stop_gradient(&source),
+            crate::ops::stop_gradient(&valid),
+        )
+    }
+
+    /// [`Self::extreme_source`] before its derivative is cut.
+    fn extreme_positions(&self, x: &Array, out: &Array) -> (Array, Array) {
         use crate::ops::{arange, cummax, cummin, equal, pad, slice, where_};
         let n = x.shape()[self.axis];
         let mut along = vec![1; x.ndim()];

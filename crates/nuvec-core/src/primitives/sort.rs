@@ -117,10 +117,12 @@ impl Primitive for SortLast {
 
 impl SortLast {
     /// Where each output value came from along the last axis (`None` for argsort, whose
-    /// output does not vary smoothly).
+    /// output does not vary smoothly). The permutation is locally constant in `x`, so, as in
+    /// MLX, nothing is differentiated through it: a derivative of these derivatives gives the
+    /// permutation no tangent (a zero one would meet an infinite or NaN factor and make NaN).
     fn chosen(&self, x: &Array) -> Option<Array> {
-        use crate::ops::{argsort, slice};
-        let order = argsort(x, Some(-1));
+        use crate::ops::{argsort, slice, stop_gradient};
+        let order = stop_gradient(&argsort(x, Some(-1)));
         match self.0 {
             SortKind::Sort => Some(order),
             SortKind::ArgSort => None,
