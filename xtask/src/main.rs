@@ -31,6 +31,7 @@ mod bench_table;
 mod demo;
 mod stats;
 mod tidy;
+mod tidy_imports;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};

@@ -1,6 +1,7 @@
 //! Repository hygiene: files stay one concept long, every `unsafe` block says why it is sound,
 //! library code holds no `todo!`, `unimplemented!` or `dbg!`, and every relative link in the
-//! Markdown documents (README, CONTRIBUTING, ARCHITECTURE, docs/) names a file that exists.
+//! Markdown documents (README, CONTRIBUTING, ARCHITECTURE, docs/) names a file that exists;
+//! the layered crates' modules import each other in no loop (`tidy_imports.rs`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// Lines of a library source file above which tidy fails.
 const MAX_LINES: usize = 1000;
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
@@ -72,6 +73,13 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
         }
     }
     problems.extend(broken_links(root));
+    for src in super::tidy_imports::LAYERED {
+        for found in super::tidy_imports::loops(&root.join(src)) {
+            problems.push(format!(
+                "{src}: modules import each other in a loop: {found}"
+            ));
+        }
+    }
     if problems.is_empty() {
         Ok(())
     } else {

@@ -29,4 +29,4 @@ mod tcp;
 
 pub use backend::{init, init_backend, init_with, is_available, Backend};
 pub use hostfile::{parse_hostfile, read_hostfile, Address};
-pub use options::Options;
+pub use options::{Options, Polling, SharedMemory, StreamingStores};

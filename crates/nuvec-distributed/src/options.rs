@@ -1,4 +1,5 @@
-//! [`Options`]: how a group forms, how long it waits and which key authenticates it.
+//! [`Options`]: how a group forms, how long it waits, which key authenticates it, and how the
+//! ring moves bytes. Every environment variable of the ring (`NUVEC_RING_*`) is read here.
 
 use crate::auth::Key;
 use std::time::Duration;
@@ -25,6 +26,48 @@ pub struct Options {
     /// failing with an error naming it.
     pub timeout: Duration,
     key: Option<Key>,
+    /// How the ring's reads wait; `None`: `NUVEC_RING_POLL`, read when the group forms.
+    pub polling: Option<Polling>,
+    /// Whether ranks on one machine use shared memory; `None`: `NUVEC_RING_SHARED_MEMORY`.
+    pub shared_memory: Option<SharedMemory>,
+    /// How senders copy into shared memory; `None`: `NUVEC_RING_STREAMING_STORES`.
+    pub streaming_stores: Option<StreamingStores>,
+}
+
+/// How a ring's read waits for data before it sleeps in the kernel (`NUVEC_RING_POLL`:
+/// `auto`, `spin`, `yield`, `off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Polling {
+    /// Spin when this machine has a core for each of the group's ranks on it, else yield.
+    Auto,
+    /// Poll on the CPU briefly (for machines with a core per local rank).
+    Spin,
+    /// Poll, yielding the core between polls (for more local ranks than cores).
+    Yield,
+    /// Sleep at once.
+    Off,
+}
+
+/// Whether ranks on one machine move large payloads and ring chunks through shared memory
+/// (`NUVEC_RING_SHARED_MEMORY`: `auto`, `off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedMemory {
+    /// Where two ranks find they share a machine.
+    Auto,
+    /// Never: everything on TCP.
+    Off,
+}
+
+/// How a sender copies into shared memory (`NUVEC_RING_STREAMING_STORES`: `auto`, `on`,
+/// `off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamingStores {
+    /// Plain stores, streaming ones while timed copies show the cores share no cache.
+    Auto,
+    /// Always streaming stores (which bypass the cache).
+    On,
+    /// Always plain stores.
+    Off,
 }
 
 impl Default for Options {
@@ -32,8 +75,36 @@ impl Default for Options {
         Options {
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
             key: None,
+            polling: None,
+            shared_memory: None,
+            streaming_stores: None,
         }
     }
+}
+
+/// The value of the environment variable `name` among `choices` (unset or empty: the first),
+/// or an error naming the variable and the choices.
+fn choice_of<T: Copy>(name: &str, value: Option<&str>, choices: &[(&str, T)]) -> Result<T, String> {
+    let value = value.map(str::trim).unwrap_or("");
+    if value.is_empty() {
+        return Ok(choices[0].1);
+    }
+    choices
+        .iter()
+        .find(|(word, _)| *word == value)
+        .map(|(_, choice)| *choice)
+        .ok_or_else(|| {
+            let words: Vec<&str> = choices.iter().map(|(word, _)| *word).collect();
+            format!("{name} must be {}, got {value:?}", words.join(", "))
+        })
+}
+
+/// The ring's settings for one group: those of the options, the environment's for the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RingSettings {
+    pub(crate) polling: Polling,
+    pub(crate) shared_memory: SharedMemory,
+    pub(crate) streaming_stores: StreamingStores,
 }
 
 impl Options {
@@ -55,6 +126,77 @@ impl Options {
     pub fn key(mut self, secret: impl AsRef<[u8]>) -> Options {
         self.key = Some(Key::new(secret.as_ref()));
         self
+    }
+
+    /// Sets how the ring's reads wait (instead of `NUVEC_RING_POLL`).
+    pub fn polling(mut self, polling: Polling) -> Options {
+        self.polling = Some(polling);
+        self
+    }
+
+    /// Sets whether ranks on one machine use shared memory (instead of
+    /// `NUVEC_RING_SHARED_MEMORY`).
+    pub fn shared_memory(mut self, shared_memory: SharedMemory) -> Options {
+        self.shared_memory = Some(shared_memory);
+        self
+    }
+
+    /// Sets how senders copy into shared memory (instead of `NUVEC_RING_STREAMING_STORES`).
+    pub fn streaming_stores(mut self, streaming_stores: StreamingStores) -> Options {
+        self.streaming_stores = Some(streaming_stores);
+        self
+    }
+
+    /// The ring's settings: those set here, the environment's (`NUVEC_RING_*`) for the rest.
+    pub(crate) fn ring_settings(&self) -> Result<RingSettings, String> {
+        self.ring_settings_from(&|name| std::env::var(name).ok())
+    }
+
+    /// [`Options::ring_settings`] with the environment's variables read by `var`.
+    fn ring_settings_from(
+        &self,
+        var: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<RingSettings, String> {
+        use Polling as P;
+        let read = |name: &str| var(name);
+        let polling = match self.polling {
+            Some(polling) => polling,
+            None => choice_of(
+                "NUVEC_RING_POLL",
+                read("NUVEC_RING_POLL").as_deref(),
+                &[
+                    ("auto", P::Auto),
+                    ("spin", P::Spin),
+                    ("yield", P::Yield),
+                    ("off", P::Off),
+                ],
+            )?,
+        };
+        let shared_memory = match self.shared_memory {
+            Some(choice) => choice,
+            None => choice_of(
+                "NUVEC_RING_SHARED_MEMORY",
+                read("NUVEC_RING_SHARED_MEMORY").as_deref(),
+                &[("auto", SharedMemory::Auto), ("off", SharedMemory::Off)],
+            )?,
+        };
+        let streaming_stores = match self.streaming_stores {
+            Some(choice) => choice,
+            None => choice_of(
+                "NUVEC_RING_STREAMING_STORES",
+                read("NUVEC_RING_STREAMING_STORES").as_deref(),
+                &[
+                    ("auto", StreamingStores::Auto),
+                    ("on", StreamingStores::On),
+                    ("off", StreamingStores::Off),
+                ],
+            )?,
+        };
+        Ok(RingSettings {
+            polling,
+            shared_memory,
+            streaming_stores,
+        })
     }
 
     /// Whether a key is set.
@@ -88,5 +230,65 @@ impl Options {
             options = options.key(secret.as_encoded_bytes());
         }
         Ok(options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(options: &Options, vars: &[(&str, &str)]) -> Result<RingSettings, String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        options.ring_settings_from(&|name| {
+            vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn ring_settings_come_from_the_options_else_the_environment_else_auto() {
+        let auto = RingSettings {
+            polling: Polling::Auto,
+            shared_memory: SharedMemory::Auto,
+            streaming_stores: StreamingStores::Auto,
+        };
+        assert_eq!(settings(&Options::default(), &[]), Ok(auto));
+        let from_env = settings(
+            &Options::default(),
+            &[
+                ("NUVEC_RING_POLL", " yield "),
+                ("NUVEC_RING_SHARED_MEMORY", "off"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(from_env.polling, Polling::Yield);
+        assert_eq!(from_env.shared_memory, SharedMemory::Off);
+        // What the options set wins over the environment.
+        let options = Options::default()
+            .polling(Polling::Off)
+            .streaming_stores(StreamingStores::On);
+        let both = settings(&options, &[("NUVEC_RING_POLL", "spin")]).unwrap();
+        assert_eq!(
+            (both.polling, both.streaming_stores),
+            (Polling::Off, StreamingStores::On)
+        );
+    }
+
+    #[test]
+    fn a_bad_ring_variable_is_named_with_its_choices() {
+        for (name, value) in [
+            ("NUVEC_RING_POLL", "fast"),
+            ("NUVEC_RING_SHARED_MEMORY", "yes"),
+            ("NUVEC_RING_STREAMING_STORES", "maybe"),
+        ] {
+            let error = settings(&Options::default(), &[(name, value)]).unwrap_err();
+            assert!(
+                error.starts_with(name) && error.contains(&format!("{value:?}")),
+                "{error}"
+            );
+            assert!(error.contains("must be auto"), "{error}");
+        }
     }
 }

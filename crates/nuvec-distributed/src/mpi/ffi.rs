@@ -481,7 +481,7 @@ fn check(code: c_int) -> Result<(), c_int> {
 }
 
 /// The user operation for 16-bit floats (`BF16` picks the format, `OP` the reduction by its
-/// index in `types::OPS`): hands MPI's buffers to [`super::types::reduce_half`].
+/// index in `half::OPS`): hands MPI's buffers to [`super::half::reduce_half`].
 pub(crate) unsafe extern "C" fn half_op<const BF16: bool, const OP: usize>(
     input: *mut c_void,
     inout: *mut c_void,
@@ -498,7 +498,7 @@ pub(crate) unsafe extern "C" fn half_op<const BF16: bool, const OP: usize>(
             std::slice::from_raw_parts_mut(inout.cast::<u8>(), bytes),
         )
     };
-    super::types::reduce_half(BF16, OP, src, dst);
+    super::half::reduce_half(BF16, OP, src, dst);
 }
 
 /// Runs `finalize` when the process exits, as MPI requires of every process that called

@@ -19,6 +19,7 @@
 mod abi_tests;
 mod chunks;
 mod ffi;
+mod half;
 mod message;
 mod types;
 

@@ -5,10 +5,8 @@
 //! the ring). Sums of `bool` are logical or, as everywhere in nuvec.
 
 use super::ffi::{half_op, Handle, Mpi};
-use crate::kernels::kernel_op;
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::DType;
-use nuvec_cpu::bytes::reduce_bytes;
 use std::ffi::c_int;
 
 /// Index of each dtype's datatype in [`Mpi::datatypes`] (see `ffi::DATATYPE_SYMBOLS`).
@@ -42,15 +40,6 @@ fn op_index(op: ReduceOp) -> usize {
         ReduceOp::Max => 1,
         ReduceOp::Min => 2,
     }
-}
-
-const OPS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
-
-/// `dst = src op dst` over 16-bit floats (every op here is commutative, so the operands'
-/// order does not matter).
-pub(crate) fn reduce_half(bf16: bool, op: usize, src: &[u8], dst: &mut [u8]) {
-    let dtype = if bf16 { DType::BF16 } else { DType::F16 };
-    reduce_bytes(dst, src, dtype, kernel_op(OPS[op]));
 }
 
 impl HalfOps {

@@ -17,10 +17,9 @@
 //! was as fast or faster. Channels of 8 slots did as well as of 16 (measured:
 //! `docs/performance.md`, "Tuning measurements").
 
-use super::network::Network;
+use super::connections::Connections;
 use crate::shm::offers::{accept, empty_offer, offer_to, NO, OFFER_BYTES, OFFER_MAGIC, YES};
 use crate::shm::{Channel, Policy};
-use crate::tcp::wire::{take_abort, ABORT_READ_WAIT};
 use nuvec_core::{Error, Result};
 
 /// Payloads at least this large go through a channel where there is one. Smaller ones gain
@@ -35,42 +34,17 @@ pub(crate) struct Nearby {
     from: Vec<Option<Channel>>,
 }
 
-/// Whether this rank offers and accepts channels: `NUVEC_RING_SHARED_MEMORY`, `auto` (or
-/// unset) or `off`.
-fn wanted() -> Result<bool> {
-    wanted_from(&std::env::var("NUVEC_RING_SHARED_MEMORY").unwrap_or_default())
-}
-
-/// [`wanted`] for the variable's value `choice` (empty when unset).
-fn wanted_from(choice: &str) -> Result<bool> {
-    match choice.trim() {
-        "" | "auto" => Ok(true),
-        "off" => Ok(false),
-        other => Err(Error::Distributed {
-            op: "init".into(),
-            rank: None,
-            reason: format!("NUVEC_RING_SHARED_MEMORY must be auto or off, got {other:?}"),
-        }),
-    }
-}
-
-/// The stores senders copy into slots with: `NUVEC_RING_STREAMING_STORES`, `auto` (or
-/// unset), `on` or `off` (`shm/slot_copies.rs`).
-fn stores_wanted() -> Result<Policy> {
-    let choice = std::env::var("NUVEC_RING_STREAMING_STORES").unwrap_or_default();
-    Policy::named(&choice).ok_or_else(|| Error::Distributed {
-        op: "init".into(),
-        rank: None,
-        reason: format!("NUVEC_RING_STREAMING_STORES must be auto, on or off, got {choice:?}"),
-    })
-}
-
-impl Network {
-    /// Offers every other rank a channel and opens those offered that this rank can (see the
-    /// module's documentation). Called once, right after the connections form.
-    pub(crate) fn open_nearby(&mut self) -> Result<()> {
-        let (wanted, stores) = (wanted()?, stores_wanted()?);
-        let (rank, size, timeout) = (self.rank, self.size, self.timeout);
+impl Nearby {
+    /// Offers every other rank a channel over `connections` and opens those offered that this
+    /// rank can (see the module's documentation); with `wanted` false, offers none and
+    /// declines every offer. Called once, right after the connections form.
+    pub(crate) fn open(
+        connections: &Connections,
+        rank: usize,
+        timeout: std::time::Duration,
+        (wanted, stores): (bool, Policy),
+    ) -> Result<Nearby> {
+        let size = connections.size;
         let others: Vec<usize> = (0..size).filter(|&r| r != rank).collect();
         let mut to: Vec<Option<Channel>> = (0..size).map(|_| None).collect();
         let mut from: Vec<Option<Channel>> = (0..size).map(|_| None).collect();
@@ -84,12 +58,17 @@ impl Network {
                 channel.use_stores(stores);
                 channel
             });
-            self.writer("init", dst)?
-                .write_through("init", &[&offer], OFFER_BYTES, timeout)?;
+            connections.writer("init", dst)?.write_through(
+                "init",
+                &[&offer],
+                OFFER_BYTES,
+                timeout,
+            )?;
         }
         for &src in &others {
             let mut offer = [0u8; OFFER_BYTES];
-            self.reader("init", src)?
+            connections
+                .reader("init", src)?
                 .read_message("init", &mut offer, timeout)?;
             if &offer[..8] != OFFER_MAGIC {
                 return Err(Error::Distributed {
@@ -102,12 +81,17 @@ impl Network {
         }
         for &src in &others {
             let answer = if from[src].is_some() { YES } else { NO };
-            self.writer("init", src)?
-                .write_through("init", &[answer], answer.len(), timeout)?;
+            connections.writer("init", src)?.write_through(
+                "init",
+                &[answer],
+                answer.len(),
+                timeout,
+            )?;
         }
         for &dst in &others {
             let mut answer = [0u8; 8];
-            self.reader("init", dst)?
+            connections
+                .reader("init", dst)?
                 .read_message("init", &mut answer, timeout)?;
             if &answer != YES && &answer != NO {
                 return Err(Error::Distributed {
@@ -121,8 +105,7 @@ impl Network {
                 _ => to[dst] = None,
             }
         }
-        self.nearby = Nearby { to, from };
-        Ok(())
+        Ok(Nearby { to, from })
     }
 
     /// The channel a payload of `bytes` to rank `dst` goes through, if any.
@@ -142,30 +125,19 @@ impl Network {
     /// The channel to rank `dst`, if any, whatever the size: a collective's link takes it
     /// for all of its chunks.
     pub(crate) fn channel_to(&self, dst: usize) -> Option<&Channel> {
-        self.nearby.to.get(dst)?.as_ref()
+        self.to.get(dst)?.as_ref()
     }
 
     /// The channel from rank `src`, if any (see [`Network::channel_to`]).
     pub(crate) fn channel_from(&self, src: usize) -> Option<&Channel> {
-        self.nearby.from.get(src)?.as_ref()
+        self.from.get(src)?.as_ref()
     }
 
     /// Whether `peer` has directions with a channel, to it and from it: for tests.
     #[cfg(test)]
     pub(crate) fn shares_memory_with(&self, peer: usize) -> (bool, bool) {
         let has = |side: &Vec<Option<Channel>>| side.get(peer).is_some_and(Option::is_some);
-        (has(&self.nearby.to), has(&self.nearby.from))
-    }
-
-    /// Fails when rank `peer` can no longer take part: its connection to this rank closed,
-    /// or it sent word that the group failed (which `run` then reports).
-    pub(crate) fn still_there(&self, op: &str, peer: usize) -> Result<()> {
-        let connection = self.reader(op, peer)?;
-        let waiting = connection.check()?;
-        match waiting.and_then(|raw| take_abort(connection, op, &raw, ABORT_READ_WAIT)) {
-            Some(notice) => Err(notice),
-            None => Ok(()),
-        }
+        (has(&self.to), has(&self.from))
     }
 }
 
@@ -180,18 +152,6 @@ mod tests {
     use nuvec_core::distributed::Communicator;
     use nuvec_core::DType;
     use std::time::Duration;
-
-    #[test]
-    fn the_variable_takes_auto_or_off_and_names_itself_when_wrong() {
-        assert!(wanted_from("").unwrap());
-        assert!(wanted_from(" auto ").unwrap());
-        assert!(!wanted_from("off").unwrap());
-        let error = wanted_from("yes").unwrap_err().to_string();
-        assert!(
-            error.contains("NUVEC_RING_SHARED_MEMORY") && error.contains("\"yes\""),
-            "{error}"
-        );
-    }
 
     /// Two ranks of one group, formed by two threads of this process over loopback.
     fn two_ranks() -> (RingCommunicator, RingCommunicator) {
@@ -213,8 +173,8 @@ mod tests {
     #[test]
     fn ranks_on_one_machine_share_memory_both_ways_and_large_messages_take_it() {
         let (rank_0, rank_1) = two_ranks();
-        assert_eq!(rank_0.network.shares_memory_with(1), (true, true));
-        assert_eq!(rank_1.network.shares_memory_with(0), (true, true));
+        assert_eq!(rank_0.network.nearby.shares_memory_with(1), (true, true));
+        assert_eq!(rank_1.network.nearby.shares_memory_with(0), (true, true));
         // Sizes on both sides of the threshold, and one spanning many slots with a ragged end.
         for bytes in [SHARED_FROM - 4, SHARED_FROM, 3 * (1 << 20) + 4] {
             let sent: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
@@ -277,7 +237,7 @@ mod tests {
         });
         let start = std::time::Instant::now();
         let error = loop {
-            match rank_0.network.still_there("all_sum", 1) {
+            match rank_0.network.connections.still_there("all_sum", 1) {
                 Err(error) => break error,
                 Ok(()) if start.elapsed() < Duration::from_secs(5) => {
                     std::thread::sleep(Duration::from_millis(1))

@@ -1,9 +1,9 @@
 //! A rank's connections to the others, by direction: one opened by each end of a pair, each
-//! carrying data one way ([`super::connect::form_mesh`] gives their order), but for the second
+//! carrying data one way ([`crate::tcp::form_mesh`] gives their order), but for the second
 //! halves of large point-to-point messages (`messages.rs`), which take the other direction of
 //! the receiver's connection.
 
-use super::network::Network;
+use crate::tcp::wire::{take_abort, ABORT_READ_WAIT};
 use crate::tcp::Connection;
 use nuvec_core::{Error, Result};
 use std::sync::Arc;
@@ -17,9 +17,17 @@ pub(crate) enum Way {
     From,
 }
 
-impl Network {
+/// A rank's connections to every other rank (none to itself): one per address both list
+/// and direction, those this rank writes on first ([`crate::tcp::form_mesh`]).
+#[derive(Debug)]
+pub(crate) struct Connections {
+    pub(crate) size: usize,
+    pub(crate) peers: Vec<Vec<Arc<Connection>>>,
+}
+
+impl Connections {
     /// Connection `index` of those that carry data to rank `rank` ([`Way::To`]) or from it
-    /// ([`Way::From`]); [`super::connect::form_mesh`] gives their order.
+    /// ([`Way::From`]); [`crate::tcp::form_mesh`] gives their order.
     pub(crate) fn connection(
         &self,
         op: &str,
@@ -58,7 +66,7 @@ impl Network {
     }
 
     /// Every connection to every peer.
-    pub(crate) fn connections(&self) -> impl Iterator<Item = &Arc<Connection>> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Arc<Connection>> {
         self.peers.iter().flatten()
     }
 
@@ -76,5 +84,16 @@ impl Network {
         self.peers
             .iter()
             .flat_map(|connections| &connections[connections.len() / 2..])
+    }
+
+    /// Fails when rank `peer` can no longer take part: its connection to this rank closed,
+    /// or it sent word that the group failed (the notice, read whole, is the error).
+    pub(crate) fn still_there(&self, op: &str, peer: usize) -> Result<()> {
+        let connection = self.reader(op, peer)?;
+        let waiting = connection.check()?;
+        match waiting.and_then(|raw| take_abort(connection, op, &raw, ABORT_READ_WAIT)) {
+            Some(notice) => Err(notice),
+            None => Ok(()),
+        }
     }
 }

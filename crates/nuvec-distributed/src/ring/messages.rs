@@ -52,10 +52,10 @@ fn first_half(bytes: usize) -> usize {
 impl Network {
     /// Sends `meta` (the message's header and shape) and its payload `data` to `dst`.
     pub(crate) fn write_message(&self, dst: usize, meta: &[u8], data: &[u8]) -> Result<()> {
-        let peer = self.writer("send", dst)?;
-        if let Some(channel) = self.shared_to(dst, data.len()) {
+        let peer = self.connections.writer("send", dst)?;
+        if let Some(channel) = self.nearby.shared_to(dst, data.len()) {
             peer.write_through("send", &[meta], meta.len(), self.timeout)?;
-            let mut alive = || self.still_there("send", dst);
+            let mut alive = || self.connections.still_there("send", dst);
             return channel.write("send", data, self.timeout, &mut alive);
         }
         let large = data.len() >= PIECES_FROM;
@@ -75,7 +75,7 @@ impl Network {
             }
             peer.write_through("send", &[meta, first], piece, self.timeout)?;
         } else {
-            let other = self.connection("send", dst, 0, Way::From)?;
+            let other = self.connections.connection("send", dst, 0, Way::From)?;
             both(
                 ("send", dst),
                 || peer.write_through("send", &[meta, first], piece, self.timeout),
@@ -96,15 +96,15 @@ impl Network {
         peer: &Connection,
         data: &mut [u8],
     ) -> Result<()> {
-        if let Some(channel) = self.shared_from(src, data.len() as u64) {
-            let mut alive = || self.still_there("recv", src);
+        if let Some(channel) = self.nearby.shared_from(src, data.len() as u64) {
+            let mut alive = || self.connections.still_there("recv", src);
             return channel.read("recv", data, self.timeout, &mut alive);
         }
         let (first, second) = data.split_at_mut(first_half(data.len()));
         if second.is_empty() {
             return peer.read_message("recv", first, self.timeout);
         }
-        let other = self.connection("recv", src, 0, Way::To)?;
+        let other = self.connections.connection("recv", src, 0, Way::To)?;
         both(
             ("recv", src),
             || peer.read_sleeping("recv", first, self.timeout),
@@ -116,8 +116,8 @@ impl Network {
     /// that this rank did not expect, in bounded pieces (the size comes from the peer), so
     /// the connections stay usable for the next one.
     pub(crate) fn drain_payload(&self, src: usize, peer: &Connection, bytes: u64) -> Result<()> {
-        if let Some(channel) = self.shared_from(src, bytes) {
-            let mut alive = || self.still_there("recv", src);
+        if let Some(channel) = self.nearby.shared_from(src, bytes) {
+            let mut alive = || self.connections.still_there("recv", src);
             return channel.skip("recv", bytes, self.timeout, &mut alive);
         }
         let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
@@ -133,7 +133,10 @@ impl Network {
         };
         drain(peer, first)?;
         if bytes > first {
-            drain(self.connection("recv", src, 0, Way::To)?, bytes - first)?;
+            drain(
+                self.connections.connection("recv", src, 0, Way::To)?,
+                bytes - first,
+            )?;
         }
         Ok(())
     }

@@ -186,7 +186,7 @@ impl Communicator for RingCommunicator {
     fn recv(&self, data: &mut [u8], dtype: DType, shape: &[i32], src: usize) -> Result<()> {
         self.authority.run(&self.network, "recv", false, |turn| {
             let network = &self.network;
-            let peer = network.reader("recv", src)?;
+            let peer = network.connections.reader("recv", src)?;
             let (header, ndim) = turn.breaks(read_message_start(peer, "recv", network.timeout))?;
             if header.kind != Kind::Send || header.sequence != turn.state().messages.received[src] {
                 let expected = turn.state().messages.received[src];

@@ -25,15 +25,15 @@
 
 use super::algorithms::CHUNK_BYTES;
 use super::channels::Nearby;
-use super::connections::Way;
+use super::connections::{Connections, Way};
 use super::send_pieces::PieceChoice;
 use super::transport::{Incoming, Pass, Route, Transport, Window};
 use crate::hostfile::Address;
-use crate::shm::{SLOTS, SLOT_BYTES};
+use crate::options::{SharedMemory, StreamingStores};
+use crate::shm::{Policy, SLOTS, SLOT_BYTES};
 use crate::tcp::frame::{Header, Kind};
 use crate::tcp::watch::Watch;
 use crate::tcp::wire::{self, pending_abort, read_chunk, read_frame_of, read_header, write_chunk};
-use crate::tcp::Connection;
 use crate::Options;
 use nuvec_core::{Error, Result};
 use std::sync::Arc;
@@ -60,9 +60,8 @@ const FLUSH_ON_ERROR: Duration = Duration::from_millis(500);
 pub(crate) struct Network {
     pub(crate) rank: usize,
     pub(crate) size: usize,
-    /// The connections to each rank (none to this rank itself): one per address both list
-    /// and direction, those this rank writes on first ([`crate::tcp::form_mesh`]).
-    pub(crate) peers: Vec<Vec<Arc<Connection>>>,
+    /// The connections to each rank.
+    pub(crate) connections: Connections,
     pub(crate) timeout: Duration,
     /// How many connections every pair of ring neighbours shares.
     ring_connections: usize,
@@ -91,28 +90,46 @@ impl Network {
             1 => vec![Vec::new()],
             _ => crate::tcp::form_mesh(nodes, rank, options)?,
         };
-        let mut network = Network {
-            rank,
+        let connections = Connections {
             size,
             peers: peers
                 .into_iter()
                 .map(|connections| connections.into_iter().map(Arc::new).collect())
                 .collect(),
+        };
+        let settings = options
+            .ring_settings()
+            .map_err(|reason| Error::Distributed {
+                op: "init".into(),
+                rank: None,
+                reason,
+            })?;
+        let wanted = settings.shared_memory == SharedMemory::Auto;
+        let stores = match settings.streaming_stores {
+            StreamingStores::Auto => Policy::Auto,
+            StreamingStores::On => Policy::Streaming,
+            StreamingStores::Off => Policy::Plain,
+        };
+        let nearby = match size {
+            1 => Nearby::default(),
+            _ => Nearby::open(&connections, rank, options.timeout, (wanted, stores))?,
+        };
+        let network = Network {
+            rank,
+            size,
+            connections,
             watch: Arc::new(Watch::new(rank)),
             pieces: (0..size).map(|_| PieceChoice::default()).collect(),
             timeout: options.timeout,
             ring_connections,
-            nearby: Nearby::default(),
+            nearby,
         };
-        if size > 1 {
-            network.open_nearby()?;
-        }
-        for peer in network.connections() {
+        for peer in network.connections.all() {
             peer.join_watch(network.watch.clone());
         }
         network
             .watch
-            .set_readers(network.readers().map(Arc::downgrade).collect());
+            .set_readers(network.connections.readers().map(Arc::downgrade).collect());
         Ok(network)
     }
 
@@ -120,7 +137,7 @@ impl Network {
     /// channel, left or sent word that the group failed, or some rank sent a frame of another
     /// call.
     fn still_going(&self, kind: Kind, peer: usize) -> Result<()> {
-        self.still_there(kind.name(), peer)?;
+        self.connections.still_there(kind.name(), peer)?;
         self.watch.sweep(kind.name())
     }
 }
@@ -162,7 +179,7 @@ impl Transport for Network {
         payload: &[u8],
     ) -> Result<()> {
         let op = header.kind.name();
-        let peer = self.connection(op, to, connection, Way::To)?;
+        let peer = self.connections.connection(op, to, connection, Way::To)?;
         if payload.is_empty() {
             peer.write(op, &[&header.encode()])
         } else {
@@ -171,12 +188,15 @@ impl Transport for Network {
     }
 
     fn recv_header(&self, from: usize, connection: usize, op: &str) -> Result<Header> {
-        let peer = self.connection(op, from, connection, Way::From)?;
+        let peer = self
+            .connections
+            .connection(op, from, connection, Way::From)?;
         read_header(peer, op, self.timeout)
     }
 
     fn recv_payload(&self, from: usize, connection: usize, op: &str, buf: &mut [u8]) -> Result<()> {
-        self.connection(op, from, connection, Way::From)?
+        self.connections
+            .connection(op, from, connection, Way::From)?
             .read_exact(op, buf, self.timeout)
     }
 
@@ -188,12 +208,15 @@ impl Transport for Network {
         payload: &dyn Fn(&Header) -> u64,
         wait: Duration,
     ) -> Result<Header> {
-        let peer = self.connection(op, from, connection, Way::From)?;
+        let peer = self
+            .connections
+            .connection(op, from, connection, Way::From)?;
         read_frame_of(peer, op, frame, wait, payload)
     }
 
     fn flush(&self, to: usize, connection: usize, op: &str) -> Result<()> {
-        self.connection(op, to, connection, Way::To)?
+        self.connections
+            .connection(op, to, connection, Way::To)?
             .flush(op, self.timeout)
     }
 
@@ -201,7 +224,7 @@ impl Transport for Network {
     /// have sent its part first, and its abort notice, already waiting, fails the call here
     /// too, so no rank takes a result that another rank reported as failed.
     fn finish_exchange(&self, partner: usize, op: &str) -> Result<()> {
-        let peer = self.reader(op, partner)?;
+        let peer = self.connections.reader(op, partner)?;
         if peer
             .waiting_header()
             .as_ref()
@@ -210,11 +233,13 @@ impl Transport for Network {
         {
             read_header(peer, op, self.timeout)?;
         }
-        self.writer(op, partner)?.flush(op, self.timeout)
+        self.connections
+            .writer(op, partner)?
+            .flush(op, self.timeout)
     }
 
     fn window(&self, to: usize, connection: usize) -> Window {
-        match connection == 0 && self.channel_to(to).is_some() {
+        match connection == 0 && self.nearby.channel_to(to).is_some() {
             true => Window::Slots {
                 slots: SLOT_WINDOW,
                 slot_bytes: SLOT_BYTES,
@@ -229,11 +254,13 @@ impl Transport for Network {
         (kind, sequence): Pass,
         payload: &[u8],
     ) -> Result<()> {
-        if let Some(channel) = self.channel_to(to).filter(|_| connection == 0) {
+        if let Some(channel) = self.nearby.channel_to(to).filter(|_| connection == 0) {
             let mut alive = || self.still_going(kind, to);
             return channel.write(kind.name(), payload, self.timeout, &mut alive);
         }
-        let peer = self.connection(kind.name(), to, connection, Way::To)?;
+        let peer = self
+            .connections
+            .connection(kind.name(), to, connection, Way::To)?;
         write_chunk(peer, kind, sequence, payload)
     }
 
@@ -243,11 +270,13 @@ impl Transport for Network {
         (kind, sequence): Pass,
         into: &mut [u8],
     ) -> Result<()> {
-        if let Some(channel) = self.channel_from(from).filter(|_| connection == 0) {
+        if let Some(channel) = self.nearby.channel_from(from).filter(|_| connection == 0) {
             let mut alive = || self.still_going(kind, from);
             return channel.read(kind.name(), into, self.timeout, &mut alive);
         }
-        let peer = self.connection(kind.name(), from, connection, Way::From)?;
+        let peer = self
+            .connections
+            .connection(kind.name(), from, connection, Way::From)?;
         read_chunk(peer, kind, sequence, into, self.timeout)
     }
 
@@ -258,7 +287,7 @@ impl Transport for Network {
         (bytes, scratch): Incoming<'_>,
         take: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<()> {
-        if let Some(channel) = self.channel_from(from).filter(|_| connection == 0) {
+        if let Some(channel) = self.nearby.channel_from(from).filter(|_| connection == 0) {
             let mut alive = || self.still_going(kind, from);
             return channel.read_with(kind.name(), bytes, (self.timeout, &mut alive), take);
         }
@@ -266,21 +295,23 @@ impl Transport for Network {
             scratch.resize(bytes, 0);
         }
         let incoming = &mut scratch[..bytes];
-        let peer = self.connection(kind.name(), from, connection, Way::From)?;
+        let peer = self
+            .connections
+            .connection(kind.name(), from, connection, Way::From)?;
         read_chunk(peer, kind, sequence, incoming, self.timeout)?;
         take(0, incoming);
         Ok(())
     }
 
     fn abort_all(&self, cause: &Error) {
-        for peer in self.writers() {
+        for peer in self.connections.writers() {
             wire::write_abort(peer, cause);
             peer.end_writes();
         }
     }
 
     fn root_cause(&self, op: &str, error: Error) -> Error {
-        for peer in self.connections() {
+        for peer in self.connections.all() {
             let waiting = peer.check().ok().flatten();
             let notice =
                 waiting.and_then(|raw| wire::take_abort(peer, op, &raw, wire::ABORT_READ_WAIT));
@@ -292,13 +323,13 @@ impl Transport for Network {
     }
 
     fn flush_all(&self, op: &str) {
-        for peer in self.writers() {
+        for peer in self.connections.writers() {
             let _ = peer.flush(op, FLUSH_ON_ERROR);
         }
     }
 
     fn check_peers(&self) -> Result<()> {
-        for peer in self.connections() {
+        for peer in self.connections.all() {
             if let Some(culprit) = peer.check()?.as_ref().and_then(pending_abort) {
                 return Err(Error::Distributed {
                     op: "health".into(),
@@ -311,7 +342,7 @@ impl Transport for Network {
     }
 
     fn close(&self) {
-        for peer in self.connections() {
+        for peer in self.connections.all() {
             peer.close();
         }
     }

@@ -13,28 +13,15 @@
 //! Waiting ends spinning briefly, then yielding, then napping, so a rank left waiting uses
 //! little CPU; every wait is bounded by the group's timeout and checks the peer is alive.
 
+use super::layout::{
+    CHANNEL_BYTES, HEAD_AT, SLOTS, SLOTS_AT, SLOT_BYTES, TAIL_AT, TOKEN_AT, TOKEN_BYTES,
+};
 use super::slot_copies::{Policy, Stores};
 use nuvec_core::{Error, Result};
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// Bytes per slot.
-pub(crate) const SLOT_BYTES: usize = 128 << 10;
-/// Slots per channel: the most payload a sender can leave for a receiver not yet reading.
-pub(crate) const SLOTS: usize = 8;
-/// Where the control words end and the slots start (a page, so slots stay page-aligned).
-const SLOTS_AT: usize = 4096;
-/// The size of a channel's file and mapping.
-pub(crate) const CHANNEL_BYTES: usize = SLOTS_AT + SLOTS * SLOT_BYTES;
-/// Where the channel's token (written by its creator, checked by the opener) lies.
-const TOKEN_AT: usize = 0;
-/// Bytes of the token.
-pub(crate) const TOKEN_BYTES: usize = 16;
-/// Where the sender's and the receiver's counters lie, on cache lines of their own.
-const HEAD_AT: usize = 128;
-const TAIL_AT: usize = 256;
 
 /// How long a wait spins before it starts yielding, and yields before it starts napping.
 const SPIN_FOR: Duration = Duration::from_micros(30);

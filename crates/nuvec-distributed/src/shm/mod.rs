@@ -3,8 +3,10 @@
 //! find out they share a machine and open one (`offers.rs`). `README.md` maps the files.
 
 mod channel;
+mod layout;
 pub(crate) mod offers;
 mod slot_copies;
 
-pub(crate) use channel::{Channel, SLOTS, SLOT_BYTES};
+pub(crate) use channel::Channel;
+pub(crate) use layout::{SLOTS, SLOT_BYTES};
 pub(crate) use slot_copies::Policy;

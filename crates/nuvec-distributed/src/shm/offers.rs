@@ -7,7 +7,8 @@
 //! answers [`YES`]; otherwise [`NO`]. A rank killed during the exchange may leave its offers
 //! behind in `/dev/shm` (named `nuvec-ring-*`).
 
-use super::channel::{Channel, TOKEN_BYTES};
+use super::channel::Channel;
+use super::layout::TOKEN_BYTES;
 
 /// An offer: magic, token, name length, name (empty: no channel offered).
 pub(crate) const OFFER_BYTES: usize = 128;

@@ -16,7 +16,7 @@
 //! `NUVEC_RING_STREAMING_STORES` (`auto`, `on`, `off`) fixes the choice instead. Away from
 //! x86-64, streaming copies are plain ones.
 
-use super::channel::SLOT_BYTES;
+use super::layout::SLOT_BYTES;
 use crate::sync::lock;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -40,18 +40,6 @@ pub(crate) enum Policy {
     Streaming,
     /// Always plain (`off`).
     Plain,
-}
-
-impl Policy {
-    /// The policy the variable's value `choice` (empty when unset) names, if any.
-    pub(crate) fn named(choice: &str) -> Option<Policy> {
-        match choice.trim() {
-            "" | "auto" => Some(Policy::Auto),
-            "on" => Some(Policy::Streaming),
-            "off" => Some(Policy::Plain),
-            _ => None,
-        }
-    }
 }
 
 /// What an `Auto` sender has learnt so far.
@@ -205,15 +193,6 @@ mod tests {
             "a slow retry waits another period"
         );
         assert!(still.plain(SLOT_BYTES, at(40)));
-    }
-
-    #[test]
-    fn the_variable_takes_auto_on_or_off() {
-        assert_eq!(Policy::named(""), Some(Policy::Auto));
-        assert_eq!(Policy::named("auto"), Some(Policy::Auto));
-        assert_eq!(Policy::named("on"), Some(Policy::Streaming));
-        assert_eq!(Policy::named(" off "), Some(Policy::Plain));
-        assert_eq!(Policy::named("yes"), None);
     }
 
     #[test]

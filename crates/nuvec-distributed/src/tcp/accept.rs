@@ -3,9 +3,8 @@
 //! to its own short-lived handshake thread, so a stray client (a port scanner, one that sends
 //! garbage or nothing) is dropped without delaying the ranks that connect beside it.
 
-use super::form::init_error;
 use super::handshake::{accept_side, write_message, Accepted, Local, Message, Verdict};
-use super::progress::Progress;
+use super::progress::{init_error, Progress};
 use nuvec_core::Result;
 use std::io::ErrorKind;
 use std::net::{TcpListener, TcpStream};

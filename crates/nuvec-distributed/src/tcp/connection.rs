@@ -7,7 +7,6 @@
 //! ([`Connection::write_through`]). Reads poll briefly as [`Poll`] says, then block with a timeout.
 //! Failures become errors naming the peer's rank.
 
-use super::watch::Watch;
 use crate::sync::lock;
 use nuvec_core::Error;
 use std::io::{ErrorKind, IoSlice, Write};
@@ -76,6 +75,24 @@ impl Incoming {
     }
 }
 
+/// What a read that has waited [`WATCH_AFTER`] waits in instead of its own socket: the
+/// group's watch over its other incoming connections (`watch.rs`).
+pub(crate) trait Watcher: std::fmt::Debug + Send + Sync {
+    /// Waits at most `timeout` for `stream` (the connection `reading` reads) to become
+    /// readable; true when it is, false when the time ran out. Fails when another connection
+    /// shows that the call cannot succeed.
+    fn wait(
+        &self,
+        op: &str,
+        reading: &Connection,
+        stream: &TcpStream,
+        timeout: Duration,
+    ) -> Result<bool, Error>;
+}
+
+/// How long a read blocks before it waits in the group's [`Watcher`].
+pub(crate) const WATCH_AFTER: Duration = Duration::from_millis(20);
+
 /// A connection to rank `rank`.
 #[derive(Debug)]
 pub(crate) struct Connection {
@@ -86,7 +103,7 @@ pub(crate) struct Connection {
     /// The reading end's descriptor, for watching it from another connection's read.
     read_fd: i32,
     /// The group's watch over its incoming connections, once the group is connected.
-    watch: OnceLock<Arc<Watch>>,
+    watch: OnceLock<Arc<dyn Watcher>>,
     control: TcpStream,
     outgoing: Arc<Outgoing>,
     writer: Mutex<Writer>,
@@ -189,8 +206,8 @@ impl Connection {
     }
 
     /// Joins the group's watch: a read on this connection that waits long watches the
-    /// group's other connections ([`Watch`]).
-    pub(crate) fn join_watch(&self, watch: Arc<Watch>) {
+    /// group's other connections (`watch.rs`).
+    pub(crate) fn join_watch(&self, watch: Arc<dyn Watcher>) {
         let _ = self.watch.set(watch);
     }
 

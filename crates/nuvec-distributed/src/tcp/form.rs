@@ -7,10 +7,11 @@
 use super::accept::Acceptor;
 use super::connection::{Connection, Poll, SPIN, YIELD};
 use super::handshake::{connect_side, Local};
-use super::progress::Progress;
+use super::progress::{init_error, Progress};
 use crate::hostfile::Address;
+use crate::options::Polling;
 use crate::Options;
-use nuvec_core::{Error, Result};
+use nuvec_core::Result;
 use std::io::ErrorKind;
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -19,13 +20,6 @@ use std::time::{Duration, Instant};
 /// How long a connector waits between attempts while its peer is not listening yet.
 const RETRY_INTERVAL: Duration = Duration::from_millis(50);
 
-pub(crate) fn init_error(rank: Option<usize>, reason: String) -> Error {
-    Error::Distributed {
-        op: "init".into(),
-        rank,
-        reason,
-    }
-}
 /// Binds this rank's listener on the first address that resolves.
 fn listen(address: &Address, rank: usize, progress: &Progress) -> Result<TcpListener> {
     let listener = bind(address, rank)?;
@@ -210,7 +204,10 @@ pub(crate) fn form_mesh(
         let count: usize = streams.iter().map(Vec::len).sum();
         format!("group of {size} formed with {count} connection(s)")
     });
-    let poll = read_poll(nodes, rank)?;
+    let settings = options
+        .ring_settings()
+        .map_err(|reason| init_error(None, reason))?;
+    let poll = read_poll(nodes, rank, settings.polling);
     streams
         .into_iter()
         .enumerate()
@@ -269,14 +266,12 @@ pub(crate) fn form_star(
     Ok(streams)
 }
 
-/// How reads wait before sleeping. `NUVEC_RING_POLL` chooses (`spin`, `yield` or `off`);
-/// unset or `auto`: [`SPIN`] when this machine has a core for each of the group's ranks on it
-/// (ranks whose first address has this rank's host), else [`YIELD`], because spinning ranks
-/// would take the cores their peers need.
-fn read_poll(nodes: &[Vec<Address>], rank: usize) -> Result<Poll> {
-    let choice = std::env::var("NUVEC_RING_POLL").unwrap_or_default();
-    let poll = match choice.trim() {
-        "" | "auto" => {
+/// How reads wait before sleeping, as `polling` says; [`Polling::Auto`]: [`SPIN`] when this
+/// machine has a core for each of the group's ranks on it (ranks whose first address has this
+/// rank's host), else [`YIELD`], because spinning ranks would take the cores their peers need.
+fn read_poll(nodes: &[Vec<Address>], rank: usize, polling: Polling) -> Poll {
+    match polling {
+        Polling::Auto => {
             let host = nodes[rank].first().map(|a| a.host.as_str());
             let here = nodes
                 .iter()
@@ -289,17 +284,10 @@ fn read_poll(nodes: &[Vec<Address>], rank: usize) -> Result<Poll> {
                 YIELD
             }
         }
-        "spin" => SPIN,
-        "yield" => YIELD,
-        "off" => Poll::Off,
-        other => {
-            return Err(init_error(
-                None,
-                format!("NUVEC_RING_POLL must be auto, spin, yield or off, got {other:?}"),
-            ))
-        }
-    };
-    Ok(poll)
+        Polling::Spin => SPIN,
+        Polling::Yield => YIELD,
+        Polling::Off => Poll::Off,
+    }
 }
 
 #[cfg(test)]
@@ -317,16 +305,11 @@ mod tests {
 
     #[test]
     fn reads_spin_only_when_the_ranks_here_have_a_core_each_and_else_yield() {
-        // The variable is not set in unit tests (the choice is process-wide).
-        if std::env::var_os("NUVEC_RING_POLL").is_some() {
-            panic!("NUVEC_RING_POLL is set; this test checks the automatic choice");
-        }
-        assert_eq!(
-            read_poll(&nodes(&["10.0.0.1", "10.0.0.2"]), 0).unwrap(),
-            SPIN
-        );
+        let auto = Polling::Auto;
+        assert_eq!(read_poll(&nodes(&["10.0.0.1", "10.0.0.2"]), 0, auto), SPIN);
         let crowded: Vec<&str> = vec!["127.0.0.1"; 4096];
-        assert_eq!(read_poll(&nodes(&crowded), 3).unwrap(), YIELD);
+        assert_eq!(read_poll(&nodes(&crowded), 3, auto), YIELD);
+        assert_eq!(read_poll(&nodes(&crowded), 3, Polling::Spin), SPIN);
     }
 
     #[test]

@@ -3,9 +3,19 @@
 //! and handshake, how long it took); without it, one line per rank when the group is still
 //! forming after a few seconds, naming what it waits for and when it gives up.
 
+use nuvec_core::Error;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// An error of the formation, naming the rank it concerns when there is one.
+pub(crate) fn init_error(rank: Option<usize>, reason: String) -> Error {
+    Error::Distributed {
+        op: "init".into(),
+        rank,
+        reason,
+    }
+}
 
 /// How long a formation runs before a rank says what it is waiting for.
 const PATIENCE: Duration = Duration::from_secs(5);

@@ -8,10 +8,10 @@
 //! Each rank's first frame went somewhere, though, and the rank it went to sees it here: a
 //! frame of this call (same sequence number) whose header is not one this call sends.
 //!
-//! A read watches only after blocking for [`WATCH_AFTER`]: a call whose data is on its way
+//! A read watches only after blocking for `connection::WATCH_AFTER`: a call whose data is on its way
 //! costs nothing more, and a mismatch is reported within about that long.
 
-use super::connection::Connection;
+use super::connection::{Connection, Watcher};
 use super::frame::{Header, Kind, HEADER_BYTES};
 use crate::platform;
 use crate::sync::lock;
@@ -19,9 +19,6 @@ use nuvec_core::Error;
 use std::net::TcpStream;
 use std::sync::{Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
-
-/// How long a read blocks before it watches the other connections.
-pub(crate) const WATCH_AFTER: Duration = Duration::from_millis(20);
 
 /// The collective in progress on one group, and the connections it reads.
 #[derive(Debug, Default)]
@@ -88,11 +85,39 @@ impl Watch {
         lock(&self.call).ours = None;
     }
 
+    /// Judges, once and without waiting, the frame headers waiting on every incoming
+    /// connection: for waits that are not on a socket (a shared-memory channel's), which
+    /// cannot be woken by one. Fails on a frame of another call, or with the abort notice
+    /// waiting, read whole so the error names the rank that was lost and why (a lane that
+    /// fails passes its error on to every peer at once).
+    pub(crate) fn sweep(&self, op: &str) -> Result<(), Error> {
+        let call = lock(&self.call).clone();
+        let (Some(ours), Some(readers)) = (call.ours, self.readers.get()) else {
+            return Ok(());
+        };
+        for peer in readers.iter().filter_map(Weak::upgrade) {
+            let Some(raw) = peer.try_waiting_header() else {
+                continue;
+            };
+            if let Some(notice) =
+                super::wire::take_abort(&peer, op, &raw, super::wire::ABORT_READ_WAIT)
+            {
+                return Err(notice);
+            }
+            if let Some(error) = judge(self.rank, (&ours, &call.bytes), peer.rank, &raw) {
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Watcher for Watch {
     /// Waits at most `timeout` for `stream` (the connection `reading` reads) to become
     /// readable, watching this rank's other incoming connections meanwhile; true when it is
     /// readable, false when the time ran out. Fails when another connection shows a frame of
     /// another call, or an abort notice.
-    pub(crate) fn wait(
+    fn wait(
         &self,
         op: &str,
         reading: &Connection,
@@ -137,32 +162,6 @@ impl Watch {
             }
             watched = unchanged;
         }
-    }
-
-    /// Judges, once and without waiting, the frame headers waiting on every incoming
-    /// connection: for waits that are not on a socket (a shared-memory channel's), which
-    /// cannot be woken by one. Fails on a frame of another call, or with the abort notice
-    /// waiting, read whole so the error names the rank that was lost and why (a lane that
-    /// fails passes its error on to every peer at once).
-    pub(crate) fn sweep(&self, op: &str) -> Result<(), Error> {
-        let call = lock(&self.call).clone();
-        let (Some(ours), Some(readers)) = (call.ours, self.readers.get()) else {
-            return Ok(());
-        };
-        for peer in readers.iter().filter_map(Weak::upgrade) {
-            let Some(raw) = peer.try_waiting_header() else {
-                continue;
-            };
-            if let Some(notice) =
-                super::wire::take_abort(&peer, op, &raw, super::wire::ABORT_READ_WAIT)
-            {
-                return Err(notice);
-            }
-            if let Some(error) = judge(self.rank, (&ours, &call.bytes), peer.rank, &raw) {
-                return Err(error);
-            }
-        }
-        Ok(())
     }
 }
 

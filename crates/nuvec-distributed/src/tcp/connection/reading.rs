@@ -2,11 +2,11 @@
 //! reads themselves (whole buffers, point-to-point messages, frames sized by their header),
 //! with the checks for a closed connection or a waiting abort notice.
 
+use super::WATCH_AFTER;
 use super::{Connection, HEALTH_PROBE};
 use crate::platform::recv_now;
 use crate::sync::lock;
 use crate::tcp::frame::HEADER_BYTES;
-use crate::tcp::watch::WATCH_AFTER;
 use nuvec_core::Error;
 use std::io::{ErrorKind, Read};
 use std::time::{Duration, Instant};
@@ -194,7 +194,7 @@ impl Connection {
             return Ok(filled);
         }
         // Block for a short while at first; a read still waiting after that waits in the
-        // group's watch ([`Watch::wait`]), which fails it when another connection shows that
+        // group's watch ([`super::Watcher::wait`]), which fails it when another connection shows that
         // a rank called something else. Each part may take `timeout` to arrive.
         incoming
             .set_timeout(timeout.min(WATCH_AFTER))
