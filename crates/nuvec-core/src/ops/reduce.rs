@@ -213,7 +213,7 @@ pub fn mean(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
     crate::ops::multiply(&total, 1.0 / n)
 }
 
-/// Variance over `axes`, dividing by `n - ddof`.
+/// Variance over `axes`, dividing by `n - ddof` (with `ddof` 0, multiplying by `1/n`, as MLX).
 #[track_caller]
 pub fn var(a: &Array, axes: impl IntoAxes, keepdims: bool, ddof: i32) -> Array {
     let axes = axes.into_axes();
@@ -231,7 +231,13 @@ pub fn var(a: &Array, axes: impl IntoAxes, keepdims: bool, ddof: i32) -> Array {
         axes,
         keepdims,
     );
-    crate::ops::divide(&squares, (n - f64::from(ddof)).max(0.0))
+    // MLX's normalizers: with no ddof, a multiplication by 1/n in the result's dtype (so a
+    // half-precision variance rounds as MLX's does); else a division by n - ddof.
+    if ddof == 0 {
+        crate::ops::multiply(&squares, 1.0 / n)
+    } else {
+        crate::ops::divide(&squares, (n - f64::from(ddof)).max(0.0))
+    }
 }
 
 /// Standard deviation over `axes`.
