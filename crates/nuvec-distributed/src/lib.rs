@@ -7,8 +7,9 @@
 #![warn(missing_docs)]
 #![doc(test(attr(deny(warnings))))]
 // Unsafe code only in `platform.rs`, the one place that calls the operating system directly,
-// `mpi/ffi.rs`, the one place that calls Open MPI, and JACCL's `fabric/ffi.rs`,
-// `fabric/verbs.rs` and `devices.rs`, which call ibverbs.
+// `shm/channel.rs`, which reads and writes the shared mapping, `mpi/ffi.rs`, the one place
+// that calls Open MPI, and JACCL's `fabric/ffi.rs`, `fabric/verbs.rs` and `devices.rs`,
+// which call ibverbs.
 #![deny(unsafe_code)]
 
 mod auth;
