@@ -1,9 +1,9 @@
 //! MLX's TCP ring backend, rebuilt: framed messages with sequence numbers, timeouts, errors
 //! that name the peer, send/recv between any two ranks, and `sum_scatter`.
 //!
-//! A [`RingCommunicator`] is a rank's [`network::Network`] (its connections and channels, the
-//! transport), its collective algorithms (`algorithms/`, written against the
-//! [`transport::Transport`] trait and run in the simulation tests over an in-memory one) and
+//! A [`RingCommunicator`] is a rank's network (`network.rs`: its connections and channels, the
+//! transport), its collective algorithms (`algorithms/`, written against the `Transport` trait
+//! of `transport.rs` and run in the simulation tests over an in-memory one) and
 //! its failure authority (`failure.rs`), which runs every operation and alone decides that
 //! the group failed. `README.md` maps the files and names the pieces of a buffer.
 
