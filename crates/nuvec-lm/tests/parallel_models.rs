@@ -15,6 +15,7 @@ use nuvec_lm::{
 };
 use nuvec_nn::save_safetensors;
 use nuvec_test_support::ranks::{launch_ranks, run_ranks, Launch};
+use nuvec_test_support::test_name;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -228,30 +229,25 @@ fn one_rank_holds_the_whole_model() {
 
 #[test]
 fn every_fixture_that_splits_in_two_gives_the_whole_models_logits_on_2_ranks() {
-    run_ranks(
-        "every_fixture_that_splits_in_two_gives_the_whole_models_logits_on_2_ranks",
-        2,
-        TIMEOUT,
-        |group| {
-            for (name, tolerance) in SPLIT_IN_TWO {
-                sharded_equals_whole(&fixture_dir(name), group, *tolerance);
-            }
-            let moe_q4 = random_model("qwen3_moe", true);
-            sharded_equals_whole(&moe_q4, group, 1e-3);
-            std::fs::remove_dir_all(&moe_q4).ok();
-            // 4-bit groups of 32 (64) input features cannot be halved in these.
-            let error = load_error(&fixture_dir("qwen3_moe-q4"), group);
-            assert!(
-                error.contains("switch_mlp.down_proj") && error.contains("2 equal parts"),
-                "{error}"
-            );
-            let error = load_error(&fixture_dir("llama-q4-bf16"), group);
-            assert!(
-                error.contains("o_proj") && error.contains("2 equal parts"),
-                "{error}"
-            );
-        },
-    );
+    run_ranks(test_name!(), 2, TIMEOUT, |group| {
+        for (name, tolerance) in SPLIT_IN_TWO {
+            sharded_equals_whole(&fixture_dir(name), group, *tolerance);
+        }
+        let moe_q4 = random_model("qwen3_moe", true);
+        sharded_equals_whole(&moe_q4, group, 1e-3);
+        std::fs::remove_dir_all(&moe_q4).ok();
+        // 4-bit groups of 32 (64) input features cannot be halved in these.
+        let error = load_error(&fixture_dir("qwen3_moe-q4"), group);
+        assert!(
+            error.contains("switch_mlp.down_proj") && error.contains("2 equal parts"),
+            "{error}"
+        );
+        let error = load_error(&fixture_dir("llama-q4-bf16"), group);
+        assert!(
+            error.contains("o_proj") && error.contains("2 equal parts"),
+            "{error}"
+        );
+    });
 }
 
 /// Each rank's parameters against mlx-lm's `shard` of the same folder (fixtures/shards.json,
@@ -293,44 +289,34 @@ fn same_slices_as_mlx_lm(group: Group) {
 
 #[test]
 fn each_rank_holds_the_slices_mlx_lms_shard_gives_it() {
-    run_ranks(
-        "each_rank_holds_the_slices_mlx_lms_shard_gives_it",
-        2,
-        TIMEOUT,
-        same_slices_as_mlx_lm,
-    );
+    run_ranks(test_name!(), 2, TIMEOUT, same_slices_as_mlx_lm);
 }
 
 #[test]
 fn models_with_four_key_value_heads_split_over_4_ranks_and_two_heads_do_not() {
-    run_ranks(
-        "models_with_four_key_value_heads_split_over_4_ranks_and_two_heads_do_not",
-        4,
-        TIMEOUT,
-        |group| {
-            for (architecture, quantized, tolerance) in [
-                ("llama", false, 1e-4),
-                ("llama", true, 1e-3),
-                ("qwen2", false, 1e-4),
-                ("qwen2", true, 1e-3),
-                ("qwen3", false, 1e-4),
-                ("qwen3", true, 1e-3),
-                ("qwen3_moe", false, 1e-4),
-                ("qwen3_moe", true, 1e-3),
-            ] {
-                let dir = random_model(architecture, quantized);
-                sharded_equals_whole(&dir, group, tolerance);
-                std::fs::remove_dir_all(&dir).ok();
-            }
-            let error = load_error(&fixture_dir("qwen2-f32"), group);
-            assert!(
-                error.contains("self_attn")
-                    && error.contains("4 query heads and 2 key/value heads")
-                    && error.contains("4 ranks"),
-                "{error}"
-            );
-        },
-    );
+    run_ranks(test_name!(), 4, TIMEOUT, |group| {
+        for (architecture, quantized, tolerance) in [
+            ("llama", false, 1e-4),
+            ("llama", true, 1e-3),
+            ("qwen2", false, 1e-4),
+            ("qwen2", true, 1e-3),
+            ("qwen3", false, 1e-4),
+            ("qwen3", true, 1e-3),
+            ("qwen3_moe", false, 1e-4),
+            ("qwen3_moe", true, 1e-3),
+        ] {
+            let dir = random_model(architecture, quantized);
+            sharded_equals_whole(&dir, group, tolerance);
+            std::fs::remove_dir_all(&dir).ok();
+        }
+        let error = load_error(&fixture_dir("qwen2-f32"), group);
+        assert!(
+            error.contains("self_attn")
+                && error.contains("4 query heads and 2 key/value heads")
+                && error.contains("4 ranks"),
+            "{error}"
+        );
+    });
 }
 
 /// Rank 0 generates until its peer fails; rank 1 fails (by `fail`) after 4 tokens. Rank 0
@@ -369,64 +355,53 @@ fn peer_failure_ends_generation(test_name: &str, fail: fn()) {
 
 #[test]
 fn a_rank_killed_during_generation_ends_the_others_with_an_error_naming_it() {
-    peer_failure_ends_generation(
-        "a_rank_killed_during_generation_ends_the_others_with_an_error_naming_it",
-        || std::process::abort(),
-    );
+    peer_failure_ends_generation(test_name!(), || std::process::abort());
 }
 
 #[test]
 fn a_rank_stalled_during_generation_ends_the_others_within_the_timeout() {
-    peer_failure_ends_generation(
-        "a_rank_stalled_during_generation_ends_the_others_within_the_timeout",
-        || loop {
-            std::thread::sleep(Duration::from_secs(60));
-        },
-    );
+    peer_failure_ends_generation(test_name!(), || loop {
+        std::thread::sleep(Duration::from_secs(60));
+    });
 }
 
 #[test]
 fn every_fixture_in_two_pipeline_stages_gives_the_whole_models_logits() {
-    run_ranks(
-        "every_fixture_in_two_pipeline_stages_gives_the_whole_models_logits",
-        2,
-        TIMEOUT,
-        |group| {
-            let pipeline = Parallel {
-                pipeline: Some(group),
-                ..Parallel::default()
+    run_ranks(test_name!(), 2, TIMEOUT, |group| {
+        let pipeline = Parallel {
+            pipeline: Some(group),
+            ..Parallel::default()
+        };
+        let mut names: Vec<(&str, f32)> = SPLIT_IN_TWO.to_vec();
+        names.extend([("qwen3_moe-q4", 1e-3), ("llama-q4-bf16", 0.1)]);
+        for (name, tolerance) in names {
+            split_equals_whole(&fixture_dir(name), &pipeline, group, tolerance);
+        }
+        // Rank 0 runs the last layer, rank 1 the first; each reads only its own.
+        let (model, _) = load_parallel(fixture_dir("qwen3-q4"), &pipeline).unwrap();
+        let stage = model.stage().unwrap();
+        assert_eq!(
+            (stage.start, stage.end),
+            (1 - group.rank(), 2 - group.rank())
+        );
+        let other = format!("model.layers.{}.", group.rank());
+        let names: Vec<String> = model.parameters().into_iter().map(|(n, _)| n).collect();
+        assert!(names.iter().all(|n| !n.starts_with(&other)), "{names:?}");
+        assert!(
+            names.iter().any(|n| n.starts_with("model.layers.")),
+            "{names:?}"
+        );
+        // A split must give each rank a layer and cover the model.
+        for split in [vec![2, 0], vec![1, 2], vec![1]] {
+            let parallel = Parallel {
+                split: Some(split.clone()),
+                ..pipeline.clone()
             };
-            let mut names: Vec<(&str, f32)> = SPLIT_IN_TWO.to_vec();
-            names.extend([("qwen3_moe-q4", 1e-3), ("llama-q4-bf16", 0.1)]);
-            for (name, tolerance) in names {
-                split_equals_whole(&fixture_dir(name), &pipeline, group, tolerance);
-            }
-            // Rank 0 runs the last layer, rank 1 the first; each reads only its own.
-            let (model, _) = load_parallel(fixture_dir("qwen3-q4"), &pipeline).unwrap();
-            let stage = model.stage().unwrap();
-            assert_eq!(
-                (stage.start, stage.end),
-                (1 - group.rank(), 2 - group.rank())
-            );
-            let other = format!("model.layers.{}.", group.rank());
-            let names: Vec<String> = model.parameters().into_iter().map(|(n, _)| n).collect();
-            assert!(names.iter().all(|n| !n.starts_with(&other)), "{names:?}");
-            assert!(
-                names.iter().any(|n| n.starts_with("model.layers.")),
-                "{names:?}"
-            );
-            // A split must give each rank a layer and cover the model.
-            for split in [vec![2, 0], vec![1, 2], vec![1]] {
-                let parallel = Parallel {
-                    split: Some(split.clone()),
-                    ..pipeline.clone()
-                };
-                let error = match load_parallel(fixture_dir("qwen3-f32"), &parallel) {
-                    Ok(_) => panic!("split {split:?} accepted"),
-                    Err(error) => error.to_string(),
-                };
-                assert!(error.contains("pipeline split"), "{split:?}: {error}");
-            }
-        },
-    );
+            let error = match load_parallel(fixture_dir("qwen3-f32"), &parallel) {
+                Ok(_) => panic!("split {split:?} accepted"),
+                Err(error) => error.to_string(),
+            };
+            assert!(error.contains("pipeline split"), "{split:?}: {error}");
+        }
+    });
 }

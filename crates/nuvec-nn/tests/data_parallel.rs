@@ -10,6 +10,7 @@ use nuvec_nn::{
     Sequential,
 };
 use nuvec_test_support::ranks::run_ranks;
+use nuvec_test_support::test_name;
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -84,22 +85,12 @@ fn matches_single_process(group: Group) {
 
 #[test]
 fn data_parallel_training_on_2_ranks_equals_single_process_training() {
-    run_ranks(
-        "data_parallel_training_on_2_ranks_equals_single_process_training",
-        2,
-        TIMEOUT,
-        matches_single_process,
-    );
+    run_ranks(test_name!(), 2, TIMEOUT, matches_single_process);
 }
 
 #[test]
 fn data_parallel_training_on_4_ranks_equals_single_process_training() {
-    run_ranks(
-        "data_parallel_training_on_4_ranks_equals_single_process_training",
-        4,
-        TIMEOUT,
-        matches_single_process,
-    );
+    run_ranks(test_name!(), 4, TIMEOUT, matches_single_process);
 }
 
 #[test]

@@ -9,6 +9,7 @@ use nuvec_nn::sharded::{
 };
 use nuvec_nn::{activations, value_and_grad, Linear, QuantizedLinear};
 use nuvec_test_support::ranks::run_ranks;
+use nuvec_test_support::test_name;
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -155,98 +156,81 @@ fn sharded_mlp_equals_the_dense_one_on_one_rank() {
 
 #[test]
 fn sharded_mlp_equals_the_dense_one_on_2_ranks() {
-    run_ranks(
-        "sharded_mlp_equals_the_dense_one_on_2_ranks",
-        2,
-        TIMEOUT,
-        mlp_equals_dense,
-    );
+    run_ranks(test_name!(), 2, TIMEOUT, mlp_equals_dense);
 }
 
 #[test]
 fn sharded_mlp_equals_the_dense_one_on_4_ranks_and_uneven_splits_are_errors() {
-    run_ranks(
-        "sharded_mlp_equals_the_dense_one_on_4_ranks_and_uneven_splits_are_errors",
-        4,
-        TIMEOUT,
-        |group| {
-            mlp_equals_dense(group);
-            let error = AllToShardedLinear::from_linear(&Linear::new(8, 6), &group)
-                .unwrap_err()
-                .to_string();
-            // Each error names this file, the caller's, not a line inside nuvec-nn.
-            let here = "tests/sharded.rs";
-            assert!(
-                error.contains("AllToShardedLinear")
-                    && error.contains('6')
-                    && error.contains("4 ranks")
-                    && error.contains(here),
-                "{error}"
-            );
-            let error = ShardedToAllLinear::from_linear(&Linear::new(10, 4), &group)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                error.contains("ShardedToAllLinear")
-                    && error.contains("10")
-                    && error.contains(here),
-                "{error}"
-            );
-            let q = QuantizedLinear::from_linear(&Linear::new(64, 8), 32, 4).unwrap();
-            let error = ShardedToAllLinear::from_quantized(&q, &group)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                error.contains("groups of 32") && error.contains(here),
-                "{error}"
-            );
-        },
-    );
+    run_ranks(test_name!(), 4, TIMEOUT, |group| {
+        mlp_equals_dense(group);
+        let error = AllToShardedLinear::from_linear(&Linear::new(8, 6), &group)
+            .unwrap_err()
+            .to_string();
+        // Each error names this file, the caller's, not a line inside nuvec-nn.
+        let here = "tests/sharded.rs";
+        assert!(
+            error.contains("AllToShardedLinear")
+                && error.contains('6')
+                && error.contains("4 ranks")
+                && error.contains(here),
+            "{error}"
+        );
+        let error = ShardedToAllLinear::from_linear(&Linear::new(10, 4), &group)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("ShardedToAllLinear") && error.contains("10") && error.contains(here),
+            "{error}"
+        );
+        let q = QuantizedLinear::from_linear(&Linear::new(64, 8), 32, 4).unwrap();
+        let error = ShardedToAllLinear::from_quantized(&q, &group)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("groups of 32") && error.contains(here),
+            "{error}"
+        );
+    });
 }
 
 #[test]
 fn fused_weights_shard_segment_by_segment_on_2_ranks() {
-    run_ranks(
-        "fused_weights_shard_segment_by_segment_on_2_ranks",
-        2,
-        TIMEOUT,
-        |group| {
-            // A fused QKV projection: rows [q; k; v], 4 each. Rank r keeps rows 2r..2r+2 of each.
-            let weight = ops::reshape(&ops::arange(0.0, 96.0, 1.0, DType::F32), &[12, 8]);
-            let qkv = Linear::from_weights(
-                weight.clone(),
-                Some(ops::arange(0.0, 12.0, 1.0, DType::F32)),
-            );
-            let ShardedLinear::AllToSharded(layer) =
-                shard_linear(&qkv, Sharding::AllToSharded, 3, &group).unwrap()
-            else {
-                panic!("all-to-sharded expected");
-            };
-            let r = group.rank() as i32;
-            let rows: Vec<i32> = [0, 4, 8]
-                .iter()
-                .flat_map(|s| [s + 2 * r, s + 2 * r + 1])
-                .collect();
-            let expected = ops::take(&weight, &Array::from_vec(rows.clone(), &[6]), Some(0));
-            let nuvec_nn::sharded::Projection::Full { weight: got } = &layer.projection else {
-                panic!("full precision expected");
-            };
-            assert_eq!(
-                got.to_vec::<f32>().unwrap(),
-                expected.to_vec::<f32>().unwrap()
-            );
-            let bias: Vec<f32> = rows.iter().map(|&i| i as f32).collect();
-            assert_eq!(layer.bias.as_ref().unwrap().to_vec::<f32>().unwrap(), bias);
-            let mut inplace = qkv.clone();
-            shard_inplace(&mut inplace, Sharding::AllToSharded, 3, &group).unwrap();
-            assert_eq!(
-                inplace.weight.to_vec::<f32>().unwrap(),
-                expected.to_vec::<f32>().unwrap()
-            );
-            let error = shard_linear(&qkv, Sharding::AllToSharded, 5, &group)
-                .unwrap_err()
-                .to_string();
-            assert!(error.contains("5 segment"), "{error}");
-        },
-    );
+    run_ranks(test_name!(), 2, TIMEOUT, |group| {
+        // A fused QKV projection: rows [q; k; v], 4 each. Rank r keeps rows 2r..2r+2 of each.
+        let weight = ops::reshape(&ops::arange(0.0, 96.0, 1.0, DType::F32), &[12, 8]);
+        let qkv = Linear::from_weights(
+            weight.clone(),
+            Some(ops::arange(0.0, 12.0, 1.0, DType::F32)),
+        );
+        let ShardedLinear::AllToSharded(layer) =
+            shard_linear(&qkv, Sharding::AllToSharded, 3, &group).unwrap()
+        else {
+            panic!("all-to-sharded expected");
+        };
+        let r = group.rank() as i32;
+        let rows: Vec<i32> = [0, 4, 8]
+            .iter()
+            .flat_map(|s| [s + 2 * r, s + 2 * r + 1])
+            .collect();
+        let expected = ops::take(&weight, &Array::from_vec(rows.clone(), &[6]), Some(0));
+        let nuvec_nn::sharded::Projection::Full { weight: got } = &layer.projection else {
+            panic!("full precision expected");
+        };
+        assert_eq!(
+            got.to_vec::<f32>().unwrap(),
+            expected.to_vec::<f32>().unwrap()
+        );
+        let bias: Vec<f32> = rows.iter().map(|&i| i as f32).collect();
+        assert_eq!(layer.bias.as_ref().unwrap().to_vec::<f32>().unwrap(), bias);
+        let mut inplace = qkv.clone();
+        shard_inplace(&mut inplace, Sharding::AllToSharded, 3, &group).unwrap();
+        assert_eq!(
+            inplace.weight.to_vec::<f32>().unwrap(),
+            expected.to_vec::<f32>().unwrap()
+        );
+        let error = shard_linear(&qkv, Sharding::AllToSharded, 5, &group)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("5 segment"), "{error}");
+    });
 }

@@ -1,5 +1,6 @@
 //! Test helpers shared by nuvec's crates: golden fixtures written by MLX (see
-//! `scripts/golden/make_fixtures.py`) and closeness checks.
+//! `scripts/golden/make_fixtures.py`), closeness checks, launching ranks (`ranks`, `mpi`) and
+//! small shared helpers (`helpers`).
 
 use nuvec_core::{with_dtype, Array, DType, Element};
 use serde_json::Value;
@@ -191,8 +192,11 @@ pub fn compare_with(
     Ok(())
 }
 
+pub mod helpers;
 pub mod mpi;
 pub mod ranks;
+
+pub use helpers::{values, wait_until_unhealthy};
 
 /// Says on the terminal that a test skipped part of its work and why. It writes to stderr
 /// directly: the test harness captures `eprintln!` of passing tests, which would hide it.

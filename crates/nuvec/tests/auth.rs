@@ -6,6 +6,7 @@
 use nuvec::distributed::{self, Group, Options};
 use nuvec::{array, Result};
 use nuvec_test_support::ranks::{free_ports, launch_ranks, Launch};
+use nuvec_test_support::test_name;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread::JoinHandle;
@@ -354,17 +355,11 @@ fn init_authenticates_with_nuvec_distributed_key() {
         env: vec![("NUVEC_DISTRIBUTED_KEY".into(), SECRET.into())],
         ..Launch::default()
     };
-    launch_ranks(
-        "init_authenticates_with_nuvec_distributed_key",
-        2,
-        Duration::from_secs(20),
-        &launch,
-        |group| {
-            let group = group.expect("forming with the key from the environment");
-            let total = distributed::all_sum(&array![1.0], Some(&group)).to_vec::<f32>();
-            assert_eq!(total.unwrap(), [2.0]);
-        },
-    );
+    launch_ranks(test_name!(), 2, Duration::from_secs(20), &launch, |group| {
+        let group = group.expect("forming with the key from the environment");
+        let total = distributed::all_sum(&array![1.0], Some(&group)).to_vec::<f32>();
+        assert_eq!(total.unwrap(), [2.0]);
+    });
 }
 
 #[test]
@@ -373,17 +368,11 @@ fn init_refuses_a_short_nuvec_distributed_key() {
         env: vec![("NUVEC_DISTRIBUTED_KEY".into(), "0123456789".into())],
         ..Launch::default()
     };
-    launch_ranks(
-        "init_refuses_a_short_nuvec_distributed_key",
-        2,
-        Duration::from_secs(20),
-        &launch,
-        |group| {
-            let error = group.unwrap_err().to_string();
-            assert!(
-                error.contains("10 bytes") && !error.contains("0123456789"),
-                "{error}"
-            );
-        },
-    );
+    launch_ranks(test_name!(), 2, Duration::from_secs(20), &launch, |group| {
+        let error = group.unwrap_err().to_string();
+        assert!(
+            error.contains("10 bytes") && !error.contains("0123456789"),
+            "{error}"
+        );
+    });
 }

@@ -4,21 +4,7 @@
 use nuvec::ops;
 use nuvec::prelude::*;
 use nuvec::transforms::{grad, jvp, value_and_grad, vjp};
-
-/// Deterministic float64 values in `[low, high)`.
-fn values(shape: &[i32], low: f64, high: f64, salt: u64) -> Array {
-    let size: i32 = shape.iter().product();
-    let data: Vec<f64> = (0..size as u64)
-        .map(|i| {
-            let mixed = (i
-                .wrapping_mul(2_654_435_761)
-                .wrapping_add(salt.wrapping_mul(40_503)))
-                % 10_007;
-            low + (high - low) * (mixed as f64 / 10_007.0)
-        })
-        .collect();
-    Array::from_vec(data, shape)
-}
+use nuvec_test_support::values;
 
 /// Checks the gradient of `sum(f(x) * weights)` against central differences, element by
 /// element, then the jvp of `f` ([`check_jvp`]).

@@ -6,6 +6,7 @@
 use nuvec::distributed::{self, Group};
 use nuvec::prelude::*;
 use nuvec_test_support::ranks::{launch_ranks, Jaccl, Launch};
+use nuvec_test_support::test_name;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -97,103 +98,59 @@ fn everything(group: Group) {
 
 #[test]
 fn mesh_collectives_match_references_on_2_ranks() {
-    run(
-        "mesh_collectives_match_references_on_2_ranks",
-        2,
-        &mesh(),
-        everything,
-    );
+    run(test_name!(), 2, &mesh(), everything);
 }
 
 #[test]
 fn mesh_collectives_match_references_on_3_ranks_with_4_cables() {
-    run(
-        "mesh_collectives_match_references_on_3_ranks_with_4_cables",
-        3,
-        &mesh_of(4),
-        everything,
-    );
+    run(test_name!(), 3, &mesh_of(4), everything);
 }
 
 #[test]
 fn mesh_collectives_match_references_on_4_ranks_and_send_between_any_pair() {
-    run(
-        "mesh_collectives_match_references_on_4_ranks_and_send_between_any_pair",
-        4,
-        &mesh(),
-        |group| {
-            everything(group);
-            collectives::send_and_recv_everywhere(group);
-        },
-    );
+    run(test_name!(), 4, &mesh(), |group| {
+        everything(group);
+        collectives::send_and_recv_everywhere(group);
+    });
 }
 
 #[test]
 fn mesh_collectives_match_references_on_8_ranks() {
-    run(
-        "mesh_collectives_match_references_on_8_ranks",
-        8,
-        &mesh(),
-        everything,
-    );
+    run(test_name!(), 8, &mesh(), everything);
 }
 
 #[test]
 fn ring_collectives_match_references_on_2_ranks_with_4_cables() {
-    run(
-        "ring_collectives_match_references_on_2_ranks_with_4_cables",
-        2,
-        &ring(4),
-        everything,
-    );
+    run(test_name!(), 2, &ring(4), everything);
 }
 
 #[test]
 fn ring_collectives_match_references_on_3_ranks_with_1_cable() {
-    run(
-        "ring_collectives_match_references_on_3_ranks_with_1_cable",
-        3,
-        &ring(1),
-        |group| {
-            everything(group);
-            collectives::send_and_recv_ring(group);
-        },
-    );
+    run(test_name!(), 3, &ring(1), |group| {
+        everything(group);
+        collectives::send_and_recv_ring(group);
+    });
 }
 
 #[test]
 fn ring_collectives_match_references_on_4_ranks_with_4_cables() {
-    run(
-        "ring_collectives_match_references_on_4_ranks_with_4_cables",
-        4,
-        &ring(4),
-        |group| {
-            everything(group);
-            collectives::send_and_recv_ring(group);
-        },
-    );
+    run(test_name!(), 4, &ring(4), |group| {
+        everything(group);
+        collectives::send_and_recv_ring(group);
+    });
 }
 
 #[test]
 fn ring_collectives_match_references_on_8_ranks_with_2_cables() {
-    run(
-        "ring_collectives_match_references_on_8_ranks_with_2_cables",
-        8,
-        &ring(2),
-        everything,
-    );
+    run(test_name!(), 8, &ring(2), everything);
 }
 
 #[test]
 fn large_float_sums_agree_bitwise_and_rerun_on_the_mesh_and_the_ring() {
     for (ranks, launch) in [(4, mesh_of(2)), (3, ring(4)), (2, ring(1))] {
-        launch_ranks(
-            "large_float_sums_agree_bitwise_and_rerun_on_the_mesh_and_the_ring",
-            ranks,
-            TIMEOUT,
-            &launch,
-            |group| collectives::large_float_sums_agree_bitwise(group.unwrap()),
-        );
+        launch_ranks(test_name!(), ranks, TIMEOUT, &launch, |group| {
+            collectives::large_float_sums_agree_bitwise(group.unwrap())
+        });
         if nuvec_test_support::ranks::is_child() {
             return;
         }
@@ -203,7 +160,7 @@ fn large_float_sums_agree_bitwise_and_rerun_on_the_mesh_and_the_ring() {
 #[test]
 fn mismatched_calls_give_errors_naming_both_sides() {
     run(
-        "mismatched_calls_give_errors_naming_both_sides",
+        test_name!(),
         2,
         &mesh(),
         collectives::mismatched_calls_give_errors,
@@ -212,21 +169,16 @@ fn mismatched_calls_give_errors_naming_both_sides() {
 
 #[test]
 fn the_ring_sends_to_neighbours_only_and_says_so() {
-    run(
-        "the_ring_sends_to_neighbours_only_and_says_so",
-        4,
-        &ring(1),
-        |group| {
-            let error = distributed::send(&array![1.0f32], (group.rank() + 2) % 4, Some(&group))
-                .check()
-                .unwrap_err()
-                .to_string();
-            assert!(error.contains("neighbours"), "{error}");
-            // The refusal does not break the group.
-            let sum = distributed::all_sum(&array![1.0f32], Some(&group));
-            assert_eq!(sum.to_vec::<f32>().unwrap(), [4.0]);
-        },
-    );
+    run(test_name!(), 4, &ring(1), |group| {
+        let error = distributed::send(&array![1.0f32], (group.rank() + 2) % 4, Some(&group))
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("neighbours"), "{error}");
+        // The refusal does not break the group.
+        let sum = distributed::all_sum(&array![1.0f32], Some(&group));
+        assert_eq!(sum.to_vec::<f32>().unwrap(), [4.0]);
+    });
 }
 
 fn with_group_timeout(mut launch: Launch, seconds: u64) -> Launch {
@@ -241,108 +193,90 @@ fn a_lost_frame_fails_the_operation_naming_the_sender() {
     launch
         .env
         .push(("NUVEC_JACCL_EMULATED_DROP".into(), "1:40".into()));
-    launch_ranks(
-        "a_lost_frame_fails_the_operation_naming_the_sender",
-        2,
-        TIMEOUT,
-        &launch,
-        |group| {
-            let group = group.unwrap();
-            let x = ops::ones(&[1 << 20], DType::F32);
-            let start = Instant::now();
-            let error = distributed::all_sum(&x, Some(&group))
-                .check()
-                .unwrap_err()
-                .to_string();
+    launch_ranks(test_name!(), 2, TIMEOUT, &launch, |group| {
+        let group = group.unwrap();
+        let x = ops::ones(&[1 << 20], DType::F32);
+        let start = Instant::now();
+        let error = distributed::all_sum(&x, Some(&group))
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            start.elapsed()
+        );
+        if group.rank() == 0 {
             assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "took {:?}",
-                start.elapsed()
+                error.contains("rank 1") && error.contains("lost"),
+                "{error}"
             );
-            if group.rank() == 0 {
-                assert!(
-                    error.contains("rank 1") && error.contains("lost"),
-                    "{error}"
-                );
-            } else {
-                assert!(error.contains("rank 0"), "{error}");
-            }
-            let later = distributed::all_sum(&x, Some(&group))
-                .check()
-                .unwrap_err()
-                .to_string();
-            assert!(later.contains("failed earlier"), "{later}");
-        },
-    );
+        } else {
+            assert!(error.contains("rank 0"), "{error}");
+        }
+        let later = distributed::all_sum(&x, Some(&group))
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(later.contains("failed earlier"), "{later}");
+    });
 }
 
 #[test]
 fn a_killed_peer_fails_collectives_naming_it_within_the_timeout() {
     let mut launch = with_group_timeout(mesh(), 3);
     launch.expendable = vec![2];
-    launch_ranks(
-        "a_killed_peer_fails_collectives_naming_it_within_the_timeout",
-        3,
-        TIMEOUT,
-        &launch,
-        |group| {
-            let group = group.unwrap();
-            if group.rank() == 2 {
-                std::process::exit(0);
-            }
-            std::thread::sleep(Duration::from_millis(300));
-            let start = Instant::now();
-            let x = ops::ones(&[1 << 18], DType::F32);
-            let error = distributed::all_sum(&x, Some(&group))
-                .check()
-                .unwrap_err()
-                .to_string();
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "took {:?}",
-                start.elapsed()
-            );
-            // Stay a moment, so the other survivor meets rank 2's absence, not this rank's.
-            std::thread::sleep(Duration::from_secs(1));
-            assert!(error.contains("rank 2"), "{error}");
-            let health = group.health().unwrap_err().to_string();
-            assert!(health.contains("rank"), "{health}");
-        },
-    );
+    launch_ranks(test_name!(), 3, TIMEOUT, &launch, |group| {
+        let group = group.unwrap();
+        if group.rank() == 2 {
+            std::process::exit(0);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let start = Instant::now();
+        let x = ops::ones(&[1 << 18], DType::F32);
+        let error = distributed::all_sum(&x, Some(&group))
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            start.elapsed()
+        );
+        // Stay a moment, so the other survivor meets rank 2's absence, not this rank's.
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(error.contains("rank 2"), "{error}");
+        let health = group.health().unwrap_err().to_string();
+        assert!(health.contains("rank"), "{health}");
+    });
 }
 
 #[test]
 fn a_stalled_peer_times_out_with_an_error_naming_it() {
     let launch = with_group_timeout(mesh(), 2);
-    launch_ranks(
-        "a_stalled_peer_times_out_with_an_error_naming_it",
-        2,
-        TIMEOUT,
-        &launch,
-        |group| {
-            let group = group.unwrap();
-            let x = ops::ones(&[16], DType::F32);
-            if group.rank() == 1 {
-                std::thread::sleep(Duration::from_secs(6));
-                assert!(distributed::all_sum(&x, Some(&group)).check().is_err());
-                return;
-            }
-            let start = Instant::now();
-            let error = distributed::all_sum(&x, Some(&group))
-                .check()
-                .unwrap_err()
-                .to_string();
-            let waited = start.elapsed();
-            assert!(
-                error.contains("rank 1") && error.contains("no progress"),
-                "{error}"
-            );
-            assert!(
-                waited >= Duration::from_millis(1900) && waited < Duration::from_secs(5),
-                "waited {waited:?}"
-            );
-        },
-    );
+    launch_ranks(test_name!(), 2, TIMEOUT, &launch, |group| {
+        let group = group.unwrap();
+        let x = ops::ones(&[16], DType::F32);
+        if group.rank() == 1 {
+            std::thread::sleep(Duration::from_secs(6));
+            assert!(distributed::all_sum(&x, Some(&group)).check().is_err());
+            return;
+        }
+        let start = Instant::now();
+        let error = distributed::all_sum(&x, Some(&group))
+            .check()
+            .unwrap_err()
+            .to_string();
+        let waited = start.elapsed();
+        assert!(
+            error.contains("rank 1") && error.contains("no progress"),
+            "{error}"
+        );
+        assert!(
+            waited >= Duration::from_millis(1900) && waited < Duration::from_secs(5),
+            "waited {waited:?}"
+        );
+    });
 }
 
 mod in_process {

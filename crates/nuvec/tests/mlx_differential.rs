@@ -5,6 +5,7 @@
 mod mlx_diff;
 
 use mlx_diff::{compare, generate, interpret, mlx::Mlx, shrink, Difference};
+use nuvec_test_support::test_name;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -105,7 +106,7 @@ fn the_same_seed_gives_the_same_program() {
 
 #[test]
 fn nuvec_agrees_with_mlx_on_the_fixed_seeds() {
-    let Some(mlx) = mlx_or_skip("nuvec_agrees_with_mlx_on_the_fixed_seeds") else {
+    let Some(mlx) = mlx_or_skip(test_name!()) else {
         return;
     };
     let differences = run_seeds(0..FIXED_SEEDS, &mlx);
@@ -133,7 +134,7 @@ fn saved_regressions_agree_with_mlx_s_recorded_results() {
 #[test]
 #[ignore = "long: run with cargo xtask fuzz-mlx"]
 fn long_run() {
-    let Some(mlx) = mlx_or_skip("long_run") else {
+    let Some(mlx) = mlx_or_skip(test_name!()) else {
         return;
     };
     let number = |name: &str, default: u64| {

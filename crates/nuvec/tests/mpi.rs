@@ -5,6 +5,7 @@
 use nuvec::distributed::{self, Backend, Group};
 use nuvec::prelude::*;
 use nuvec_test_support::mpi::{mpi_ranks, mpi_ranks_with, mpirun, mpirun_args};
+use nuvec_test_support::test_name;
 use std::time::Duration;
 
 mod common;
@@ -14,25 +15,15 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 
 #[test]
 fn mpi_collectives_match_local_references_on_2_ranks() {
-    mpi_ranks(
-        "mpi_collectives_match_local_references_on_2_ranks",
-        2,
-        TIMEOUT,
-        |group| {
-            assert_eq!(group.size(), 2);
-            check_collectives(group);
-        },
-    );
+    mpi_ranks(test_name!(), 2, TIMEOUT, |group| {
+        assert_eq!(group.size(), 2);
+        check_collectives(group);
+    });
 }
 
 #[test]
 fn mpi_collectives_match_local_references_on_4_ranks() {
-    mpi_ranks(
-        "mpi_collectives_match_local_references_on_4_ranks",
-        4,
-        TIMEOUT,
-        check_collectives,
-    );
+    mpi_ranks(test_name!(), 4, TIMEOUT, check_collectives);
 }
 
 #[test]
@@ -40,7 +31,7 @@ fn mpi_collectives_split_into_pieces_beyond_the_count_limit() {
     // NUVEC_MPI_MAX_COUNT lowers MPI's int-count limit so that arrays of a few elements take
     // the chunked paths that arrays of more than 2^31 elements take in real use.
     mpi_ranks_with(
-        "mpi_collectives_split_into_pieces_beyond_the_count_limit",
+        test_name!(),
         3,
         TIMEOUT,
         &[("NUVEC_MPI_MAX_COUNT", "2")],
@@ -55,7 +46,7 @@ fn mpi_collectives_split_into_pieces_beyond_the_count_limit() {
 #[test]
 fn mpi_large_float_sums_agree_bitwise_on_every_rank_and_rerun() {
     mpi_ranks(
-        "mpi_large_float_sums_agree_bitwise_on_every_rank_and_rerun",
+        test_name!(),
         3,
         TIMEOUT,
         collectives::large_float_sums_agree_bitwise,
@@ -65,7 +56,7 @@ fn mpi_large_float_sums_agree_bitwise_on_every_rank_and_rerun() {
 #[test]
 fn mpi_send_and_recv_work_between_any_two_ranks() {
     mpi_ranks(
-        "mpi_send_and_recv_work_between_any_two_ranks",
+        test_name!(),
         4,
         TIMEOUT,
         collectives::send_and_recv_everywhere,
@@ -74,18 +65,13 @@ fn mpi_send_and_recv_work_between_any_two_ranks() {
 
 #[test]
 fn mpi_recv_of_another_shape_names_both_and_the_next_message_arrives() {
-    mpi_ranks(
-        "mpi_recv_of_another_shape_names_both_and_the_next_message_arrives",
-        2,
-        TIMEOUT,
-        collectives::mismatched_send_recv,
-    );
+    mpi_ranks(test_name!(), 2, TIMEOUT, collectives::mismatched_send_recv);
 }
 
 #[test]
 fn mpi_gradients_flow_through_collectives_with_mlx_rules() {
     mpi_ranks(
-        "mpi_gradients_flow_through_collectives_with_mlx_rules",
+        test_name!(),
         2,
         TIMEOUT,
         collectives::gradients_follow_mlx_rules,
@@ -94,72 +80,62 @@ fn mpi_gradients_flow_through_collectives_with_mlx_rules() {
 
 #[test]
 fn mpi_groups_split_by_color_and_order_by_key() {
-    mpi_ranks(
-        "mpi_groups_split_by_color_and_order_by_key",
-        4,
-        TIMEOUT,
-        |world: Group| {
-            let rank = world.rank();
-            // Even and odd ranks, in reverse order of world rank.
-            let half = world.split((rank % 2) as i32, (10 - rank) as i32).unwrap();
-            assert_eq!(half.size(), 2);
-            assert_eq!(half.rank(), 1 - rank / 2, "world rank {rank}");
-            let total = distributed::all_sum(&Array::scalar(rank as i32), Some(&half));
-            assert_eq!(
-                total.item::<i32>().unwrap(),
-                if rank.is_multiple_of(2) { 2 } else { 4 }
-            );
-            let gathered = distributed::all_gather(&Array::scalar(rank as i32), Some(&half));
-            let expected = if rank.is_multiple_of(2) {
-                [2, 0]
-            } else {
-                [3, 1]
-            };
-            assert_eq!(gathered.to_vec::<i32>().unwrap(), expected);
-            // A negative key keeps the world's order; a group of one is the identity.
-            let same = world.split(0, -1).unwrap();
-            assert_eq!((same.rank(), same.size()), (rank, 4));
-            let alone = world.split(rank as i32, 0).unwrap();
-            assert_eq!((alone.rank(), alone.size()), (0, 1));
-            let x = array![1.0, 2.0];
-            assert_eq!(
-                distributed::all_sum(&x, Some(&alone))
-                    .to_vec::<f32>()
-                    .unwrap(),
-                [1.0, 2.0]
-            );
-            // The world still works after splitting, and a closed split group says so.
-            half.close();
-            let closed = distributed::all_sum(&x, Some(&half)).check().unwrap_err();
-            assert!(closed.to_string().contains("closed"), "{closed}");
-            assert_eq!(
-                distributed::all_sum(&Array::scalar(1i32), Some(&world))
-                    .item::<i32>()
-                    .unwrap(),
-                4
-            );
-            let bad = world.split(-3, 0).unwrap_err().to_string();
-            assert!(bad.contains("[split]") && bad.contains("-3"), "{bad}");
-        },
-    );
+    mpi_ranks(test_name!(), 4, TIMEOUT, |world: Group| {
+        let rank = world.rank();
+        // Even and odd ranks, in reverse order of world rank.
+        let half = world.split((rank % 2) as i32, (10 - rank) as i32).unwrap();
+        assert_eq!(half.size(), 2);
+        assert_eq!(half.rank(), 1 - rank / 2, "world rank {rank}");
+        let total = distributed::all_sum(&Array::scalar(rank as i32), Some(&half));
+        assert_eq!(
+            total.item::<i32>().unwrap(),
+            if rank.is_multiple_of(2) { 2 } else { 4 }
+        );
+        let gathered = distributed::all_gather(&Array::scalar(rank as i32), Some(&half));
+        let expected = if rank.is_multiple_of(2) {
+            [2, 0]
+        } else {
+            [3, 1]
+        };
+        assert_eq!(gathered.to_vec::<i32>().unwrap(), expected);
+        // A negative key keeps the world's order; a group of one is the identity.
+        let same = world.split(0, -1).unwrap();
+        assert_eq!((same.rank(), same.size()), (rank, 4));
+        let alone = world.split(rank as i32, 0).unwrap();
+        assert_eq!((alone.rank(), alone.size()), (0, 1));
+        let x = array![1.0, 2.0];
+        assert_eq!(
+            distributed::all_sum(&x, Some(&alone))
+                .to_vec::<f32>()
+                .unwrap(),
+            [1.0, 2.0]
+        );
+        // The world still works after splitting, and a closed split group says so.
+        half.close();
+        let closed = distributed::all_sum(&x, Some(&half)).check().unwrap_err();
+        assert!(closed.to_string().contains("closed"), "{closed}");
+        assert_eq!(
+            distributed::all_sum(&Array::scalar(1i32), Some(&world))
+                .item::<i32>()
+                .unwrap(),
+            4
+        );
+        let bad = world.split(-3, 0).unwrap_err().to_string();
+        assert!(bad.contains("[split]") && bad.contains("-3"), "{bad}");
+    });
 }
 
 #[test]
 fn mpi_init_makes_the_world_the_default_group() {
-    mpi_ranks(
-        "mpi_init_makes_the_world_the_default_group",
-        2,
-        TIMEOUT,
-        |world| {
-            // `init` (any backend) finds MPI's environment and returns the same group.
-            let again = distributed::init(true).unwrap();
-            assert_eq!(again, world);
-            assert!(distributed::is_available(Backend::Mpi));
-            let sum = distributed::all_sum(&Array::scalar(world.rank() as f32 + 1.0), None);
-            assert_eq!(sum.item::<f32>().unwrap(), 3.0);
-            world.health().unwrap();
-        },
-    );
+    mpi_ranks(test_name!(), 2, TIMEOUT, |world| {
+        // `init` (any backend) finds MPI's environment and returns the same group.
+        let again = distributed::init(true).unwrap();
+        assert_eq!(again, world);
+        assert!(distributed::is_available(Backend::Mpi));
+        let sum = distributed::all_sum(&Array::scalar(world.rank() as f32 + 1.0), None);
+        assert_eq!(sum.item::<f32>().unwrap(), 3.0);
+        world.health().unwrap();
+    });
 }
 
 #[test]
@@ -205,11 +181,7 @@ fn a_missing_mpi_library_is_reported_by_name_and_not_available() {
     // The library is loaded once per process, so the check runs in a fresh one.
     let exe = std::env::current_exe().unwrap();
     let output = std::process::Command::new(exe)
-        .args([
-            "a_missing_mpi_library_is_reported_by_name_and_not_available",
-            "--exact",
-            "--nocapture",
-        ])
+        .args([test_name!(), "--exact", "--nocapture"])
         .env(CHILD, "1")
         .env("NUVEC_MPI_LIBNAME", "/nonexistent/libmpi.so")
         .output()
@@ -225,7 +197,7 @@ fn a_missing_mpi_library_is_reported_by_name_and_not_available() {
 #[test]
 fn mpi_vmap_through_collectives_equals_collectives_of_slices() {
     mpi_ranks(
-        "mpi_vmap_through_collectives_equals_collectives_of_slices",
+        test_name!(),
         2,
         TIMEOUT,
         collectives::vmap_through_collectives,
@@ -235,7 +207,7 @@ fn mpi_vmap_through_collectives_equals_collectives_of_slices() {
 #[test]
 fn mpi_compiled_collectives_communicate_on_every_call() {
     mpi_ranks(
-        "mpi_compiled_collectives_communicate_on_every_call",
+        test_name!(),
         2,
         TIMEOUT,
         collectives::compiled_collectives_communicate_every_call,

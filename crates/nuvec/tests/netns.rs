@@ -9,6 +9,7 @@
 use nuvec::distributed::{self, Options};
 use nuvec::prelude::*;
 use nuvec_test_support::ranks::{is_child, launch_ranks, Launch};
+use nuvec_test_support::test_name;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -127,7 +128,7 @@ fn set_link(state: &str) {
 
 #[test]
 fn a_cut_link_is_reported_by_health_within_the_keepalive_window() {
-    let name = "a_cut_link_is_reported_by_health_within_the_keepalive_window";
+    let name = test_name!();
     let hosts = hosts_or_skip(1);
     if hosts.is_none() && !is_child() {
         return;
@@ -147,15 +148,11 @@ fn a_cut_link_is_reported_by_health_within_the_keepalive_window() {
             set_link("down");
         }
         let start = Instant::now();
-        let error = loop {
-            match group.health() {
-                Err(error) => break error.to_string(),
-                Ok(()) if start.elapsed() < Duration::from_secs(40) => {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Ok(()) => panic!("health did not notice the cut link in 40 s"),
-            }
-        };
+        let error = nuvec_test_support::wait_until_unhealthy(
+            &group,
+            Duration::from_secs(40),
+            Duration::from_millis(200),
+        );
         let peer = 1 - group.rank();
         assert!(error.contains(&format!("rank {peer}")), "{error}");
         // Keepalive: 5 s idle, then 5 probes 2 s apart.
@@ -174,7 +171,7 @@ fn a_cut_link_is_reported_by_health_within_the_keepalive_window() {
 
 #[test]
 fn a_partition_during_a_collective_heals_into_an_error_not_a_hang() {
-    let name = "a_partition_during_a_collective_heals_into_an_error_not_a_hang";
+    let name = test_name!();
     let hosts = hosts_or_skip(2);
     if hosts.is_none() && !is_child() {
         return;

@@ -5,6 +5,7 @@
 use nuvec::distributed::{self, Group, Options};
 use nuvec::prelude::*;
 use nuvec_test_support::ranks::{launch_ranks, Launch};
+use nuvec_test_support::test_name;
 use std::time::{Duration, Instant};
 
 /// Sends `signal` to this process (through `kill(1)`, so the test needs no unsafe code).
@@ -118,26 +119,17 @@ fn a_killed_rank_is_named_and_the_survivors_continue(test_name: &str, n: usize) 
 
 #[test]
 fn a_rank_killed_mid_collective_is_named_and_2_ranks_continue_as_1() {
-    a_killed_rank_is_named_and_the_survivors_continue(
-        "a_rank_killed_mid_collective_is_named_and_2_ranks_continue_as_1",
-        2,
-    );
+    a_killed_rank_is_named_and_the_survivors_continue(test_name!(), 2);
 }
 
 #[test]
 fn a_rank_killed_mid_collective_is_named_and_3_ranks_continue_as_2() {
-    a_killed_rank_is_named_and_the_survivors_continue(
-        "a_rank_killed_mid_collective_is_named_and_3_ranks_continue_as_2",
-        3,
-    );
+    a_killed_rank_is_named_and_the_survivors_continue(test_name!(), 3);
 }
 
 #[test]
 fn a_rank_killed_mid_collective_is_named_and_4_ranks_continue_as_3() {
-    a_killed_rank_is_named_and_the_survivors_continue(
-        "a_rank_killed_mid_collective_is_named_and_4_ranks_continue_as_3",
-        4,
-    );
+    a_killed_rank_is_named_and_the_survivors_continue(test_name!(), 4);
 }
 
 /// The last of `n` ranks stops (SIGSTOP) after a first `all_sum` of `elements` floats; every
@@ -178,11 +170,7 @@ fn a_stopped_rank_is_named_at_the_timeout(test_name: &str, n: usize, elements: i
 
 #[test]
 fn a_stopped_rank_fails_the_collective_at_the_timeout_naming_it() {
-    a_stopped_rank_is_named_at_the_timeout(
-        "a_stopped_rank_fails_the_collective_at_the_timeout_naming_it",
-        2,
-        1 << 16,
-    );
+    a_stopped_rank_is_named_at_the_timeout(test_name!(), 2, 1 << 16);
 }
 
 /// Small sums on 4 ranks go through rank 0: when rank 3 stops, rank 0 times out on it and
@@ -190,11 +178,7 @@ fn a_stopped_rank_fails_the_collective_at_the_timeout_naming_it() {
 /// names rank 3.
 #[test]
 fn a_stopped_rank_fails_a_small_sum_on_4_ranks_naming_it_on_every_rank() {
-    a_stopped_rank_is_named_at_the_timeout(
-        "a_stopped_rank_fails_a_small_sum_on_4_ranks_naming_it_on_every_rank",
-        4,
-        64,
-    );
+    a_stopped_rank_is_named_at_the_timeout(test_name!(), 4, 64);
 }
 
 #[test]
@@ -204,25 +188,19 @@ fn a_rank_that_never_starts_fails_formation_naming_it() {
         group_timeout: Some(Duration::from_secs(3)),
         ..Launch::default()
     };
-    launch_ranks(
-        "a_rank_that_never_starts_fails_formation_naming_it",
-        3,
-        Duration::from_secs(20),
-        &launch,
-        |group| {
-            let error = group.unwrap_err().to_string();
-            assert!(
-                error.contains("[init]") && error.contains("rank 2"),
-                "{error}"
-            );
-        },
-    );
+    launch_ranks(test_name!(), 3, Duration::from_secs(20), &launch, |group| {
+        let error = group.unwrap_err().to_string();
+        assert!(
+            error.contains("[init]") && error.contains("rank 2"),
+            "{error}"
+        );
+    });
 }
 
 #[test]
 fn a_rank_gone_while_idle_is_found_by_health_and_init_forms_a_new_group() {
     launch_ranks(
-        "a_rank_gone_while_idle_is_found_by_health_and_init_forms_a_new_group",
+        test_name!(),
         3,
         Duration::from_secs(30),
         &Launch::default(),
@@ -233,16 +211,11 @@ fn a_rank_gone_while_idle_is_found_by_health_and_init_forms_a_new_group() {
             if group.rank() == 2 {
                 return; // The process ends; its connections close with it.
             }
-            let start = Instant::now();
-            let error = loop {
-                match group.health() {
-                    Err(error) => break error.to_string(),
-                    Ok(()) if start.elapsed() < Duration::from_secs(20) => {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                    Ok(()) => panic!("health never noticed rank 2 leaving"),
-                }
-            };
+            let error = nuvec_test_support::wait_until_unhealthy(
+                &group,
+                Duration::from_secs(20),
+                Duration::from_millis(50),
+            );
             assert!(error.contains("rank 2"), "{error}");
             // Let the other survivor notice too before this one closes its connections (a
             // survivor that closed first would be the peer the other's health reports).
@@ -337,7 +310,7 @@ fn fifty_cycles_of_forming_and_closing_leak_no_threads_descriptors_or_memory() {
     }
     // In a process of its own, so the other tests' threads do not blur the counts.
     launch_ranks(
-        "fifty_cycles_of_forming_and_closing_leak_no_threads_descriptors_or_memory",
+        test_name!(),
         1,
         Duration::from_secs(120),
         &Launch::default(),

@@ -1,4 +1,4 @@
-//! Test bodies shared by the ring's tests (`distributed.rs`) and MPI's (`mpi.rs`): each runs
+//! Test bodies shared by the ring's tests (`distributed/`) and MPI's (`mpi.rs`): each runs
 //! on every rank of a group and checks the collectives against references computed locally.
 
 use nuvec::distributed::{self, Group};
