@@ -27,6 +27,8 @@ mod schedule;
 mod shm;
 mod sync;
 mod tcp;
+#[cfg(test)]
+mod test_random;
 
 pub use backend::{init, init_backend, init_with, is_available, Backend};
 pub use hostfile::{parse_hostfile, read_hostfile, Address};

@@ -9,27 +9,13 @@ use crate::tcp::frame::{Header, Kind};
 use crate::tcp::handshake::{
     accept_side, connect_side, write_message, Accepted, Local, Message, Verdict,
 };
+use crate::test_random::Random;
 use crate::Options;
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::DType;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
-
-struct Random(u64);
-
-impl Random {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A byte stream a hostile or broken rank 0 might send.
 fn hostile_bytes(random: &mut Random) -> Vec<u8> {
@@ -123,7 +109,7 @@ fn group_with_raw_rank_0() -> (RingCommunicator, TcpStream, TcpStream) {
 
 #[test]
 fn arbitrary_bytes_from_a_peer_end_in_errors_not_panics_or_hangs() {
-    let mut random = Random(0x2545_F491_4F6C_DD1D);
+    let mut random = Random::new(0x2545_F491_4F6C_DD1D);
     for case in 0..60 {
         let (group, mut raw, incoming) = group_with_raw_rank_0();
         let bytes = hostile_bytes(&mut random);

@@ -15,6 +15,7 @@ use crate::shm::{SLOTS, SLOT_BYTES};
 use crate::sync::lock;
 use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
 use crate::tcp::wire::{abort_error, abort_notice, MAX_REASON};
+use crate::test_random::Random;
 use nuvec_core::{DType, Error, Result};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -170,7 +171,9 @@ impl Fabric {
             fabric: self.clone(),
             rank,
             timeout,
-            random: Mutex::new(self.faults.seed ^ (rank as u64 + 1).wrapping_mul(0x9E37_79B9)),
+            random: Mutex::new(Random::new(
+                self.faults.seed ^ (rank as u64 + 1).wrapping_mul(0x9E37_79B9),
+            )),
         }
     }
 }
@@ -180,7 +183,7 @@ pub(crate) struct MemoryTransport {
     fabric: Arc<Fabric>,
     rank: usize,
     timeout: Duration,
-    random: Mutex<u64>,
+    random: Mutex<Random>,
 }
 
 fn error(op: &str, rank: usize, reason: String) -> Error {
@@ -222,11 +225,8 @@ impl MemoryTransport {
         if faults.max_delay.is_zero() {
             return Duration::ZERO;
         }
-        let mut state = lock(&self.random);
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        faults.max_delay.mul_f64((*state % 1024) as f64 / 1024.0)
+        let draw = lock(&self.random).below(1024);
+        faults.max_delay.mul_f64(draw as f64 / 1024.0)
     }
 
     fn frames(&self, from: usize, to: usize, connection: usize) -> &Stream {

@@ -163,13 +163,8 @@ mod tests {
     /// that encodes back to the same bytes: never a panic.
     #[test]
     fn decoding_arbitrary_bytes_never_panics() {
-        let mut state = 0x853C_49E6_748F_EA9Bu64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut random = crate::test_random::Random::new(0x853C_49E6_748F_EA9B);
+        let mut next = move || random.next();
         let valid = Header {
             kind: Kind::Chunk,
             dtype: DType::F32,

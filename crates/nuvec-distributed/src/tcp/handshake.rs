@@ -378,13 +378,8 @@ mod tests {
     /// that encodes back to the same bytes: never a panic.
     #[test]
     fn decoding_arbitrary_bytes_never_panics() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut random = crate::test_random::Random::new(0x9E37_79B9_7F4A_7C15);
+        let mut next = move || random.next();
         let valid = Message::verdict(Verdict::Accepted).encode();
         let mut decoded = 0;
         for round in 0..200_000 {
