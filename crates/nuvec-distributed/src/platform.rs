@@ -69,27 +69,6 @@ fn poll_for(polled: &mut [libc::pollfd], timeout: Duration) -> std::io::Result<u
     }
 }
 
-/// The descriptor of `stream`, for [`wait_readable`].
-pub(crate) fn raw_fd(stream: &TcpStream) -> i32 {
-    use std::os::fd::AsRawFd;
-    stream.as_raw_fd()
-}
-
-/// Waits at most `timeout` until one of `fds` is readable (or closed, or failed, which the
-/// next read reports); which of them are. An interruption marks them all.
-pub(crate) fn wait_readable(fds: &[i32], timeout: Duration) -> std::io::Result<Vec<bool>> {
-    let mut polled: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let woken = poll_for(&mut polled, timeout)? == polled.len();
-    Ok(polled.iter().map(|p| woken || p.revents != 0).collect())
-}
-
 /// Waits until `stream` can take more bytes (or has failed, which the next send reports);
 /// false when `timeout` passed first.
 pub(crate) fn wait_writable(stream: &TcpStream, timeout: Duration) -> std::io::Result<bool> {

@@ -7,10 +7,10 @@
 //! first connection: the extra lanes of a pair that shares several keep to theirs). Both ends
 //! of a direction know whether it has a channel, so they agree without asking. On a channel a
 //! chunk needs no frame: the call's header, already checked on the connection, says what every
-//! byte that follows belongs to, and the channel keeps them in order. A wait on a channel
-//! cannot be woken by a socket, so it looks now and then (every few milliseconds) at the
-//! neighbour's connection and at every other incoming one, for an abort notice, a closed
-//! connection, or a frame showing a rank called something else.
+//! byte that follows belongs to, and the channel keeps them in order. Every wait, on a socket
+//! or a channel, waits in slices and asks the group's watch between them (`tcp/watch.rs`) for
+//! an abort notice or a frame showing a rank called something else; a channel wait also asks
+//! whether the neighbour's connection closed, which a socket read sees for itself.
 //!
 //! A channel holds `SLOTS` slots, and a sender waits for room: if every rank of a ring waited
 //! to write, none would read. So a link with a channel to its right counts the outbox's

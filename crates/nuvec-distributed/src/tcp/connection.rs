@@ -75,22 +75,15 @@ impl Incoming {
     }
 }
 
-/// What a read that has waited [`WATCH_AFTER`] waits in instead of its own socket: the
-/// group's watch over its other incoming connections (`watch.rs`).
+/// What a read asks each [`WATCH_AFTER`] it blocks, as every wait of a collective does: the
+/// group's watch over its incoming connections (`watch.rs`).
 pub(crate) trait Watcher: std::fmt::Debug + Send + Sync {
-    /// Waits at most `timeout` for `stream` (the connection `reading` reads) to become
-    /// readable; true when it is, false when the time ran out. Fails when another connection
-    /// shows that the call cannot succeed.
-    fn wait(
-        &self,
-        op: &str,
-        reading: &Connection,
-        stream: &TcpStream,
-        timeout: Duration,
-    ) -> Result<bool, Error>;
+    /// Fails when another connection shows that the call cannot succeed: an abort notice, or
+    /// a frame of another call.
+    fn check(&self, op: &str) -> Result<(), Error>;
 }
 
-/// How long a read blocks before it waits in the group's [`Watcher`].
+/// How long a read blocks before it asks the group's [`Watcher`], and again between asks.
 pub(crate) const WATCH_AFTER: Duration = Duration::from_millis(20);
 
 /// A connection to rank `rank`.
@@ -100,8 +93,6 @@ pub(crate) struct Connection {
     /// How a read waits before sleeping.
     poll: Poll,
     reader: Mutex<Incoming>,
-    /// The reading end's descriptor, for watching it from another connection's read.
-    read_fd: i32,
     /// The group's watch over its incoming connections, once the group is connected.
     watch: OnceLock<Arc<dyn Watcher>>,
     control: TcpStream,
@@ -193,7 +184,6 @@ impl Connection {
         Ok(Connection {
             rank,
             poll,
-            read_fd: crate::platform::raw_fd(&stream),
             watch: OnceLock::new(),
             reader: Mutex::new(Incoming {
                 stream,
@@ -209,11 +199,6 @@ impl Connection {
     /// group's other connections (`watch.rs`).
     pub(crate) fn join_watch(&self, watch: Arc<dyn Watcher>) {
         let _ = self.watch.set(watch);
-    }
-
-    /// The reading end's descriptor.
-    pub(crate) fn read_fd(&self) -> i32 {
-        self.read_fd
     }
 
     /// An error of `op` on this connection, naming the peer.

@@ -8,17 +8,16 @@
 //! Each rank's first frame went somewhere, though, and the rank it went to sees it here: a
 //! frame of this call (same sequence number) whose header is not one this call sends.
 //!
-//! A read watches only after blocking for `connection::WATCH_AFTER`: a call whose data is on its way
-//! costs nothing more, and a mismatch is reported within about that long.
+//! Every wait of a collective asks the watch now and then ([`Watch::sweep`]): a read on a
+//! connection each `connection::WATCH_AFTER` it blocks, a wait on a shared-memory channel each
+//! few milliseconds. A call whose data is on its way costs nothing more, and a mismatch or an
+//! abort notice is reported within about that long.
 
 use super::connection::{Connection, Watcher};
 use super::frame::{Header, Kind, HEADER_BYTES};
-use crate::platform;
 use crate::sync::lock;
 use nuvec_core::Error;
-use std::net::TcpStream;
 use std::sync::{Mutex, OnceLock, Weak};
-use std::time::{Duration, Instant};
 
 /// The collective in progress on one group, and the connections it reads.
 #[derive(Debug, Default)]
@@ -86,10 +85,9 @@ impl Watch {
     }
 
     /// Judges, once and without waiting, the frame headers waiting on every incoming
-    /// connection: for waits that are not on a socket (a shared-memory channel's), which
-    /// cannot be woken by one. Fails on a frame of another call, or with the abort notice
-    /// waiting, read whole so the error names the rank that was lost and why (a lane that
-    /// fails passes its error on to every peer at once).
+    /// connection that no other thread is reading. Fails on a frame of another call, or with
+    /// the abort notice waiting, read whole so the error names the rank that was lost and why
+    /// (a lane that fails passes its error on to every peer at once).
     pub(crate) fn sweep(&self, op: &str) -> Result<(), Error> {
         let call = lock(&self.call).clone();
         let (Some(ours), Some(readers)) = (call.ours, self.readers.get()) else {
@@ -113,55 +111,8 @@ impl Watch {
 }
 
 impl Watcher for Watch {
-    /// Waits at most `timeout` for `stream` (the connection `reading` reads) to become
-    /// readable, watching this rank's other incoming connections meanwhile; true when it is
-    /// readable, false when the time ran out. Fails when another connection shows a frame of
-    /// another call, or an abort notice.
-    fn wait(
-        &self,
-        op: &str,
-        reading: &Connection,
-        stream: &TcpStream,
-        timeout: Duration,
-    ) -> Result<bool, Error> {
-        let deadline = Instant::now() + timeout;
-        let call = lock(&self.call).clone();
-        let mut watched: Vec<_> = match (call.ours, self.readers.get()) {
-            (Some(_), Some(readers)) => readers
-                .iter()
-                .filter_map(Weak::upgrade)
-                .filter(|peer| !std::ptr::eq(&**peer, reading))
-                .collect(),
-            _ => Vec::new(),
-        };
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(false);
-            }
-            let mut fds = vec![platform::raw_fd(stream)];
-            fds.extend(watched.iter().map(|peer| peer.read_fd()));
-            let ready = platform::wait_readable(&fds, left)
-                .map_err(|e| reading.error(op, format!("waiting for data failed: {e}")))?;
-            if ready[0] {
-                return Ok(true);
-            }
-            let Some(ours) = &call.ours else { continue };
-            // Each connection is judged once: a frame that belongs to this call stays for its
-            // reads, and one still arriving (or on a connection another lane's thread is
-            // reading) is left to the reads too.
-            let mut unchanged = Vec::with_capacity(watched.len());
-            for (peer, &arrived) in watched.into_iter().zip(&ready[1..]) {
-                if !arrived {
-                    unchanged.push(peer);
-                } else if let Some(raw) = peer.try_waiting_header() {
-                    if let Some(error) = judge(self.rank, (ours, &call.bytes), peer.rank, &raw) {
-                        return Err(error);
-                    }
-                }
-            }
-            watched = unchanged;
-        }
+    fn check(&self, op: &str) -> Result<(), Error> {
+        self.sweep(op)
     }
 }
 

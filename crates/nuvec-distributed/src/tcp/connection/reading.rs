@@ -193,9 +193,9 @@ impl Connection {
         if filled >= end {
             return Ok(filled);
         }
-        // Block for a short while at first; a read still waiting after that waits in the
-        // group's watch ([`super::Watcher::wait`]), which fails it when another connection shows that
-        // a rank called something else. Each part may take `timeout` to arrive.
+        // Block in slices of `WATCH_AFTER`, asking the group's watch between them (as a wait on
+        // a shared-memory channel does), which fails the read when another connection shows
+        // that a rank gave up or called something else. Each part may take `timeout` to arrive.
         incoming
             .set_timeout(timeout.min(WATCH_AFTER))
             .map_err(|e| self.error(op, format!("cannot set a timeout: {e}")))?;
@@ -214,16 +214,7 @@ impl Connection {
                     | ErrorKind::ConnectionReset
                     | ErrorKind::ConnectionAborted => return Err(self.closed(op)),
                     ErrorKind::WouldBlock | ErrorKind::TimedOut => {
-                        let left = timeout.saturating_sub(last_arrival.elapsed());
-                        let readable = left > Duration::ZERO
-                            && match self.watch.get() {
-                                Some(watch) => watch.wait(op, self, &incoming.stream, left)?,
-                                None => crate::platform::wait_readable(&[self.read_fd()], left)
-                                    .map_err(|e| {
-                                        self.error(op, format!("waiting for data failed: {e}"))
-                                    })?[0],
-                            };
-                        if !readable {
+                        if last_arrival.elapsed() >= timeout {
                             return Err(self.error(
                                 op,
                                 format!(
@@ -231,6 +222,9 @@ impl Connection {
                                     timeout.as_secs_f64()
                                 ),
                             ));
+                        }
+                        if let Some(watch) = self.watch.get() {
+                            watch.check(op)?;
                         }
                     }
                     _ => return Err(self.error(op, format!("reading failed: {e}"))),
