@@ -347,7 +347,11 @@ impl Channel {
                 });
             }
             if checked.elapsed() >= CHECK_EVERY {
-                alive()?;
+                // A peer that wrote what this wait needs and then left (its process ended
+                // after its last collective) has not failed it: look once more first.
+                if let Err(error) = alive() {
+                    return if ready() { Ok(()) } else { Err(error) };
+                }
                 checked = Instant::now();
             }
         }
@@ -487,6 +491,35 @@ mod tests {
             "{error}"
         );
         assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    /// A sender that wrote everything and then left (its process ended after its last
+    /// collective) is reported gone by the liveness check, yet what it wrote arrives: the wait
+    /// looks once more before failing.
+    #[test]
+    fn a_peer_gone_after_writing_what_is_awaited_does_not_fail_the_wait() {
+        let (sender, receiver) = pair([11; TOKEN_BYTES]);
+        let sent: Vec<u8> = (0..64).collect();
+        let mut out = vec![0u8; sent.len()];
+        let mut sent_yet = false;
+        // The first liveness check finds the peer gone, having just written the payload.
+        let mut gone = || {
+            if !sent_yet {
+                sender
+                    .write("send", &sent, Duration::from_secs(5), &mut fine)
+                    .unwrap();
+                sent_yet = true;
+            }
+            Err(Error::Distributed {
+                op: "recv".into(),
+                rank: Some(0),
+                reason: "the peer closed its connection".into(),
+            })
+        };
+        receiver
+            .read("recv", &mut out, Duration::from_secs(30), &mut gone)
+            .expect("what the peer wrote before leaving arrives");
+        assert_eq!(out, sent);
     }
 
     #[test]
