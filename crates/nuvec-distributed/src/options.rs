@@ -10,14 +10,18 @@ pub(crate) const DEFAULT_TIMEOUT_SECS: u64 = 30;
 /// Settings for forming a group. `Debug` shows whether a key is set, never the key.
 ///
 /// ```
-/// use nuvec_distributed::Options;
+/// use nuvec_distributed::{Options, Polling, SharedMemory};
 /// use std::time::Duration;
 /// let options = Options::default()
 ///     .timeout(Duration::from_secs(5))
-///     .key("a secret of at least sixteen bytes");
+///     .key("a secret of at least sixteen bytes")
+///     .polling(Polling::Yield)
+///     .shared_memory(SharedMemory::Off);
 /// assert_eq!(options.timeout, Duration::from_secs(5));
 /// assert!(options.has_key());
 /// assert!(!format!("{options:?}").contains("sixteen"));
+/// // Unset ring settings come from `NUVEC_RING_*` when the group forms.
+/// assert_eq!((options.polling, options.streaming_stores), (Some(Polling::Yield), None));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
