@@ -1,5 +1,5 @@
 //! The ring's collective algorithms and its failure authority, run over the in-memory
-//! transport (`memory.rs`): 1 to 16 ranks as threads of this process, with delays that reorder
+//! transport (`memory/`): 1 to 16 ranks as threads of this process, with delays that reorder
 //! bytes across connections, bounded channels, a slow rank and a lost rank. Results are
 //! checked exactly (integer sums) against a direct computation.
 

@@ -1,7 +1,7 @@
 //! What the collective algorithms need from the connections between ranks, and nothing more:
 //! frames (a header and its payload) to and from one rank, and the chunks of a ring pass. A
 //! ring group's [`super::network::Network`] moves them over TCP and shared memory; the tests'
-//! in-memory transport (`memory.rs`) moves them between threads, with delays and lost ranks.
+//! in-memory transport (`memory/`) moves them between threads, with delays and lost ranks.
 //!
 //! Every wait a transport does is bounded by its timeout and ends early, with an error naming
 //! the rank, when that rank is gone or sent word that the group failed; what to do about it

@@ -14,7 +14,9 @@ pub(crate) mod compare;
 pub(crate) mod deliberate;
 pub(crate) mod generate;
 pub(crate) mod interpret;
+pub(crate) mod judge;
 pub(crate) mod mlx;
+pub(crate) mod questions;
 pub(crate) mod shrink;
 
 use serde_json::Value;

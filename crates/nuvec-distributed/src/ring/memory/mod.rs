@@ -10,6 +10,8 @@
 //! slow rank sleeps before each of its writes, and a rank can be lost: its writes end and
 //! writes to it fail, as when its process dies.
 
+mod streams;
+
 use super::transport::{Incoming, Pass, Route, Transport, Window};
 use crate::shm::{SLOTS, SLOT_BYTES};
 use crate::sync::lock;
@@ -17,9 +19,9 @@ use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
 use crate::tcp::wire::{abort_error, abort_notice, MAX_REASON};
 use crate::test_random::Random;
 use nuvec_core::{DType, Error, Result};
-use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use streams::Stream;
 
 /// What can go wrong, and how the ranks are connected.
 #[derive(Clone, Debug)]
@@ -45,96 +47,6 @@ impl Default for Faults {
             slow: None,
             channel_window: None,
             connections: 1,
-        }
-    }
-}
-
-/// One direction's bytes: delivered ones (whole writes, the first partly read), and those
-/// still in flight with their arrival time.
-#[derive(Default)]
-struct Bytes {
-    delivered: VecDeque<Vec<u8>>,
-    /// How much of the first delivered write was read.
-    read: usize,
-    in_flight: VecDeque<(Instant, Vec<u8>)>,
-    /// The writer ended its writes (it failed, or was lost).
-    ended: bool,
-    /// The reader is gone: writes fail.
-    reader_gone: bool,
-}
-
-impl Bytes {
-    /// Moves what has arrived by now into `delivered`; returns when the next arrives.
-    fn deliver(&mut self) -> Option<Instant> {
-        let now = Instant::now();
-        while let Some((at, _)) = self.in_flight.front() {
-            if *at > now {
-                return Some(*at);
-            }
-            let (_, bytes) = self.in_flight.pop_front().expect("a write in flight");
-            self.delivered.push_back(bytes);
-        }
-        None
-    }
-
-    /// Bytes delivered and not read.
-    fn ready(&self) -> usize {
-        self.delivered.iter().map(Vec::len).sum::<usize>() - self.read
-    }
-
-    /// Bytes written and not read.
-    fn held(&self) -> usize {
-        self.ready() + self.in_flight.iter().map(|(_, b)| b.len()).sum::<usize>()
-    }
-
-    /// Copies delivered bytes into `into`; returns how many.
-    fn take(&mut self, into: &mut [u8]) -> usize {
-        let mut taken = 0;
-        while taken < into.len() {
-            let Some(front) = self.delivered.front() else {
-                break;
-            };
-            let n = (front.len() - self.read).min(into.len() - taken);
-            into[taken..taken + n].copy_from_slice(&front[self.read..self.read + n]);
-            taken += n;
-            self.read += n;
-            if self.read == front.len() {
-                self.delivered.pop_front();
-                self.read = 0;
-            }
-        }
-        taken
-    }
-
-    /// The first `n` delivered bytes, without reading them (fewer when fewer are there).
-    fn peek(&self, n: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(n);
-        let mut skip = self.read;
-        for write in &self.delivered {
-            let part = &write[skip.min(write.len())..];
-            skip = 0;
-            out.extend_from_slice(&part[..part.len().min(n - out.len())]);
-            if out.len() == n {
-                break;
-            }
-        }
-        out
-    }
-}
-
-/// A one-way byte stream, bounded when `capacity` is set (a channel: writers wait for room).
-struct Stream {
-    bytes: Mutex<Bytes>,
-    changed: Condvar,
-    capacity: Option<usize>,
-}
-
-impl Stream {
-    fn new(capacity: Option<usize>) -> Stream {
-        Stream {
-            bytes: Mutex::new(Bytes::default()),
-            changed: Condvar::new(),
-            capacity,
         }
     }
 }
@@ -368,14 +280,14 @@ impl MemoryTransport {
         Ok(())
     }
 
-    fn chunk_frame(kind: Kind, sequence: u64, payload: &[u8]) -> Vec<u8> {
+    /// A chunk of ring pass `sequence` framed as on TCP.
+    fn chunk_frame(sequence: u64, payload: &[u8]) -> Vec<u8> {
         let header = Header {
             kind: Kind::Chunk,
             dtype: DType::U8,
             sequence,
             bytes: payload.len() as u64,
         };
-        let _ = kind;
         [&header.encode()[..], payload].concat()
     }
 }
@@ -505,7 +417,7 @@ impl Transport for MemoryTransport {
             }
             return Ok(());
         }
-        let frame = Self::chunk_frame(kind, sequence, payload);
+        let frame = Self::chunk_frame(sequence, payload);
         self.write(
             self.frames(self.rank, to, connection),
             (kind.name(), to),
