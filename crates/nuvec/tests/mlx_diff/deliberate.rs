@@ -174,17 +174,22 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         name: "periodic functions of large arguments",
         reason: "nuvec's float32 exp rounds correctly more often than MLX's approximation (e^3 \
                  is 20.085537 in nuvec, 20.085535 in MLX); sin, cos or tan of a large result \
-                 of it (cos(e^6) near 403) turn that last bit into a difference of 1e-4",
+                 of it (cos(e^6) near 403) turn that last bit into a difference of 1e-4, and \
+                 an argsort, argmax or argmin of such values may order them differently",
         matches: |program, mlx, nuvec| {
+            let orders = ["argsort", "argmax", "argmin"]
+                .iter()
+                .any(|op| has_op(program, op));
             ["sin", "cos", "tan"].iter().any(|op| has_op(program, op))
                 && ["exp", "expm1", "power", "sinh", "cosh"]
                     .iter()
                     .any(|op| has_op(program, op))
                 && both_ok(mlx, nuvec)
                 && differing_outputs_all(mlx, nuvec, |a, b| {
-                    equal_except(a, b, |x, y| {
-                        (x - y).abs() <= 1e-3 * x.abs().max(y.abs()).max(1.0)
-                    })
+                    (orders && a["dtype"] == "uint32")
+                        || equal_except(a, b, |x, y| {
+                            (x - y).abs() <= 1e-3 * x.abs().max(y.abs()).max(1.0)
+                        })
                 })
         },
     },
