@@ -284,8 +284,20 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                 }
                 at < inputs && o >= inputs
             };
+            // The array an output is, seen through MLX's no-ops.
+            let source = |o: &Value| {
+                let mut at = o.as_u64().unwrap_or(u64::MAX);
+                while let Some(op) = at.checked_sub(inputs).and_then(|k| ops.get(k as usize)) {
+                    if !NO_OPS_IN_MLX.contains(&op["op"].as_str().unwrap_or("")) {
+                        break;
+                    }
+                    at = op["args"][0].as_u64().unwrap_or(u64::MAX);
+                }
+                at
+            };
             let repeated = outputs.iter().enumerate().any(|(i, o)| {
                 outputs[..i].contains(o)
+                    || outputs[..i].iter().any(|p| source(p) == source(o))
                     || o.as_u64().is_some_and(|o| o < inputs || copy_of_output(o))
                     || (has_transform(program, "jvp") && o.as_u64().is_some_and(input_as_tangent))
             });
