@@ -171,6 +171,23 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         },
     },
     Deliberate {
+        name: "NaN cast to an integer under compile",
+        reason: "MLX casts NaN (and infinities) to int32 as the minimum (-2^31) eagerly but as 0 \
+                 in a compiled function, so the same program gives two answers; nuvec gives the \
+                 minimum in both",
+        matches: |program, mlx, nuvec| {
+            has_transform(program, "compile")
+                && program["ops"].as_array().into_iter().flatten().any(|op| {
+                    op["op"] == "astype"
+                        && matches!(
+                            op["dtype"].as_str(),
+                            Some("int8" | "int16" | "int32" | "uint8" | "uint16" | "uint32")
+                        )
+                })
+                && both_ok(mlx, nuvec)
+        },
+    },
+    Deliberate {
         name: "periodic functions of large arguments",
         reason: "nuvec's float32 exp rounds correctly more often than MLX's approximation (e^3 \
                  is 20.085537 in nuvec, 20.085535 in MLX); sin, cos or tan of a large result \
