@@ -390,10 +390,9 @@ macro_rules! float_element {
                     1.0
                 } else if x < 0.0 {
                     -1.0
-                } else if x.is_nan() {
-                    0.0
                 } else {
-                    x
+                    // +0 for ±0 and NaN, as MLX (so 1 / sign(-0) is +inf there too).
+                    0.0
                 })
             }
             fn pow(self, b: Self) -> Self {
