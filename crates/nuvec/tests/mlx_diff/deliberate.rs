@@ -2,7 +2,9 @@
 //! that recognises its cases, as listed in docs/mlx-differences.md (the questions the
 //! predicates ask are in `questions.rs`, the float64 judge in `judge.rs`).
 
-use super::judge::{float64_verdicts, half_precision_noise_around_zero, Verdict};
+use super::judge::{
+    float64_sides_with_nuvec, float64_verdicts, half_precision_noise_around_zero, Verdict,
+};
 use super::questions::*;
 use serde_json::Value;
 
@@ -142,8 +144,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                 && both_ok(mlx, nuvec)
                 && (differing_outputs_all(mlx, nuvec, |a, b| {
                     equal_except(a, b, |x, y| (x - y).abs() <= 0.01 * x.abs().max(y.abs()))
-                }) || float64_verdicts(program, mlx, nuvec)
-                    .is_some_and(|verdicts| verdicts.iter().all(|v| *v != Verdict::OnlyMlxHits)))
+                }) || float64_sides_with_nuvec(program, mlx, nuvec))
         },
     },
     Deliberate {
@@ -166,8 +167,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
             has_op(program, "matmul")
                 && super::compare::precision_floor(program).is_some()
                 && both_ok(mlx, nuvec)
-                && float64_verdicts(program, mlx, nuvec)
-                    .is_some_and(|verdicts| verdicts.iter().all(|v| *v != Verdict::OnlyMlxHits))
+                && float64_sides_with_nuvec(program, mlx, nuvec)
         },
     },
     Deliberate {
@@ -208,8 +208,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                         || equal_except(a, b, |x, y| {
                             (x - y).abs() <= 1e-3 * x.abs().max(y.abs()).max(1.0)
                         })
-                }) || float64_verdicts(program, mlx, nuvec)
-                    .is_some_and(|verdicts| verdicts.iter().all(|v| *v != Verdict::OnlyMlxHits)))
+                }) || float64_sides_with_nuvec(program, mlx, nuvec))
         },
     },
     Deliberate {

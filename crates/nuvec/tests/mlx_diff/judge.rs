@@ -86,6 +86,13 @@ pub(super) fn float64_verdicts(
     (!verdicts.is_empty()).then_some(verdicts)
 }
 
+/// Whether the float64 run judges every differing element and none of them for MLX alone:
+/// nuvec's result is the exact one, or neither side's is, or both are.
+pub(super) fn float64_sides_with_nuvec(program: &Value, mlx: &Value, nuvec: &Value) -> bool {
+    float64_verdicts(program, mlx, nuvec)
+        .is_some_and(|verdicts| verdicts.iter().all(|v| *v != Verdict::OnlyMlxHits))
+}
+
 /// Whether every element where the outputs differ is 0 in the program run in float64 (float
 /// inputs widened) and, on both sides, within 8 ulps of the narrow float type the program
 /// computes in, scaled by the largest magnitude among MLX's outputs.
