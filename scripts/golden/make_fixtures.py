@@ -263,6 +263,14 @@ def default_call(op):
                         zip(kw["start"], kw["stop"], kw["strides"]))
             return xs[0][idx]
         return f
+    if op == "slice_update":
+        def f(xs, kw):
+            idx = tuple(slice(a, b, c) for a, b, c in
+                        zip(kw["start"], kw["stop"], kw["strides"]))
+            out = mx.array(xs[0])
+            out[idx] = xs[1]
+            return out
+        return f
     if op == "tile":  # reps is positional-only in MLX's binding
         return lambda xs, kw: mx.tile(xs[0], kw["reps"])
     if op == "clip":
@@ -707,6 +715,26 @@ def make_shape():
         fx.add(name, "slice", [r], {"start": st, "stop": sp_, "strides": stride})
     fx.add("slice_3d_neg", "slice", [a], {"start": [None, 2, None], "stop": [None, 0, None],
                                           "strides": [-1, -1, 3]})
+
+    # slice_update: MLX's `b[idx] = update` on a copy of the first input (the same
+    # slice_update primitive); kwargs as for slice.
+    updates = [
+        ("slice_update_basic", [1, 0], [3, 5], [1, 2], [2, 3]),
+        ("slice_update_neg_stride", [None, None], [None, None], [-1, -2], [4, 3]),
+        ("slice_update_broadcast_row", [0, 1], [4, 3], [1, 1], [1, 2]),
+        ("slice_update_scalar_update", [2], [3], [1], []),
+        ("slice_update_whole", [None], [None], [1], [4, 5]),
+        ("slice_update_clamped", [-10, 3], [10, 100], [1, 1], [4, 2]),
+        ("slice_update_empty", [3, 0], [1, 5], [1, 1], [0, 5]),
+    ]
+    for name, st, sp_, stride, ushape in updates:
+        u = arr("int32", ushape, [100 + k for k in range(int(np.prod(ushape)))])
+        fx.add(name, "slice_update", [r, u], {"start": st, "stop": sp_, "strides": stride})
+    fx.add("slice_update_cast_float_into_int", "slice_update",
+           [r, arr("float32", [2], [1.75, -2.5])],
+           {"start": [1, 1], "stop": [2, 3], "strides": [1, 1]})
+    fx.add("slice_update_bad_shape_error", "slice_update", [r, arr("int32", [3], [1, 2, 3])],
+           {"start": [0, 0], "stop": [1, 2], "strides": [1, 1]})
 
     p = arr("float32", [2, 3], list(range(6)))
     fx.add("pad_2d", "pad", [p], {"pad_width": [[1, 0], [2, 1]], "constant_value": 0})

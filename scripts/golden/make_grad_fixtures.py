@@ -32,6 +32,7 @@ side) are:
   max_and_exp(x):  sum(max(x, axis=1)) + sum(exp(x) * 0.1)
   broadcast_mul_div(a, b):  sum(a * b / (1 + b))
   cumsum_square(x):  sum(square(cumsum(x, axis=1)))
+  slice_update_square(a, u):  b = 2a; b[1:3, ::-2] = sin(u); sum(square(b) * cos(b))
 """
 
 import json
@@ -86,9 +87,16 @@ def cumsum_square(x):
     return mx.sum(mx.square(mx.cumsum(x, axis=1)))
 
 
+def slice_update_square(a, u):
+    b = a * 2.0
+    b[1:3, ::-2] = mx.sin(u)
+    return mx.sum(mx.square(b) * mx.cos(b))
+
+
 FUNCS = {f.__name__: f for f in (mlp_mse, softmax_cross_entropy, layer_norm,
                                   sigmoid_bce, softmax_weighted, max_and_exp,
-                                  broadcast_mul_div, cumsum_square)}
+                                  broadcast_mul_div, cumsum_square,
+                                  slice_update_square)}
 
 
 def normal(rs, shape):
@@ -128,6 +136,9 @@ def make_inputs():
                   [normal(rs, (2, 3)), np.round(rs.uniform(0.5, 1.5, size=(3,)), 3)]))
     rs = np.random.RandomState(7)
     cases.append(("cumsum_square", "cumsum_square", [normal(rs, (2, 5))]))
+    rs = np.random.RandomState(8)
+    cases.append(("slice_update_square", "slice_update_square",
+                  [normal(rs, (4, 5)), normal(rs, (2, 3))]))
     return cases
 
 

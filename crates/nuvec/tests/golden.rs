@@ -59,6 +59,30 @@ fn ints(value: &Value) -> Vec<i32> {
         .unwrap_or_default()
 }
 
+/// The `start`, `stop` and `strides` of a slice case, with MLX's defaults for omitted
+/// (null) bounds.
+fn python_slice(x: &Array, kw: &Value) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
+    let strides = ints(&kw["strides"]);
+    let bound = |key: &str, i: usize, forward_default: i32, backward_default: i32| {
+        kw[key][i]
+            .as_i64()
+            .map(|v| v as i32)
+            .unwrap_or(if strides[i] > 0 {
+                forward_default
+            } else {
+                backward_default
+            })
+    };
+    let n = strides.len();
+    let start = (0..n)
+        .map(|i| bound("start", i, 0, x.shape()[i] - 1))
+        .collect();
+    let stop = (0..n)
+        .map(|i| bound("stop", i, x.shape()[i], -x.shape()[i] - 1))
+        .collect();
+    (start, stop, strides)
+}
+
 fn axes(kwargs: &Value, key: &str) -> ops::Axes {
     match &kwargs[key] {
         Value::Null => ops::Axes(None),
@@ -268,25 +292,19 @@ fn run(op: &str, args: &[Arg], kw: &Value) -> Vec<Array> {
         },
         "slice" => {
             let x = a();
-            let strides = ints(&kw["strides"]);
-            let bound = |key: &str, i: usize, forward_default: i32, backward_default: i32| {
-                kw[key][i]
-                    .as_i64()
-                    .map(|v| v as i32)
-                    .unwrap_or(if strides[i] > 0 {
-                        forward_default
-                    } else {
-                        backward_default
-                    })
-            };
-            let n = strides.len();
-            let start: Vec<i32> = (0..n)
-                .map(|i| bound("start", i, 0, x.shape()[i] - 1))
-                .collect();
-            let stop: Vec<i32> = (0..n)
-                .map(|i| bound("stop", i, x.shape()[i], -x.shape()[i] - 1))
-                .collect();
+            let (start, stop, strides) = python_slice(&x, kw);
             one(ops::slice(&x, &start, &stop, &strides))
+        }
+        "slice_update" => {
+            let x = a();
+            let (start, stop, strides) = python_slice(&x, kw);
+            one(ops::slice_update(
+                &x,
+                &args[1].array(),
+                &start,
+                &stop,
+                &strides,
+            ))
         }
         "pad" => {
             let widths: Vec<(i32, i32)> = kw["pad_width"]

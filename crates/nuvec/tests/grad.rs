@@ -377,6 +377,16 @@ fn golden_function(name: &str, x: &[Array]) -> Array {
             None,
             false,
         ),
+        "slice_update_square" => {
+            let b = ops::slice_update(
+                &(&x[0] * 2.0),
+                &ops::sin(&x[1]),
+                &[1, 4],
+                &[3, -6],
+                &[1, -2],
+            );
+            ops::sum(&(ops::square(&b) * ops::cos(&b)), None, false)
+        }
         other => panic!("golden: no function {other}"),
     }
 }
@@ -446,6 +456,16 @@ fn jvps_of_primitives_without_a_vjp_match_finite_differences() {
     check_jvp("sort", &|a: &Array| ops::sort(a, Some(1)), &x, &t);
     check_jvp("sort axis 0", &|a: &Array| ops::sort(a, Some(0)), &x, &t);
     check_jvp("topk", &|a: &Array| ops::topk(a, 2, Some(-1)), &x, &t);
+    // slice_update through both its inputs: the source and the values written.
+    check_jvp(
+        "slice_update",
+        &|a: &Array| {
+            let corner = ops::sin(&ops::slice(a, &[0, 0], &[2, 2], &[1, 1]));
+            ops::slice_update(&ops::square(a), &corner, &[1, 4], &[3, 0], &[1, -2])
+        },
+        &x,
+        &t,
+    );
     // Integer outputs have zero tangents.
     let (_, tangents) = jvp(
         |v| vec![ops::argmax(&v[0], Some(1), false)],

@@ -164,6 +164,35 @@ fn layout_ops_batch() {
         std::slice::from_ref(&x),
         &[Some(0)],
     );
+    // Rows 3 and 1, columns 4 and 2 of each [4, 5] source.
+    let update_slice = |v: &[Array]| ops::slice_update(&v[0], &v[1], &[3, 4], &[-5, 1], &[-2, -2]);
+    check(
+        "slice_update, both batched",
+        update_slice,
+        &[
+            values(&[3, 4, 5], -1.0, 1.0, 9),
+            values(&[2, 3, 2], 2.0, 3.0, 10),
+        ],
+        &[Some(0), Some(1)],
+    );
+    check(
+        "slice_update of an unbatched source",
+        update_slice,
+        &[
+            values(&[4, 5], -1.0, 1.0, 9),
+            values(&[3, 2, 2], 2.0, 3.0, 10),
+        ],
+        &[None, Some(0)],
+    );
+    check(
+        "slice_update with an unbatched update",
+        update_slice,
+        &[
+            values(&[4, 5, 3], -1.0, 1.0, 9),
+            values(&[2, 2], 2.0, 3.0, 10),
+        ],
+        &[Some(2), None],
+    );
     check(
         "concatenate with an unbatched part",
         |v| ops::concatenate(&[v[0].clone(), v[1].clone()], 0),

@@ -12,6 +12,7 @@ pub mod operators;
 pub mod quantized;
 pub mod reduce;
 pub mod shape;
+pub mod slicing;
 pub mod sort;
 pub mod unary;
 
@@ -24,6 +25,7 @@ pub use operand::IntoOperand;
 pub use quantized::{dequantize, quantize, quantized_matmul};
 pub use reduce::*;
 pub use shape::*;
+pub use slicing::*;
 pub use sort::*;
 pub use unary::*;
 

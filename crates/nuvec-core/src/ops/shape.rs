@@ -1,6 +1,7 @@
-//! Shape ops: reshape, transpose and friends, broadcast, concatenate/stack/split, slice,
-//! pad, repeat, tile, tril/triu.
+//! Shape ops: reshape, transpose and friends, broadcast, concatenate/stack/split, pad,
+//! repeat, tile, tril/triu (slicing is in `slicing.rs`).
 
+use super::slicing::slice;
 use super::{broadcast_shapes, normalize_axes, normalize_axis};
 use crate::array::checked_size;
 use crate::primitives::layout::{AsStrided, Concatenate, Pad, Reshape, View};
@@ -105,7 +106,13 @@ pub fn flatten(a: &Array, start_axis: i32, end_axis: i32) -> Array {
 }
 
 /// Strided copy of `a` into `shape` (the shared body of transpose, broadcast and slice).
-fn as_strided(view: View, a: &Array, shape: Vec<i32>, strides: Vec<isize>, offset: isize) -> Array {
+pub(super) fn as_strided(
+    view: View,
+    a: &Array,
+    shape: Vec<i32>,
+    strides: Vec<isize>,
+    offset: isize,
+) -> Array {
     Array::build1(
         Arc::new(AsStrided {
             view,
@@ -352,81 +359,6 @@ pub fn split_indices(a: &Array, indices: &[i32], axis: i32) -> Vec<Array> {
             slice(a, &start, &stop, &vec![1; a.ndim()])
         })
         .collect()
-}
-
-/// Python-style slice `a[start0:stop0:stride0, ...]`: negative bounds count from the end and
-/// are clamped like Python's; axes beyond the given ones are taken whole.
-///
-/// ```
-/// use nuvec_core::{array, ops::slice};
-/// let a = array![0, 1, 2, 3, 4, 5];
-/// assert_eq!(slice(&a, &[4], &[0], &[-2]).to_vec::<i32>()?, [4, 2]);
-/// # Ok::<(), nuvec_core::Error>(())
-/// ```
-#[track_caller]
-pub fn slice(a: &Array, start: &[i32], stop: &[i32], strides: &[i32]) -> Array {
-    check_input!(a);
-    if start.len() != stop.len() || start.len() != strides.len() || start.len() > a.ndim() {
-        return Array::invalid(
-            "slice",
-            format!("start {start:?}, stop {stop:?} and strides {strides:?} must have one entry per axis of {:?}", a.shape()),
-        );
-    }
-    let own = contiguous_strides(&to_usize(a.shape()));
-    let mut shape = a.shape().to_vec();
-    let mut out_strides = own.clone();
-    let mut offset = 0isize;
-    let mut firsts: Vec<i64> = Vec::with_capacity(start.len());
-    for axis in 0..start.len() {
-        let n = i64::from(a.shape()[axis]);
-        let step = i64::from(strides[axis]);
-        if step == 0 {
-            return Array::invalid("slice", format!("stride of axis {axis} is 0"));
-        }
-        let wrap = |v: i32| {
-            if v < 0 {
-                i64::from(v) + n
-            } else {
-                i64::from(v)
-            }
-        };
-        let (first, len) = if step > 0 {
-            let (s, e) = (wrap(start[axis]).clamp(0, n), wrap(stop[axis]).clamp(0, n));
-            (s, if e > s { (e - s + step - 1) / step } else { 0 })
-        } else {
-            let (s, e) = (
-                wrap(start[axis]).clamp(-1, n - 1),
-                wrap(stop[axis]).clamp(-1, n - 1),
-            );
-            (
-                s,
-                if s > e {
-                    (s - e + (-step) - 1) / (-step)
-                } else {
-                    0
-                },
-            )
-        };
-        shape[axis] = len as i32;
-        firsts.push(first);
-        if len > 0 {
-            offset += first as isize * own[axis];
-        }
-        out_strides[axis] = own[axis] * step as isize;
-    }
-    if shape == a.shape() && strides.iter().all(|&s| s == 1) {
-        return a.clone();
-    }
-    as_strided(
-        View::Slice {
-            first: firsts,
-            steps: strides.iter().map(|&s| i64::from(s)).collect(),
-        },
-        a,
-        shape,
-        out_strides,
-        offset,
-    )
 }
 
 /// Pads every axis with `pad_width[axis] = (low, high)` elements of `value`.

@@ -17,6 +17,7 @@ pub(crate) mod reduce;
 pub(crate) mod scan;
 pub(crate) mod scatter;
 pub(crate) mod select;
+pub(crate) mod slice_update;
 pub(crate) mod softmax;
 pub(crate) mod sort;
 pub(crate) mod unary;
