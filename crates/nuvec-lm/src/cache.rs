@@ -62,7 +62,6 @@ impl KvCache {
             ops::slice_update(old, new, &start, &stop, &[1, 1, 1, 1])
         };
         let (k, v) = (write(&old_keys, keys), write(&old_values, values));
-        drop((old_keys, old_values));
         let fetched = (
             first_positions(&k, self.offset),
             first_positions(&v, self.offset),

@@ -1,7 +1,7 @@
 //! Writing a strided slice: `out = src; out[slice] = update`, in place when `src`'s buffer
 //! is donated.
 
-use super::batching::{apply, batch_size, batched_front, Batched};
+use super::batching::Batched;
 use super::layout::{AsStrided, View};
 use super::same_as;
 use crate::primitive::{Input, OutputSpec, Primitive};
@@ -143,12 +143,8 @@ impl Primitive for SliceUpdate {
     super::jvp_linear!();
 
     /// Both inputs batch-first; the batch axis is one more axis of the slice, taken whole.
+    /// Both inputs batch-first; the batch axis is one more axis of the slice, taken whole.
     fn vmap(&self, inputs: &[Array], outputs: &[Array], axes: &[Option<usize>]) -> Result<Batched> {
-        let size = batch_size(inputs, axes);
-        let moved = vec![
-            batched_front(&inputs[0], axes[0], size),
-            batched_front(&inputs[1], axes[1], size),
-        ];
         let whole: usize = outputs[0].shape().iter().map(|&d| d as usize).product();
         let shifted = SliceUpdate {
             first: std::iter::once(0)
@@ -162,10 +158,7 @@ impl Primitive for SliceUpdate {
                 .collect(),
             offset: self.offset,
         };
-        Ok((
-            apply(Arc::new(shifted), moved, outputs, size),
-            vec![Some(0)],
-        ))
+        super::indexed_vmap(shifted, inputs, outputs, axes)
     }
 
     same_as!();
