@@ -145,16 +145,30 @@ pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
     Ok(group)
 }
 
-/// Forms the JACCL group of the launch environment. Without it, the group of one when not
-/// strict, else an error naming the missing variables.
+/// JACCL in a build without it: an error whenever the environment asks for JACCL (even when
+/// not strict), else the group of one when not strict.
 #[cfg(not(feature = "jaccl"))]
 fn init_jaccl(strict: bool) -> Result<Group> {
+    jaccl_not_built(strict, crate::jaccl::Config::launched())
+}
+
+/// What `init` does for JACCL in a build without it. A process started with JACCL's
+/// environment (`launched`) gets an error even when not strict: MLX falls back to a group of
+/// one here, and N processes that each compute alone look like a run that worked.
+#[cfg_attr(feature = "jaccl", allow(dead_code))]
+fn jaccl_not_built(strict: bool, launched: bool) -> Result<Group> {
+    const ENABLE: &str = "enable it with `cargo add nuvec --features jaccl` (or the `jaccl` feature of nuvec-distributed)";
+    if launched {
+        return Err(init_error(format!(
+            "this process was started for the jaccl backend (MLX_IBV_DEVICES or JACCL_IBV_DEVICES is set), but jaccl is not in this build of nuvec: {ENABLE}, or start it for the ring backend"
+        )));
+    }
     if !strict {
         return Ok(Group::single());
     }
-    Err(init_error(
-        "the jaccl backend is not in this build of nuvec: enable it with `cargo add nuvec --features jaccl` (or the `jaccl` feature of nuvec-distributed)".into(),
-    ))
+    Err(init_error(format!(
+        "the jaccl backend is not in this build of nuvec: {ENABLE}"
+    )))
 }
 
 /// Forms the JACCL group of the launch environment. Without it, the group of one when not
@@ -179,14 +193,26 @@ fn init_jaccl(strict: bool) -> Result<Group> {
 }
 
 /// Joins MPI's world. Outside `mpirun` MPI forms a world of one: the group of one when not
-/// strict, else an error saying how to launch.
-/// Without an MPI library the group is this process alone when not strict (as for every
-/// backend that is not available).
+/// strict, else an error saying how to launch. Without an MPI library the group is this
+/// process alone when not strict, unless the process was started as one of several.
+///
+/// A process that `mpirun` or `srun` started as one of several gets an error, even when not
+/// strict, when MPI cannot be loaded: MLX falls back to a group of one there, and N processes
+/// that each compute alone look like a run that worked.
 fn init_mpi(strict: bool) -> Result<Group> {
-    if !strict && !crate::mpi::available() {
+    let launched = crate::mpi::launched_size();
+    if launched.is_none() && !strict && !crate::mpi::available() {
         return Ok(Group::single());
     }
-    let world = crate::mpi::world().map_err(|reason| init_error(format!("mpi: {reason}")))?;
+    let world = crate::mpi::world().map_err(|reason| {
+        init_error(match launched {
+            Some(size) => format!(
+                "mpi: this process is one of {size} that mpirun or srun started ({}), but {reason}",
+                crate::mpi::LAUNCH_SIZE_VARIABLES.join(", ")
+            ),
+            None => format!("mpi: {reason}"),
+        })
+    })?;
     if world.size() == 1 {
         if strict {
             return Err(init_error(
@@ -240,4 +266,30 @@ fn connect(nodes: &[Vec<Address>], rank: usize, options: &Options) -> Result<Gro
     Ok(Group::register(Arc::new(RingCommunicator::connect(
         nodes, rank, options,
     )?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_without_jaccl_refuses_a_process_started_for_jaccl_even_when_not_strict() {
+        for strict in [false, true] {
+            let error = jaccl_not_built(strict, true).unwrap_err().to_string();
+            assert!(
+                error.starts_with("[init]")
+                    && error.contains("started for the jaccl backend")
+                    && error.contains("MLX_IBV_DEVICES")
+                    && error.contains("--features jaccl"),
+                "{error}"
+            );
+        }
+        // Without JACCL's environment nothing asks for it: alone when not strict.
+        assert_eq!(jaccl_not_built(false, false).unwrap().size(), 1);
+        let error = jaccl_not_built(true, false).unwrap_err().to_string();
+        assert!(
+            error.contains("not in this build") && !error.contains("started for"),
+            "{error}"
+        );
+    }
 }

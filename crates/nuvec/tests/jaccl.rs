@@ -120,6 +120,42 @@ fn mesh_collectives_match_references_on_8_ranks() {
 }
 
 #[test]
+fn large_transfers_on_the_mesh_use_every_cable_of_a_pair() {
+    run(test_name!(), 3, &mesh_of(2), |group| {
+        let (rank, size) = (group.rank(), group.size());
+        // 4 MB: the reduce-scatter and the all-gather both split each peer's share over
+        // its two cables.
+        let x = ops::full(&[1 << 20], rank as f64, DType::F32);
+        let sum = distributed::all_sum(&x, Some(&group))
+            .to_vec::<f32>()
+            .unwrap();
+        assert!(sum.iter().all(|&v| v == 3.0));
+        let traffic = group.traffic();
+        assert_eq!(traffic.len(), 2 * (size - 1), "{traffic:?}");
+        for peer in (0..size).filter(|&p| p != rank) {
+            let cables: Vec<_> = traffic.iter().filter(|t| t.peer == peer).collect();
+            let names: std::collections::HashSet<_> = cables.iter().map(|t| &t.link).collect();
+            assert_eq!((cables.len(), names.len()), (2, 2), "{traffic:?}");
+            let sent: u64 = cables.iter().map(|t| t.sent).sum();
+            let received: u64 = cables.iter().map(|t| t.received).sum();
+            // Each peer gets this rank's third of the input twice (reduce-scatter, gather).
+            assert!(sent >= 2 * (4 << 20) / 3 - 16, "{traffic:?}");
+            assert!(received >= 2 * (4 << 20) / 3 - 16, "{traffic:?}");
+            for cable in cables {
+                // Each cable carries about half of what goes to its peer.
+                assert!(
+                    cable.sent * 5 >= sent * 2 && cable.received * 5 >= received * 2,
+                    "cable {} carried {} of {sent} bytes sent, {} of {received} received",
+                    cable.link,
+                    cable.sent,
+                    cable.received
+                );
+            }
+        }
+    });
+}
+
+#[test]
 fn ring_collectives_match_references_on_2_ranks_with_4_cables() {
     run(test_name!(), 2, &ring(4), everything);
 }

@@ -195,6 +195,45 @@ fn a_missing_mpi_library_is_reported_by_name_and_not_available() {
 }
 
 #[test]
+fn a_process_started_by_mpirun_without_an_mpi_library_refuses_to_run_alone() {
+    const CHILD: &str = "NUVEC_TEST_MPIRUN_WITHOUT_MPI_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        // MLX would give each of the two processes a group of one; nuvec refuses.
+        for backend in [Backend::Any, Backend::Mpi] {
+            let error = distributed::init_backend(false, backend)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("one of 2 that mpirun or srun started")
+                    && error.contains("OMPI_COMM_WORLD_SIZE")
+                    && error.contains("/nonexistent/libmpi.so")
+                    && error.contains("NUVEC_MPI_LIBNAME"),
+                "{error}"
+            );
+        }
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let output = std::process::Command::new(exe)
+        .args([test_name!(), "--exact", "--nocapture"])
+        .env(CHILD, "1")
+        .env("NUVEC_MPI_LIBNAME", "/nonexistent/libmpi.so")
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .env("OMPI_COMM_WORLD_RANK", "1")
+        .env_remove("MLX_HOSTFILE")
+        .env_remove("MLX_RANK")
+        .env_remove("MLX_IBV_DEVICES")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
 fn mpi_vmap_through_collectives_equals_collectives_of_slices() {
     mpi_ranks(
         test_name!(),

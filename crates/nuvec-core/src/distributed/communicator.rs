@@ -33,6 +33,20 @@ impl ReduceOp {
     }
 }
 
+/// The bytes one of a rank's links (a cable, a connection) has carried since its group
+/// formed: a way to check that traffic spreads over every cable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkTraffic {
+    /// The rank at the link's other end.
+    pub peer: usize,
+    /// The link's name (for JACCL, the RDMA device of the cable).
+    pub link: String,
+    /// Payload bytes sent on the link.
+    pub sent: u64,
+    /// Payload bytes received on the link.
+    pub received: u64,
+}
+
 /// A connected group of processes, as a backend sees it.
 pub trait Communicator: Send + Sync + std::fmt::Debug {
     /// This process's rank.
@@ -85,6 +99,11 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
     }
     /// Checks every connection without running a collective.
     fn health(&self) -> Result<()>;
+    /// The bytes each of this rank's links has carried; empty for a backend that does not
+    /// count (the default).
+    fn traffic(&self) -> Vec<LinkTraffic> {
+        Vec::new()
+    }
     /// Releases the connections; later operations fail saying the group was closed.
     fn close(&self);
 }

@@ -125,6 +125,15 @@ impl Group {
         self.require("health")?.health()
     }
 
+    /// The bytes each of this rank's links has carried since the group formed (JACCL counts
+    /// them per cable); empty for a group of one, a closed group or a backend that does not
+    /// count.
+    pub fn traffic(&self) -> Vec<super::LinkTraffic> {
+        self.communicator()
+            .map(|communicator| communicator.traffic())
+            .unwrap_or_default()
+    }
+
     /// Releases the group's connections; later operations on it fail saying it was closed.
     pub fn close(&self) {
         // Dropping the entry lets the worker stop once the work handed to it is done.

@@ -12,5 +12,5 @@ pub(crate) mod worker;
 pub use collectives::{
     all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_gradients, sum_scatter,
 };
-pub use communicator::{Communicator, ReduceOp};
+pub use communicator::{Communicator, LinkTraffic, ReduceOp};
 pub use group::{default_group, initialized_default, set_default_group, Group};

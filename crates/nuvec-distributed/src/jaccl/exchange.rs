@@ -38,6 +38,9 @@ pub(crate) struct Links {
     /// Operations that sent, and that received, on each channel.
     sent_ops: Vec<u64>,
     received_ops: Vec<u64>,
+    /// Payload bytes sent, and received, on each channel.
+    pub(crate) sent_bytes: Vec<u64>,
+    pub(crate) received_bytes: Vec<u64>,
 }
 
 /// The tag kind of `all_gather`.
@@ -89,6 +92,8 @@ impl Links {
             timeout,
             sent_ops: vec![0; n],
             received_ops: vec![0; n],
+            sent_bytes: vec![0; n],
+            received_bytes: vec![0; n],
         }
     }
 
@@ -182,6 +187,10 @@ impl Links {
                 .all(|(i, t)| sent[i] == t.send.len() && received[i] == t.recv.len())
                 && !self.channels.iter().any(Channel::sending);
             if done {
+                for t in transfers.iter() {
+                    self.sent_bytes[t.channel] += t.send.len() as u64;
+                    self.received_bytes[t.channel] += t.recv.len() as u64;
+                }
                 return Ok(());
             }
             if progress {

@@ -10,7 +10,7 @@ use super::scratch::Scratch;
 use super::side::SideChannel;
 use super::{Config, Options, Topology, RING_MAX_WIRES};
 use crate::sync::lock;
-use nuvec_core::distributed::{Communicator, Group, ReduceOp};
+use nuvec_core::distributed::{Communicator, Group, LinkTraffic, ReduceOp};
 use nuvec_core::{DType, Error, Result};
 use std::sync::Mutex;
 
@@ -40,6 +40,8 @@ pub struct JacclCommunicator {
     size: usize,
     shape: Shape,
     fabric: &'static str,
+    /// Per channel, the peer and the device of its cable.
+    cables: Vec<(usize, String)>,
     state: Mutex<State>,
     side: Mutex<SideChannel>,
 }
@@ -117,6 +119,7 @@ impl JacclCommunicator {
             size,
             shape,
             fabric: fabric.name(),
+            cables: plan.iter().map(|p| (p.peer, p.device.clone())).collect(),
             state: Mutex::new(State {
                 links: Some(links),
                 scratch: Scratch::default(),
@@ -180,18 +183,19 @@ impl JacclCommunicator {
     }
 }
 
-/// The queue pairs this rank opens: one per peer on a mesh, one per cable to each neighbour
-/// on a ring (the same neighbour on both sides for a ring of two).
+/// The queue pairs this rank opens: one per cable, to every peer on a mesh and to each
+/// neighbour on a ring (the same neighbour on both sides for a ring of two).
 fn plan(config: &Config, topology: Topology) -> Vec<Planned> {
     let (rank, size) = (config.rank, config.size());
     let row = &config.devices[rank];
     match topology {
         Topology::Mesh => (0..size)
             .filter(|&p| p != rank)
-            .map(|peer| Planned {
+            .flat_map(|peer| (0..row[peer].len()).map(move |wire| (peer, wire)))
+            .map(|(peer, wire)| Planned {
                 peer,
-                wire: 0,
-                device: row[peer][0].clone(),
+                wire,
+                device: row[peer][wire].clone(),
             })
             .collect(),
         Topology::Ring { wires } => {
@@ -426,6 +430,23 @@ impl Communicator for JacclCommunicator {
         lock(&self.side)
             .health()
             .map_err(|reason| jaccl_error("health", self.rank, reason))
+    }
+
+    fn traffic(&self) -> Vec<LinkTraffic> {
+        let state = lock(&self.state);
+        let Some(links) = &state.links else {
+            return Vec::new();
+        };
+        self.cables
+            .iter()
+            .enumerate()
+            .map(|(channel, (peer, device))| LinkTraffic {
+                peer: *peer,
+                link: device.clone(),
+                sent: links.sent_bytes[channel],
+                received: links.received_bytes[channel],
+            })
+            .collect()
     }
 
     fn close(&self) {

@@ -414,10 +414,15 @@ impl MpiCommunicator {
     }
 }
 
-/// The number of ranks `mpirun` (Open MPI's variables) or `srun` (a job step's) started, when
-/// more than one.
+/// The variables in which `mpirun` (Open MPI's, then PMI's) or `srun` (a job step's) tell a
+/// process how many were started.
+pub(crate) const LAUNCH_SIZE_VARIABLES: [&str; 3] =
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"];
+
+/// The number of ranks `mpirun` or `srun` started ([`LAUNCH_SIZE_VARIABLES`]), when more than
+/// one.
 pub(crate) fn launched_size() -> Option<usize> {
-    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"]
+    LAUNCH_SIZE_VARIABLES
         .iter()
         .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
         .filter(|&size: &usize| size > 1)

@@ -86,9 +86,17 @@ impl Network {
             .map(|r| crate::tcp::connections_between(nodes, r, (r + 1) % size))
             .min()
             .unwrap_or(1);
+        // Read once, before connecting: a wrong setting fails without waiting on anyone.
+        let settings = options
+            .ring_settings()
+            .map_err(|reason| Error::Distributed {
+                op: "init".into(),
+                rank: None,
+                reason,
+            })?;
         let peers = match size {
             1 => vec![Vec::new()],
-            _ => crate::tcp::form_mesh(nodes, rank, options)?,
+            _ => crate::tcp::form_mesh(nodes, rank, options, settings.polling)?,
         };
         let connections = Connections {
             size,
@@ -97,13 +105,6 @@ impl Network {
                 .map(|connections| connections.into_iter().map(Arc::new).collect())
                 .collect(),
         };
-        let settings = options
-            .ring_settings()
-            .map_err(|reason| Error::Distributed {
-                op: "init".into(),
-                rank: None,
-                reason,
-            })?;
         let wanted = settings.shared_memory == SharedMemory::Auto;
         let stores = match settings.streaming_stores {
             StreamingStores::Auto => Policy::Auto,

@@ -118,6 +118,7 @@ pub(crate) fn form_mesh(
     nodes: &[Vec<Address>],
     rank: usize,
     options: &Options,
+    polling: Polling,
 ) -> Result<Vec<Vec<Connection>>> {
     let size = nodes.len();
     let deadline = Instant::now() + options.timeout;
@@ -204,10 +205,7 @@ pub(crate) fn form_mesh(
         let count: usize = streams.iter().map(Vec::len).sum();
         format!("group of {size} formed with {count} connection(s)")
     });
-    let settings = options
-        .ring_settings()
-        .map_err(|reason| init_error(None, reason))?;
-    let poll = read_poll(nodes, rank, settings.polling);
+    let poll = read_poll(nodes, rank, polling);
     streams
         .into_iter()
         .enumerate()
@@ -329,7 +327,7 @@ mod tests {
             let handles: Vec<_> = (0..3)
                 .map(|rank| {
                     let (nodes, options) = (&nodes, &options);
-                    scope.spawn(move || form_mesh(nodes, rank, options).unwrap())
+                    scope.spawn(move || form_mesh(nodes, rank, options, Polling::Auto).unwrap())
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
