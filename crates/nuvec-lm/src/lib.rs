@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+mod chat_template;
 mod detokenizer;
 mod error;
 pub mod generate;

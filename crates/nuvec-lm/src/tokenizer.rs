@@ -2,7 +2,7 @@
 //! special tokens and chat template of `tokenizer_config.json` (or `chat_template.jinja`),
 //! and the ids that end generation.
 
-use crate::detokenizer::{StreamingDetokenizer, Vocabulary};
+use crate::detokenizer::{DecoderKind, StreamingDetokenizer, Vocabulary};
 use crate::{Error, Result};
 use serde::Serialize;
 use serde_json::Value;
@@ -120,19 +120,26 @@ impl Tokenizer {
         if let Some(id) = eos_token.as_deref().and_then(|t| inner.token_to_id(t)) {
             eos_token_ids.insert(id);
         }
-        let decoder_is_byte_level = serde_json::from_str::<Value>(&text)
+        let decoder = serde_json::from_str::<Value>(&text)
             .ok()
-            .and_then(|j| j.get("decoder").and_then(|d| d.get("type")).cloned())
-            == Some(Value::String("ByteLevel".into()));
-        let vocabulary = if decoder_is_byte_level {
-            let size = inner.get_vocab_size(true) as u32;
-            Vocabulary::ByteLevel(
+            .and_then(|j| j.get("decoder").cloned())
+            .unwrap_or(Value::Null);
+        let size = inner.get_vocab_size(true) as u32;
+        let vocabulary = match crate::detokenizer::decoder_kind(&decoder) {
+            DecoderKind::ByteLevel => Vocabulary::ByteLevel(
                 (0..size)
                     .map(|id| inner.id_to_token(id).unwrap_or_default())
                     .collect(),
-            )
-        } else {
-            Vocabulary::Other(Box::new(inner.clone()))
+            ),
+            DecoderKind::Spm { trim_space } => Vocabulary::Spm {
+                tokens: (0..size)
+                    .map(|id| {
+                        crate::detokenizer::spm_bytes(&inner.id_to_token(id).unwrap_or_default())
+                    })
+                    .collect(),
+                trim_space,
+            },
+            DecoderKind::Other => Vocabulary::Other(Box::new(inner.clone())),
         };
         Ok(Tokenizer {
             bos_token: special(&config, "bos_token"),
@@ -202,7 +209,8 @@ impl Tokenizer {
     }
 
     /// Renders `messages` with the chat template as `transformers`' `apply_chat_template(…,
-    /// tokenize=False)` does (blocks trimmed, Python's string methods, `raise_exception`).
+    /// tokenize=False)` does (blocks trimmed, Python's string methods, and `transformers`'
+    /// `raise_exception`, `strftime_now` and `tojson`).
     pub fn apply_chat_template(
         &self,
         messages: &[Message],
@@ -212,40 +220,18 @@ impl Tokenizer {
             .chat_template
             .as_deref()
             .ok_or_else(|| Error::Template("the tokenizer has no chat template".into()))?;
-        let mut env = minijinja::Environment::new();
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
-        minijinja_contrib::add_to_environment(&mut env);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function(
-            "raise_exception",
-            |message: String| -> std::result::Result<String, minijinja::Error> {
-                Err(minijinja::Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    message,
-                ))
-            },
-        );
-        env.add_template("chat", template)
-            .map_err(|e| Error::Template(format!("cannot parse the template: {e:#}")))?;
-        let mut context = serde_json::Map::new();
+        let mut context: Vec<(&str, minijinja::Value)> = Vec::new();
         for key in ["bos_token", "eos_token", "unk_token", "pad_token"] {
             if let Some(token) = special(&self.config, key) {
-                context.insert(key.into(), Value::String(token));
+                context.push((key, minijinja::Value::from(token)));
             }
         }
-        context.insert(
-            "messages".into(),
-            serde_json::to_value(messages).unwrap_or_default(),
-        );
-        context.insert(
-            "add_generation_prompt".into(),
-            Value::Bool(add_generation_prompt),
-        );
-        let rendered = env
-            .get_template("chat")
-            .and_then(|t| t.render(minijinja::Value::from_serialize(&context)));
-        rendered.map_err(|e| Error::Template(format!("cannot render: {e:#}")))
+        context.push(("messages", minijinja::Value::from_serialize(messages)));
+        context.push((
+            "add_generation_prompt",
+            minijinja::Value::from(add_generation_prompt),
+        ));
+        crate::chat_template::render(template, context)
     }
 
     /// The EOS token's text, if any.
