@@ -201,11 +201,11 @@ impl UnaryOp {
             UnaryOp::ArcCosh => x.acosh(),
             UnaryOp::ArcTanh => x.atanh(),
             UnaryOp::Sigmoid => {
-                let e = (-x.abs()).exp();
+                let y = 1.0 / (1.0 + x.abs().exp());
                 if x < 0.0 {
-                    e / (1.0 + e)
+                    y
                 } else {
-                    1.0 / (1.0 + e)
+                    1.0 - y
                 }
             }
             UnaryOp::Erf => libm::erf(x),
@@ -285,14 +285,16 @@ pub fn unary_float_in_place<T: Float>(op: UnaryOp, data: &mut [T]) {
     }
 }
 
-/// Logistic function, stable for large |x| in both directions.
+/// Logistic function, stable for large |x| in both directions, written as MLX's CPU kernel
+/// writes it: the smaller side `y = 1 / (1 + e^|x|)`, then `1 - y` for x ≥ 0. Near 1 this
+/// rounds once, at the subtraction, so `1 - sigmoid(x)` (the derivatives of `sigmoid` and
+/// `logaddexp`) keeps the bits MLX's has.
 fn sigmoid_f32(x: f32) -> f32 {
-    // For negative x, e^x / (1 + e^x) avoids the cancellation of 1 - 1/(1 + e^-x).
-    let e = exp_f32(-x.abs());
+    let y = 1.0 / (1.0 + exp_f32(x.abs()));
     if x < 0.0 {
-        e / (1.0 + e)
+        y
     } else {
-        1.0 / (1.0 + e)
+        1.0 - y
     }
 }
 
