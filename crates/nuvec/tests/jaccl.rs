@@ -287,6 +287,42 @@ fn a_killed_peer_fails_collectives_naming_it_within_the_timeout() {
     });
 }
 
+/// Polls `group.health()` until it fails (at most 10 s); the error.
+fn health_error(group: &Group) -> String {
+    let start = Instant::now();
+    loop {
+        if let Err(error) = group.health() {
+            return error.to_string();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "rank {}: no lost peer found in 10 s",
+            group.rank()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn every_rank_finds_a_lost_peer_without_a_collective_even_when_not_cabled_to_it() {
+    // On a ring of 4, rank 3 has no cable to rank 1: it learns of rank 1's end through the
+    // side channel's notice from rank 0; its neighbours through their queue pairs too.
+    let mut launch = ring(1);
+    launch.expendable = vec![1];
+    launch_ranks(test_name!(), 4, TIMEOUT, &launch, |group| {
+        let group = group.unwrap();
+        let sum = distributed::all_sum(&array![1.0f32], Some(&group));
+        assert_eq!(sum.to_vec::<f32>().unwrap(), [4.0]);
+        if group.rank() == 1 {
+            std::process::exit(0);
+        }
+        let error = health_error(&group);
+        assert!(error.contains("rank 1 is gone"), "{error}");
+        // Stay a moment, so no survivor meets another's exit first.
+        std::thread::sleep(Duration::from_secs(1));
+    });
+}
+
 #[test]
 fn a_stalled_peer_times_out_with_an_error_naming_it() {
     let launch = with_group_timeout(mesh(), 2);
@@ -440,6 +476,42 @@ mod in_process {
         });
         for outcome in outcomes {
             assert_eq!(outcome.unwrap(), 3.0);
+        }
+    }
+
+    #[test]
+    fn with_a_callers_side_channel_every_rank_finds_a_closed_peer() {
+        let board = Arc::new(Board::new(3));
+        let done = Arc::new(Barrier::new(3));
+        let errors: Vec<Option<String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..3)
+                .map(|rank| {
+                    let (board, done) = (board.clone(), done.clone());
+                    scope.spawn(move || {
+                        let config = Config::parse(MESH3, rank, None, true).unwrap();
+                        let options = Options::default()
+                            .timeout(Duration::from_secs(5))
+                            .fabric(Fabric::Emulated)
+                            .side_channel(move |bytes: &[u8]| Ok(board.all_gather(rank, bytes)));
+                        let group = init_with(&config, &options).unwrap();
+                        let sum = distributed::all_sum(&array![1.0f32], Some(&group));
+                        assert_eq!(sum.item::<f32>().unwrap(), 3.0);
+                        let error = if rank == 2 {
+                            group.close();
+                            None
+                        } else {
+                            Some(health_error(&group))
+                        };
+                        done.wait();
+                        group.close();
+                        error
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for error in errors.into_iter().flatten() {
+            assert!(error.contains("rank 2 is gone"), "{error}");
         }
     }
 

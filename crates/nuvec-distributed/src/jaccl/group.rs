@@ -90,6 +90,7 @@ impl JacclCommunicator {
             }
         };
         let links = connect_links(queue_pairs, &plan, rank, &mut side, options)?;
+        side.start_watching()?;
         let index_of =
             |peer: usize, wire: usize| plan.iter().position(|p| p.peer == peer && p.wire == wire);
         let shape = match topology {
@@ -415,15 +416,30 @@ impl Communicator for JacclCommunicator {
 
     fn health(&self) -> Result<()> {
         {
-            let state = lock(&self.state);
+            let mut state = lock(&self.state);
             if let Some(failure) = &state.failure {
                 return Err(failure.clone());
             }
-            if state.links.is_none() {
+            let Some(links) = state.links.as_mut() else {
                 return Err(jaccl_error(
                     "health",
                     self.rank,
                     "the group was closed".into(),
+                ));
+            };
+            // A queue pair that knows its peer is gone (the emulated fabric does; verbs'
+            // unreliable connections cannot tell) names it, whatever the side channel.
+            let gone = links
+                .channels
+                .iter_mut()
+                .find_map(|c| (!c.qp.peer_alive()).then_some(c.peer));
+            if let Some(peer) = gone {
+                return Err(jaccl_error(
+                    "health",
+                    self.rank,
+                    format!(
+                        "rank {peer} is gone: its queue pair closed (its process ended or it closed the group)"
+                    ),
                 ));
             }
         }

@@ -1,8 +1,14 @@
 //! JACCL's side channel: the TCP star through the coordinator (rank 0) that carries the
-//! queue pairs' addresses while the group forms, and afterwards answers `health()`. Its
-//! connections open with the ring's handshake, so a pre-shared key authenticates them; MLX's
-//! side channel has no authentication. A caller's own all-gather can replace it
-//! ([`super::Options::side_channel`]).
+//! queue pairs' addresses while the group forms, and afterwards tells every rank when any
+//! rank leaves. Its connections open with the ring's handshake, so a pre-shared key
+//! authenticates them; MLX's side channel has no authentication. A caller's own all-gather
+//! can replace it ([`super::Options::side_channel`]).
+//!
+//! Once the group has formed, a watcher thread per rank keeps the star: rank 0's sees any
+//! rank's connection close (a process that ends closes it; TCP keepalive ends one to a host
+//! that went silent) and sends a notice naming that rank to every other rank, whose watcher
+//! records it; a rank whose connection to rank 0 closes records rank 0's loss. `health()`
+//! reports the first loss recorded.
 
 use super::options::AllGather;
 use crate::hostfile::Address;
@@ -10,6 +16,9 @@ use crate::platform::peek_now;
 use nuvec_core::{Error, Result};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The most bytes one rank may put on the side channel at once (addresses are far smaller).
 const MAX_RECORD: u64 = 1 << 20;
@@ -28,6 +37,7 @@ pub(crate) enum SideChannel {
     Star {
         rank: usize,
         streams: Vec<Option<TcpStream>>,
+        watch: Watch,
     },
     /// The caller's all-gather.
     Custom {
@@ -92,13 +102,17 @@ impl SideChannel {
                 .and_then(|()| crate::platform::enable_keepalive(stream))
                 .map_err(|e| side_error(rank, e.to_string()))?;
         }
-        Ok(SideChannel::Star { rank, streams })
+        Ok(SideChannel::Star {
+            rank,
+            streams,
+            watch: Watch::default(),
+        })
     }
 
     /// Every rank's `bytes`, in rank order (lengths may differ between ranks).
     pub(crate) fn all_gather(&mut self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
         match self {
-            SideChannel::Star { rank, streams } => {
+            SideChannel::Star { rank, streams, .. } => {
                 let rank = *rank;
                 if rank == 0 {
                     let mut all = vec![bytes.to_vec()];
@@ -174,11 +188,50 @@ impl SideChannel {
         }
     }
 
-    /// Checks that every side-channel connection is still open, naming a rank that left.
-    pub(crate) fn health(&self) -> std::result::Result<(), String> {
-        let SideChannel::Star { rank, streams } = self else {
+    /// Starts the star's watcher (nothing for a caller's side channel): from now on the
+    /// star carries only notices of ranks that left.
+    pub(crate) fn start_watching(&mut self) -> Result<()> {
+        let SideChannel::Star {
+            rank,
+            streams,
+            watch,
+        } = self
+        else {
             return Ok(());
         };
+        let rank = *rank;
+        let clones = streams
+            .iter()
+            .map(|s| s.as_ref().map(TcpStream::try_clone).transpose())
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| side_error(rank, format!("cannot watch the side channel: {e}")))?;
+        let (lost, stop) = (watch.lost.clone(), watch.stop.clone());
+        std::thread::Builder::new()
+            .name(format!("nuvec-jaccl-watch-{rank}"))
+            .spawn(move || watch_star(rank, clones, &lost, &stop))
+            .map_err(|e| {
+                side_error(
+                    rank,
+                    format!("cannot start the side channel's watcher: {e}"),
+                )
+            })?;
+        Ok(())
+    }
+
+    /// Checks that every side-channel connection is still open and that no rank was reported
+    /// gone, naming the first rank that left.
+    pub(crate) fn health(&self) -> std::result::Result<(), String> {
+        let SideChannel::Star {
+            rank,
+            streams,
+            watch,
+        } = self
+        else {
+            return Ok(());
+        };
+        if let Some(lost) = crate::sync::lock(&watch.lost).clone() {
+            return Err(lost);
+        }
         let mut probe = [0u8; 1];
         for (peer, stream) in streams.iter().enumerate() {
             let Some(stream) = stream else { continue };
@@ -196,11 +249,114 @@ impl SideChannel {
         Ok(())
     }
 
-    /// Closes the connections.
+    /// Closes the connections (and so ends the watcher).
     pub(crate) fn close(&mut self) {
-        if let SideChannel::Star { streams, .. } = self {
+        if let SideChannel::Star { streams, watch, .. } = self {
+            watch.stop.store(true, Ordering::SeqCst);
             for stream in streams.iter_mut().filter_map(Option::take) {
                 let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+/// What the star's watcher found: the first loss, and the flag that ends it.
+#[derive(Default)]
+pub(crate) struct Watch {
+    lost: Arc<Mutex<Option<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Watch {
+    /// A side channel dropped without `close` still ends its watcher (which holds clones of
+    /// the connections) within a tick.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// How long the watcher waits on the star between looks at the stop flag.
+const WATCH_TICK: Duration = Duration::from_millis(100);
+/// A notice that a rank left: this byte, then the rank as four little-endian bytes.
+const LEFT: u8 = b'L';
+
+/// Records `reason` as the group's loss unless one was recorded or the group is closing.
+fn record(lost: &Mutex<Option<String>>, stop: &AtomicBool, reason: String) {
+    if !stop.load(Ordering::SeqCst) {
+        crate::sync::lock(lost).get_or_insert(reason);
+    }
+}
+
+/// The watcher of one rank's star (see the module's documentation).
+fn watch_star(
+    rank: usize,
+    mut streams: Vec<Option<TcpStream>>,
+    lost: &Mutex<Option<String>>,
+    stop: &AtomicBool,
+) {
+    if rank == 0 {
+        let mut probe = [0u8; 1];
+        while !stop.load(Ordering::SeqCst) {
+            let gone = streams.iter().enumerate().find_map(|(peer, stream)| {
+                match peek_now(stream.as_ref()?, &mut probe) {
+                    Ok(0) => Some((peer, "its side-channel connection to rank 0 closed (its process ended or it closed the group)".to_string())),
+                    Err(e) if e.kind() != ErrorKind::WouldBlock => {
+                        Some((peer, format!("its side-channel connection to rank 0 failed: {e}")))
+                    }
+                    _ => None,
+                }
+            });
+            if let Some((peer, how)) = gone {
+                record(lost, stop, format!("rank {peer} is gone: {how}"));
+                let mut notice = vec![LEFT];
+                notice.extend_from_slice(&(peer as u32).to_le_bytes());
+                for stream in streams.iter_mut().enumerate().filter(|(p, _)| *p != peer) {
+                    if let (_, Some(stream)) = stream {
+                        let _ = stream.write_all(&notice);
+                    }
+                }
+                return;
+            }
+            std::thread::sleep(WATCH_TICK);
+        }
+        return;
+    }
+    let Some(Some(mut stream)) = streams.drain(..).next() else {
+        return;
+    };
+    if stream.set_read_timeout(Some(WATCH_TICK)).is_err() {
+        return;
+    }
+    let mut notice = [0u8; 5];
+    let mut filled = 0;
+    while !stop.load(Ordering::SeqCst) {
+        match stream.read(&mut notice[filled..]) {
+            Ok(0) => {
+                record(lost, stop, "rank 0 is gone: its side-channel connection closed (its process ended or it closed the group)".into());
+                return;
+            }
+            Ok(n) => {
+                filled += n;
+                if filled == notice.len() {
+                    let peer = u32::from_le_bytes([notice[1], notice[2], notice[3], notice[4]]);
+                    let reason = if notice[0] == LEFT {
+                        format!("rank {peer} is gone: rank 0 saw its side-channel connection close (its process ended or it closed the group)")
+                    } else {
+                        "rank 0 sent a malformed notice on the side channel".to_string()
+                    };
+                    record(lost, stop, reason);
+                    return;
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                record(
+                    lost,
+                    stop,
+                    format!("rank 0 is gone: its side-channel connection failed: {e}"),
+                );
+                return;
             }
         }
     }
