@@ -129,8 +129,9 @@ def main():
     parser.add_argument("--budget", type=float, default=1.0)
     parser.add_argument("--min-iters", type=int, default=5)
     parser.add_argument("--max-iters", type=int, default=2000)
+    parser.add_argument("--backend", default="ring", choices=["ring", "jaccl"])
     args = parser.parse_args()
-    group = mx.distributed.init(strict=True, backend="ring")
+    group = mx.distributed.init(strict=True, backend=args.backend)
     for op in args.ops.split(","):
         for nbytes in map(parse_size, args.sizes.split(",")):
             try:

@@ -56,6 +56,9 @@ pub(crate) struct Options {
     hostfile: Option<PathBuf>,
     /// Whether `--ranks` was given (it and `--hostfile` exclude each other).
     ranks_given: bool,
+    /// The backend both sides use on the hostfile's hosts: `ring`, or `jaccl` / `jaccl-ring`
+    /// (MLX's JACCL through `mlx.launch --backend jaccl`), as `mlx.launch` names them.
+    pub(crate) backend: String,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
@@ -75,6 +78,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         bare_ring: true,
         hostfile: None,
         ranks_given: false,
+        backend: "ring".into(),
     };
     let mut rest = args.iter();
     while let Some(flag) = rest.next() {
@@ -97,6 +101,14 @@ fn options(args: &[String]) -> Result<Options, String> {
         let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--hostfile" => options.hostfile = Some(PathBuf::from(value)),
+            "--backend" => match value.as_str() {
+                "ring" | "jaccl" | "jaccl-ring" => options.backend = value.clone(),
+                other => {
+                    return Err(format!(
+                        "--backend: {other:?} is not ring, jaccl or jaccl-ring"
+                    ))
+                }
+            },
             "--ranks" => {
                 options.ranks_given = true;
                 options.ranks = value
@@ -118,10 +130,16 @@ fn options(args: &[String]) -> Result<Options, String> {
             },
             other => {
                 return Err(format!(
-                    "unknown option {other} (--ranks 2,4 --hostfile FILE --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --min-iters N --repeat N --no-mlx --no-mpi --no-jaccl --no-bare-ring)"
+                    "unknown option {other} (--ranks 2,4 --hostfile FILE --backend ring|jaccl|jaccl-ring --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --min-iters N --repeat N --no-mlx --no-mpi --no-jaccl --no-bare-ring)"
                 ))
             }
         }
+    }
+    if options.backend != "ring" && options.hostfile.is_none() {
+        return Err(format!(
+            "--backend {} needs --hostfile (hosts with RDMA devices); on this machine the nuvec-jaccl column already runs JACCL on the emulated fabric",
+            options.backend
+        ));
     }
     if options.hostfile.is_some() && options.ranks_given {
         return Err(
@@ -218,7 +236,15 @@ fn run_side(
             }
             _ => Ok(Vec::new()),
         },
-        ("nuvec", _) => return run_ours(root, (n, tools.hosts), (op, dtype), options, "ring"),
+        ("nuvec", _) => {
+            return run_ours(
+                root,
+                (n, tools.hosts),
+                (op, dtype),
+                options,
+                &options.backend,
+            )
+        }
         ("open-mpi-tcp", _) => run_ours(root, (n, None), (op, dtype), options, "mpi")
             .map_err(|e| format!("Open MPI over TCP failed: {e}")),
         ("nuvec-jaccl", _) => run_ours(root, (n, None), (op, dtype), options, "jaccl")
@@ -498,6 +524,25 @@ mod tests {
             .err()
             .expect("refused");
         assert!(error.contains("exclude each other"), "{error}");
+    }
+
+    #[test]
+    fn jaccl_across_hosts_needs_a_hostfile_and_a_known_backend() {
+        let args = |list: &[&str]| list.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        for backend in ["jaccl", "jaccl-ring"] {
+            let parsed =
+                options(&args(&["--hostfile", "h.json", "--backend", backend])).expect("options");
+            assert_eq!(parsed.backend, backend);
+            let error = options(&args(&["--backend", backend]))
+                .err()
+                .expect("refused");
+            assert!(error.contains("needs --hostfile"), "{error}");
+        }
+        assert_eq!(options(&[]).expect("options").backend, "ring");
+        let error = options(&args(&["--hostfile", "h.json", "--backend", "nccl"]))
+            .err()
+            .expect("refused");
+        assert!(error.contains("not ring, jaccl or jaccl-ring"), "{error}");
     }
 
     #[test]

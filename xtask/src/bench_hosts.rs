@@ -75,13 +75,19 @@ fn parse_addresses(plan: &str) -> Result<String, String> {
 
 /// `mlx.launch` of the rank program `script` on `hosts` (some of them remote), its ring from
 /// `port`, with `python` on every host.
-pub(crate) fn mlx_launch(python: &Path, hosts: &Hosts, port: u16, script: &Path) -> Command {
+pub(crate) fn mlx_launch(
+    python: &Path,
+    hosts: &Hosts,
+    port: u16,
+    script: &Path,
+    backend: &str,
+) -> Command {
     let launcher = python.with_file_name("mlx.launch");
     let mut command = Command::new(launcher);
     command
         .arg("--hostfile")
         .arg(&hosts.file)
-        .args(["--backend", "ring", "--starting-port", &port.to_string()])
+        .args(["--backend", backend, "--starting-port", &port.to_string()])
         .arg("--python")
         .arg(python)
         .arg("--")
@@ -122,6 +128,7 @@ mod tests {
             &hosts,
             40000,
             Path::new("b.py"),
+            "ring",
         );
         assert_eq!(command.get_program(), "/r/.venv-mlx/bin/mlx.launch");
         let args: Vec<_> = command.get_args().collect();
@@ -140,5 +147,14 @@ mod tests {
                 "b.py"
             ]
         );
+        let jaccl = mlx_launch(
+            Path::new("/r/.venv-mlx/bin/python"),
+            &hosts,
+            40000,
+            Path::new("b.py"),
+            "jaccl-ring",
+        );
+        let args: Vec<_> = jaccl.get_args().collect();
+        assert_eq!(args[2..4], ["--backend", "jaccl-ring"]);
     }
 }

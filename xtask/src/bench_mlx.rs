@@ -36,10 +36,17 @@ pub(crate) fn run_mlx(
                 .collect();
             format!("[{}]", entries.join(", "))
         }
-        Some(hosts) if hosts.local => ring_addresses(root, hosts, start)?,
+        // JACCL needs mlx.launch's device file and coordinator, wherever the hosts are.
+        Some(hosts) if hosts.local && options.backend == "ring" => {
+            ring_addresses(root, hosts, start)?
+        }
         Some(hosts) => {
-            let mut command = mlx_launch(python, hosts, start, &root.join(SCRIPT));
+            let mut command =
+                mlx_launch(python, hosts, start, &root.join(SCRIPT), &options.backend);
             command.args(rank_args(op, dtype, options));
+            if options.backend != "ring" {
+                command.args(["--backend", "jaccl"]);
+            }
             return Ok(records(&stdout_of(
                 &mut command,
                 "mlx.launch",
