@@ -179,11 +179,24 @@ fn a_missing_mpi_library_is_reported_by_name_and_not_available() {
         return;
     }
     // The library is loaded once per process, so the check runs in a fresh one.
+    run_in_a_fresh_process(
+        test_name!(),
+        CHILD,
+        &[("NUVEC_MPI_LIBNAME", "/nonexistent/libmpi.so")],
+    );
+}
+
+/// Runs test `test` again in a new process of this binary, with `child` set and `env` added
+/// (and no launch environment of the ring or JACCL); fails unless it passes there.
+fn run_in_a_fresh_process(test: &str, child: &str, env: &[(&str, &str)]) {
     let exe = std::env::current_exe().unwrap();
     let output = std::process::Command::new(exe)
-        .args([test_name!(), "--exact", "--nocapture"])
-        .env(CHILD, "1")
-        .env("NUVEC_MPI_LIBNAME", "/nonexistent/libmpi.so")
+        .args([test, "--exact", "--nocapture"])
+        .env(child, "1")
+        .envs(env.iter().copied())
+        .env_remove("MLX_HOSTFILE")
+        .env_remove("MLX_RANK")
+        .env_remove("MLX_IBV_DEVICES")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -213,23 +226,14 @@ fn a_process_started_by_mpirun_without_an_mpi_library_refuses_to_run_alone() {
         }
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let output = std::process::Command::new(exe)
-        .args([test_name!(), "--exact", "--nocapture"])
-        .env(CHILD, "1")
-        .env("NUVEC_MPI_LIBNAME", "/nonexistent/libmpi.so")
-        .env("OMPI_COMM_WORLD_SIZE", "2")
-        .env("OMPI_COMM_WORLD_RANK", "1")
-        .env_remove("MLX_HOSTFILE")
-        .env_remove("MLX_RANK")
-        .env_remove("MLX_IBV_DEVICES")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    run_in_a_fresh_process(
+        test_name!(),
+        CHILD,
+        &[
+            ("NUVEC_MPI_LIBNAME", "/nonexistent/libmpi.so"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_COMM_WORLD_RANK", "1"),
+        ],
     );
 }
 

@@ -469,6 +469,18 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         },
     },
     Deliberate {
+        name: "derivatives of prod over several axes of empty arrays",
+        reason: "MLX's vjp of prod over more than one axis moves those axes to the end and \
+                 flattens them with a -1 reshape, which MLX refuses for an empty array; nuvec \
+                 returns the (empty) gradient",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "prod")
+                && differentiates(program)
+                && nuvec["ok"] == true
+                && error_has(mlx, "Cannot infer the shape of an empty array")
+        },
+    },
+    Deliberate {
         name: "take with an index out of range",
         reason: "MLX reads whatever an out-of-range index reaches; nuvec refuses it",
         matches: |_, mlx, nuvec| {
