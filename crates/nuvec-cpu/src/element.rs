@@ -362,7 +362,10 @@ macro_rules! float_element {
                 })
             }
             fn floor_div(self, b: Self) -> Self {
-                $from(($to(self) / $to(b)).floor())
+                // MLX's floor(divide(a, b)): the quotient is rounded to the dtype first, which
+                // for float16 and bfloat16 can carry it onto the next integer (80.98 → 81).
+                let quotient = $from($to(self) / $to(b));
+                $from($to(quotient).floor())
             }
             fn maximum(self, b: Self) -> Self {
                 if self.is_nan() || self > b {
