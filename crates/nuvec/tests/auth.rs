@@ -230,29 +230,42 @@ fn stray_clients_are_dropped_without_delaying_a_group_without_key() {
     stray_clients_do_not_delay_formation(Options::with_timeout(TIMEOUT));
 }
 
-/// Forwards one connection from `listener` to `target`, recording what the client sent.
+/// Forwards the connections a rank of a group of two opens to its peer (both directions'
+/// connections) from `listener` to `target`, recording what the client sent on the first.
 fn recording_proxy(listener: TcpListener, target: u16) -> JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
-        let (mut client, _) = listener.accept().unwrap();
-        let mut server = connect_when_listening(target);
-        let (mut client_reader, mut server_writer) =
-            (client.try_clone().unwrap(), server.try_clone().unwrap());
-        let upstream = std::thread::spawn(move || {
-            let mut recorded = Vec::new();
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = client_reader.read(&mut buf) {
-                if n == 0 || server_writer.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-                recorded.extend_from_slice(&buf[..n]);
-            }
-            let _ = server_writer.shutdown(std::net::Shutdown::Write);
-            recorded
-        });
-        let _ = std::io::copy(&mut server, &mut client);
-        let _ = client.shutdown(std::net::Shutdown::Write);
-        upstream.join().unwrap()
+        let forwards: Vec<_> = (0..2)
+            .map(|_| {
+                let (client, _) = listener.accept().unwrap();
+                let server = connect_when_listening(target);
+                std::thread::spawn(move || forward(client, server))
+            })
+            .collect();
+        let mut recorded: Vec<Vec<u8>> = forwards.into_iter().map(|f| f.join().unwrap()).collect();
+        recorded.swap_remove(0)
     })
+}
+
+/// Copies bytes both ways between `client` and `server` until both close; returns what the
+/// client sent.
+fn forward(mut client: TcpStream, mut server: TcpStream) -> Vec<u8> {
+    let (mut client_reader, mut server_writer) =
+        (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let upstream = std::thread::spawn(move || {
+        let mut recorded = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = client_reader.read(&mut buf) {
+            if n == 0 || server_writer.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            recorded.extend_from_slice(&buf[..n]);
+        }
+        let _ = server_writer.shutdown(std::net::Shutdown::Write);
+        recorded
+    });
+    let _ = std::io::copy(&mut server, &mut client);
+    let _ = client.shutdown(std::net::Shutdown::Write);
+    upstream.join().unwrap()
 }
 
 #[test]

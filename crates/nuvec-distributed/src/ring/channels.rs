@@ -45,7 +45,9 @@ impl Nearby {
         (wanted, stores): (bool, Policy),
     ) -> Result<Nearby> {
         let size = connections.size;
-        let others: Vec<usize> = (0..size).filter(|&r| r != rank).collect();
+        let others: Vec<usize> = (0..size)
+            .filter(|&r| r != rank && connections.linked(r))
+            .collect();
         let mut to: Vec<Option<Channel>> = (0..size).map(|_| None).collect();
         let mut from: Vec<Option<Channel>> = (0..size).map(|_| None).collect();
         for &dst in &others {

@@ -65,6 +65,12 @@ impl Connections {
         self.connection(op, rank, 0, Way::From)
     }
 
+    /// Whether this rank has connections to `peer` (ranks that are not ring neighbours may
+    /// have none: `crate::tcp::pairs`).
+    pub(crate) fn linked(&self, peer: usize) -> bool {
+        self.peers.get(peer).is_some_and(|c| !c.is_empty())
+    }
+
     /// Every connection to every peer.
     pub(crate) fn all(&self) -> impl Iterator<Item = &Arc<Connection>> {
         self.peers.iter().flatten()

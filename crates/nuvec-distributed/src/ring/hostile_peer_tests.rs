@@ -6,15 +6,13 @@ use super::RingCommunicator;
 use crate::hostfile::Address;
 use crate::tcp::connection_tests::free_port;
 use crate::tcp::frame::{Header, Kind};
-use crate::tcp::handshake::{
-    accept_side, connect_side, write_message, Accepted, Local, Message, Verdict,
-};
+use crate::tcp::handshake::{connect_side, Local};
 use crate::test_random::Random;
 use crate::Options;
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::DType;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// A byte stream a hostile or broken rank 0 might send.
@@ -62,10 +60,10 @@ fn hostile_bytes(random: &mut Random) -> Vec<u8> {
 }
 
 /// Forms a 2-rank group whose rank 0 is this test's raw sockets; returns rank 1, the socket
-/// rank 1 reads rank 0's data from, and the one it writes to rank 0 on.
+/// rank 1 reads rank 0's data from, and the one it writes to rank 0 on (rank 0 opens both, as
+/// the left rank of a pair does).
 fn group_with_raw_rank_0() -> (RingCommunicator, TcpStream, TcpStream) {
     let ports = [free_port(), free_port()];
-    let listener = TcpListener::bind(("127.0.0.1", ports[0])).expect("rank 0's port");
     let nodes: Vec<Vec<Address>> = ports
         .iter()
         .map(|p| vec![Address::parse(&format!("127.0.0.1:{p}")).unwrap()])
@@ -74,25 +72,25 @@ fn group_with_raw_rank_0() -> (RingCommunicator, TcpStream, TcpStream) {
         RingCommunicator::connect(&nodes, 1, &Options::with_timeout(Duration::from_secs(2)))
     });
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut stream = loop {
-        match TcpStream::connect(("127.0.0.1", ports[1])) {
-            Ok(stream) => break stream,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
-            Err(e) => panic!("rank 1 never listened: {e}"),
-        }
-    };
     let local = Local {
         rank: 0,
         size: 2,
         key: None,
+        incarnation: 7,
     };
-    connect_side(&mut stream, &local, 1, deadline).expect("handshake as rank 0");
-    let (mut incoming, _) = listener.accept().expect("rank 1 connects to rank 0");
-    match accept_side(&mut incoming, &local, deadline) {
-        Accepted::Connection(hello) => assert_eq!(hello.rank, 1),
-        _ => panic!("rank 1's handshake failed"),
-    }
-    write_message(&mut incoming, &Message::verdict(Verdict::Accepted)).expect("verdict");
+    let open = || {
+        let mut stream = loop {
+            match TcpStream::connect(("127.0.0.1", ports[1])) {
+                Ok(stream) => break stream,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+                Err(e) => panic!("rank 1 never listened: {e}"),
+            }
+        };
+        connect_side(&mut stream, &local, 1, deadline).expect("handshake as rank 0");
+        stream
+    };
+    let mut stream = open();
+    let mut incoming = open();
     // Rank 0 offers no shared memory and declines rank 1's offer.
     let (ours, theirs) = crate::shm::offers::declining_exchange();
     stream.write_all(&ours).expect("rank 0's offer");

@@ -17,13 +17,14 @@ mod hostile_peer_tests;
 mod memory;
 mod messages;
 mod network;
+mod relay;
 mod send_pieces;
 #[cfg(test)]
 mod simulation_tests;
 mod transport;
 
 use crate::hostfile::Address;
-use crate::tcp::frame::{Header, Kind};
+use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
 use crate::tcp::wire::read_message_start;
 use crate::Options;
 use algorithms::{kind_of, Calls};
@@ -31,6 +32,8 @@ use failure::Authority;
 use network::Network;
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::{DType, Error, Result};
+use relay::Relay;
+use transport::Transport;
 
 /// The most dimensions a received message may claim (a larger count is a corrupt frame, not a
 /// reason to allocate).
@@ -93,6 +96,54 @@ impl RingCommunicator {
         Ok(RingCommunicator {
             network,
             authority: Authority::new(state),
+        })
+    }
+
+    /// A `recv` from a rank this one shares no connection with: the message came round the
+    /// ring whole (`relay.rs`), in the same form as on a connection.
+    fn recv_relayed(
+        &self,
+        relay: &Relay,
+        (data, dtype, shape): (&mut [u8], DType, &[i32]),
+        src: usize,
+    ) -> Result<()> {
+        let network = &self.network;
+        self.authority.run(network, "recv", false, |turn| {
+            let mut alive = || Transport::check_peers(network);
+            let message = turn.breaks(relay.recv(src, network.timeout, &mut alive))?;
+            let expected = turn.state().messages.received[src];
+            let corrupt = |what: &str| recv_mismatch(src, format!("the message relayed from rank {src} {what}"));
+            let start = message.get(..HEADER_BYTES + 4).ok_or_else(|| corrupt("is too short"))?;
+            let header = Header::decode(start[..HEADER_BYTES].try_into().expect("a header's bytes"))
+                .map_err(|reason| corrupt(&reason))?;
+            if header.kind != Kind::Send || header.sequence != expected {
+                return turn.breaks(Err(recv_mismatch(
+                    src,
+                    format!("expected message #{expected} from rank {src}, got {}", header.describe()),
+                )));
+            }
+            turn.state().messages.received[src] += 1;
+            let ndim = u32::from_le_bytes(start[HEADER_BYTES..].try_into().expect("4 bytes")) as usize;
+            let dims_end = HEADER_BYTES + 4 + 4 * ndim.min(MAX_NDIM + 1);
+            if ndim > MAX_NDIM || message.len() < dims_end {
+                return Err(corrupt(&format!("claims {ndim} dimensions")));
+            }
+            let their_shape: Vec<i32> = message[HEADER_BYTES + 4..dims_end]
+                .chunks_exact(4)
+                .map(|d| i32::from_le_bytes([d[0], d[1], d[2], d[3]]))
+                .collect();
+            let payload = &message[dims_end..];
+            if header.dtype != dtype || their_shape != shape || payload.len() != data.len() {
+                return Err(recv_mismatch(
+                    src,
+                    format!(
+                        "rank {src} sent {} {their_shape:?}, this rank (rank {}) expected {dtype} {shape:?}",
+                        header.dtype, network.rank
+                    ),
+                ));
+            }
+            data.copy_from_slice(payload);
+            Ok(())
         })
     }
 
@@ -179,11 +230,24 @@ impl Communicator for RingCommunicator {
             for dim in shape {
                 meta.extend_from_slice(&dim.to_le_bytes());
             }
-            self.network.write_message(dst, &meta, data)
+            match &self.network.relay {
+                Some(relay) if !self.network.connections.linked(dst) => {
+                    relay.send(dst, &[&meta, data])
+                }
+                _ => self.network.write_message(dst, &meta, data),
+            }
         })
     }
 
     fn recv(&self, data: &mut [u8], dtype: DType, shape: &[i32], src: usize) -> Result<()> {
+        if let Some(relay) = self
+            .network
+            .relay
+            .as_ref()
+            .filter(|_| !self.network.connections.linked(src))
+        {
+            return self.recv_relayed(relay, (data, dtype, shape), src);
+        }
         self.authority.run(&self.network, "recv", false, |turn| {
             let network = &self.network;
             let peer = network.connections.reader("recv", src)?;

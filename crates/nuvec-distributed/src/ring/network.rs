@@ -26,6 +26,7 @@
 use super::algorithms::CHUNK_BYTES;
 use super::channels::Nearby;
 use super::connections::{Connections, Way};
+use super::relay::{Relay, RelayStreams};
 use super::send_pieces::PieceChoice;
 use super::transport::{Incoming, Pass, Route, Transport, Window};
 use crate::hostfile::Address;
@@ -65,6 +66,10 @@ pub(crate) struct Network {
     pub(crate) timeout: Duration,
     /// How many connections every pair of ring neighbours shares.
     ring_connections: usize,
+    /// Whether every rank is connected to every other, as every rank agreed when forming.
+    full_mesh: bool,
+    /// Where not, what carries messages between ranks with no connection round the ring.
+    pub(crate) relay: Option<Relay>,
     /// The collective in progress, for reads that wait long to check the other connections.
     pub(crate) watch: Arc<Watch>,
     /// How large point-to-point payloads go to each rank: in pieces or whole.
@@ -94,9 +99,24 @@ impl Network {
                 rank: None,
                 reason,
             })?;
-        let peers = match size {
-            1 => vec![Vec::new()],
-            _ => crate::tcp::form_mesh(nodes, rank, options, settings.polling)?,
+        let (peers, full_mesh, relay) = match size {
+            1 => (vec![Vec::new()], true, None),
+            _ => {
+                let mesh = crate::tcp::form_mesh(nodes, rank, options, settings.polling)?;
+                let relay = match mesh.relay {
+                    Some([to_right, from_right, from_left, to_left]) => {
+                        let streams = RelayStreams {
+                            to_right,
+                            from_right,
+                            from_left,
+                            to_left,
+                        };
+                        Some(Relay::start(rank, size, streams)?)
+                    }
+                    None => None,
+                };
+                (mesh.connections, mesh.complete, relay)
+            }
         };
         let connections = Connections {
             size,
@@ -123,6 +143,8 @@ impl Network {
             pieces: (0..size).map(|_| PieceChoice::default()).collect(),
             timeout: options.timeout,
             ring_connections,
+            full_mesh,
+            relay,
             nearby,
         };
         for peer in network.connections.all() {
@@ -158,6 +180,10 @@ impl Transport for Network {
 
     fn ring_connections(&self) -> usize {
         self.ring_connections
+    }
+
+    fn full_mesh(&self) -> bool {
+        self.full_mesh
     }
 
     fn begin(&self, ours: &Header) {
@@ -345,6 +371,9 @@ impl Transport for Network {
     fn close(&self) {
         for peer in self.connections.all() {
             peer.close();
+        }
+        if let Some(relay) = &self.relay {
+            relay.close();
         }
     }
 }

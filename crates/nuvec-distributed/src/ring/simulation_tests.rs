@@ -129,6 +129,20 @@ fn every_collective_is_exact_on_1_to_16_ranks_on_every_path() {
 }
 
 #[test]
+fn with_only_ring_neighbours_connected_every_collective_is_exact_on_1_to_16_ranks() {
+    // A cabled ring (`tcp/pairs.rs`): the small sizes go round the ring too.
+    let faults = Faults {
+        ring_only: true,
+        ..Faults::default()
+    };
+    for size in 1..=16 {
+        for len in [1, 3, 1_000, 40_000] {
+            check_collectives(size, len, faults.clone());
+        }
+    }
+}
+
+#[test]
 fn large_all_reduces_split_over_lanes_and_connections_are_exact() {
     // 2.4 MB: two lanes on three ranks or more; two connections per pair double them.
     for size in [2, 3, 5, 8] {
@@ -219,12 +233,24 @@ fn a_window_wider_than_a_channel_deadlocks_and_the_timeout_ends_it() {
 /// failure from `health` and refuses further work.
 #[test]
 fn a_lost_rank_ends_every_call_with_its_name_on_every_path() {
+    check_a_lost_rank_is_named(false);
+}
+
+/// The same where only ring neighbours are connected: ranks that were not connected to the
+/// lost one learn its name from the notices that go round the ring.
+#[test]
+fn with_only_ring_neighbours_connected_a_lost_rank_is_named_by_every_other() {
+    check_a_lost_rank_is_named(true);
+}
+
+fn check_a_lost_rank_is_named(ring_only: bool) {
     let timeout = Duration::from_secs(3);
     for size in [2, 3, 4, 5, 8] {
         for len in [3, 1_000, 300_000] {
             for lost in [0, size - 1, size / 2] {
                 let faults = Faults {
                     max_delay: Duration::from_micros(50),
+                    ring_only,
                     ..Faults::default()
                 };
                 let results = run_group(size, faults, timeout, |t, authority| {

@@ -44,6 +44,9 @@ pub(crate) trait Transport: Sync {
     fn timeout(&self) -> Duration;
     /// How many connections every pair of ring neighbours shares (the lanes' first factor).
     fn ring_connections(&self) -> usize;
+    /// Whether every rank of the group can send frames to every other (else only ring
+    /// neighbours are sure to be connected, and collectives go round the ring).
+    fn full_mesh(&self) -> bool;
 
     /// Starts the collective `ours`: frames of this call that another rank sends announce its
     /// size or one given to [`Transport::accept`].

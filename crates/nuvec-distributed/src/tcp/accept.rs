@@ -9,7 +9,7 @@ use nuvec_core::Result;
 use std::io::ErrorKind;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -25,13 +25,34 @@ const DISOWNED_GRACE: Duration = Duration::from_secs(2);
 /// Another rank's connection, handshaken and accepted.
 pub(crate) type Connected = (usize, TcpStream);
 
-/// What an acceptor's thread ends with: the connections it took, and its listener back.
-type Accepting = JoinHandle<Result<(Vec<Connected>, TcpListener)>>;
+/// What an acceptor's thread ends with: its listener back.
+type Accepting = JoinHandle<Result<TcpListener>>;
+
+/// What an acceptor hands over: each connection as it is accepted, then word that every
+/// expected one is in.
+enum Handed {
+    Connection(Connected),
+    Complete,
+}
+
+/// The ranks an acceptor waits for, each listed once per connection it opens here.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Expected {
+    /// Ranks whose connections must arrive.
+    pub(crate) required: Vec<usize>,
+    /// Ranks whose connections may arrive (they may not reach this rank's address): accepted
+    /// when they come, and waited for only once [`Acceptor::settle`] says they were opened.
+    pub(crate) optional: Vec<usize>,
+}
 
 /// The thread that accepts the expected ranks' connections on one listener while this rank
-/// connects to others. Dropping it before [`Acceptor::finish`] stops it.
+/// connects to others, handing each over as soon as it is accepted. Dropping it stops it.
 pub(crate) struct Acceptor {
     stop: Arc<AtomicBool>,
+    /// Set when the thread ends with an error: the formation cannot succeed.
+    failed: Arc<AtomicBool>,
+    settle: Sender<Vec<usize>>,
+    accepted: Receiver<Handed>,
     thread: Option<Accepting>,
 }
 
@@ -39,7 +60,7 @@ impl Acceptor {
     pub(crate) fn start(
         listener: TcpListener,
         local: Local,
-        expected: Vec<usize>,
+        expected: Expected,
         deadline: Instant,
         progress: &Arc<Progress>,
     ) -> Result<Acceptor> {
@@ -47,28 +68,80 @@ impl Acceptor {
             .set_nonblocking(true)
             .map_err(|e| init_error(None, e.to_string()))?;
         let stop = Arc::new(AtomicBool::new(false));
+        let (settle, settled) = channel();
+        let (handing, accepted) = channel();
         let flag = stop.clone();
+        let failed = Arc::new(AtomicBool::new(false));
+        let failing = failed.clone();
         let progress = progress.clone();
         let thread = std::thread::Builder::new()
             .name("nuvec-ring-accept".into())
             .spawn(move || {
-                accept_loop(&listener, &local, expected, (deadline, &progress), &flag)
-                    .map(|accepted| (accepted, listener))
+                let ends = Ends {
+                    settled,
+                    handing,
+                    stop: flag,
+                };
+                let ended = accept_loop(&listener, &local, expected, (deadline, &progress), &ends);
+                failing.store(ended.is_err(), Ordering::Relaxed);
+                ended.map(|()| listener)
             })
             .map_err(|e| init_error(None, format!("starting the acceptor: {e}")))?;
         Ok(Acceptor {
             stop,
+            failed,
+            settle,
+            accepted,
             thread: Some(thread),
         })
     }
 
-    /// Waits until every expected rank is connected (or the formation failed); gives the
-    /// listener back for the next phase.
-    pub(crate) fn finish(mut self) -> Result<(Vec<Connected>, TcpListener)> {
-        let thread = self.thread.take().expect("an acceptor is finished once");
-        thread
-            .join()
-            .unwrap_or_else(|_| Err(init_error(None, "the acceptor thread panicked".into())))
+    /// Says which optional ranks did open connections here (each once per connection): the
+    /// acceptor then waits for them as for the required ones, and ends when all are in.
+    pub(crate) fn settle(&self, opened: Vec<usize>) {
+        let _ = self.settle.send(opened);
+    }
+
+    /// A flag set once the acceptor has failed (for connecting loops to give up early).
+    pub(crate) fn failed(&self) -> Arc<AtomicBool> {
+        self.failed.clone()
+    }
+
+    /// The next accepted connection; `None` once the acceptor has taken every connection it
+    /// waits for. A failed formation (the acceptor ends by the formation's deadline) is the
+    /// error.
+    pub(crate) fn next(&mut self) -> Result<Option<Connected>> {
+        match self.accepted.recv() {
+            Ok(Handed::Connection(connected)) => Ok(Some(connected)),
+            Ok(Handed::Complete) => Ok(None),
+            Err(_) => match self.error() {
+                Some(error) => Err(error),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// The acceptor's error once it has failed (it then ends at once).
+    pub(crate) fn error(&mut self) -> Option<nuvec_core::Error> {
+        if !self.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(Err(e))) => Some(e),
+            Some(Err(_)) => Some(init_error(None, "the acceptor thread panicked".into())),
+            Some(Ok(Ok(_))) | None => None,
+        }
+    }
+
+    /// Waits until every expected rank is connected (or the formation failed) and returns
+    /// their connections.
+    #[cfg(feature = "jaccl")]
+    pub(crate) fn finish(mut self) -> Result<Vec<Connected>> {
+        let mut all = Vec::new();
+        while let Some(connected) = self.next()? {
+            all.push(connected);
+        }
+        Ok(all)
     }
 }
 
@@ -78,6 +151,24 @@ impl Drop for Acceptor {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// The acceptor thread's ends of its channels, and the flag that stops it.
+struct Ends {
+    settled: Receiver<Vec<usize>>,
+    handing: Sender<Handed>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Takes one `peer` out of the multiset `ranks`; whether it was there.
+fn take(ranks: &mut Vec<usize>, peer: usize) -> bool {
+    match ranks.iter().position(|&r| r == peer) {
+        Some(at) => {
+            ranks.swap_remove(at);
+            true
+        }
+        None => false,
     }
 }
 
@@ -107,22 +198,58 @@ impl Refusals {
 fn accept_loop(
     listener: &TcpListener,
     local: &Local,
-    mut missing: Vec<usize>,
+    expected: Expected,
     (deadline, progress): (Instant, &Progress),
-    stop: &AtomicBool,
-) -> Result<Vec<Connected>> {
+    ends: &Ends,
+) -> Result<()> {
     let (results, outcomes) = channel::<(TcpStream, Accepted, Instant)>();
     let pending = Arc::new(AtomicUsize::new(0));
-    let mut accepted = Vec::new();
+    let Expected {
+        required: mut missing,
+        optional: mut allowed,
+    } = expected;
+    let mut settled = allowed.is_empty();
+    // Optional ranks' connections taken before the settlement.
+    let mut taken_early: Vec<usize> = Vec::new();
+    // The incarnation each rank's first connection came from.
+    let mut incarnations: Vec<Option<u32>> = vec![None; local.size];
     let mut seen = Refusals::default();
     // Ranks a connection said hold a different key, and when it said so.
     let mut disowned: Vec<(usize, Instant)> = Vec::new();
     let here = listener
         .local_addr()
         .map_or_else(|_| "this rank's address".to_string(), |a| a.to_string());
-    while !missing.is_empty() {
-        if stop.load(Ordering::Relaxed) {
-            return Err(init_error(None, "formation abandoned".into()));
+    // Once every expected connection is in, the acceptor says so and goes on until the
+    // formation ends, refusing any other connection claiming a rank (a second process
+    // started as a rank that already joined), which fails the formation.
+    let mut complete = false;
+    loop {
+        let done = missing.is_empty() && settled;
+        if ends.stop.load(Ordering::Relaxed) {
+            return match done {
+                true => Ok(()),
+                false => Err(init_error(None, "formation abandoned".into())),
+            };
+        }
+        if done && !complete {
+            complete = true;
+            let _ = ends.handing.send(Handed::Complete);
+        }
+        if let Ok(opened) = ends.settled.try_recv() {
+            for peer in opened {
+                if !take(&mut taken_early, peer) {
+                    missing.push(peer);
+                }
+            }
+            if let Some(&peer) = taken_early.first() {
+                return Err(init_error(
+                    Some(peer),
+                    format!("rank {peer} connected to {here} but its formation says it did not"),
+                ));
+            }
+            allowed.clear();
+            settled = true;
+            continue;
         }
         let mut busy = false;
         match listener.accept() {
@@ -141,7 +268,16 @@ fn accept_loop(
             busy = true;
             match outcome {
                 Accepted::Connection(hello) => {
-                    let peer = judge(&mut stream, &hello, local, &missing)?;
+                    let peer = hello.rank as usize;
+                    let early = !missing.contains(&peer) && allowed.contains(&peer);
+                    let wanted = match early {
+                        true => &allowed[..],
+                        false => &missing[..],
+                    };
+                    let first = incarnations.get(peer).copied().flatten();
+                    let another = first.is_some_and(|seen| seen != hello.incarnation);
+                    let peer = judge(&mut stream, &hello, local, (wanted, another))?;
+                    incarnations[peer] = Some(hello.incarnation);
                     progress.log(|| {
                         let from = stream
                             .peer_addr()
@@ -151,8 +287,19 @@ fn accept_loop(
                             progress.since(began)
                         )
                     });
-                    missing.retain(|&m| m != peer);
-                    accepted.push((peer, stream));
+                    if early {
+                        take(&mut allowed, peer);
+                        taken_early.push(peer);
+                    } else {
+                        take(&mut missing, peer);
+                    }
+                    if ends
+                        .handing
+                        .send(Handed::Connection((peer, stream)))
+                        .is_err()
+                    {
+                        return Err(init_error(None, "formation abandoned".into()));
+                    }
                 }
                 Accepted::Refused { claimed, reason } => {
                     progress
@@ -183,24 +330,31 @@ fn accept_loop(
                 ),
             ));
         }
-        if !missing.is_empty() && Instant::now() >= deadline {
+        if !(missing.is_empty() && settled) && Instant::now() >= deadline {
+            let mut late = missing.clone();
+            late.sort_unstable();
+            late.dedup();
             return Err(init_error(
-                missing.first().copied(),
+                late.first().copied(),
                 format!(
-                    "timed out after {} waiting for ranks {missing:?} to connect to {here}{}",
+                    "timed out after {} waiting for ranks {late:?} to connect to {here}{}",
                     progress.gave_up(),
                     seen.describe()
                 ),
             ));
         }
         if !missing.is_empty() {
-            progress.waiting(|| format!("ranks {missing:?} to connect to {here}"));
+            progress.waiting(|| {
+                let mut late = missing.clone();
+                late.sort_unstable();
+                late.dedup();
+                format!("ranks {late:?} to connect to {here}")
+            });
         }
         if !busy {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
-    Ok(accepted)
 }
 
 fn spawn_handshake(
@@ -208,7 +362,7 @@ fn spawn_handshake(
     local: &Local,
     deadline: Instant,
     pending: &Arc<AtomicUsize>,
-    results: &std::sync::mpsc::Sender<(TcpStream, Accepted, Instant)>,
+    results: &Sender<(TcpStream, Accepted, Instant)>,
     seen: &mut Refusals,
 ) {
     let (local, pending, results) = (local.clone(), pending.clone(), results.clone());
@@ -233,11 +387,12 @@ fn spawn_handshake(
 }
 
 /// Checks a rank that completed its handshake against the group; answers with the verdict.
+/// `another`: the rank's earlier connections came from another process.
 fn judge(
     stream: &mut TcpStream,
     hello: &Message,
     local: &Local,
-    missing: &[usize],
+    (missing, another): (&[usize], bool),
 ) -> Result<usize> {
     let (peer, peer_size) = (hello.rank as usize, hello.size as usize);
     let refuse = |stream: &mut TcpStream, verdict: Verdict, reason: String| {
@@ -254,7 +409,7 @@ fn judge(
             ),
         );
     }
-    if !missing.contains(&peer) {
+    if !missing.contains(&peer) || another {
         return refuse(
             stream,
             Verdict::DuplicateRank,

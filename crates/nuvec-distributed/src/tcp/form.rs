@@ -1,24 +1,29 @@
-//! Forming a group's TCP connections: every rank listens on its hostfile addresses and
-//! connects to every other rank (a full mesh, so send/recv work between any two ranks), once
-//! per address both ranks list and direction: the lower rank of each pair connects first.
-//! Each connection opens with the handshake of `handshake.rs` (ranks, group size and, with a
-//! key, proofs from both ends); `accept.rs` takes the connections that arrive.
+//! Forming a group's TCP connections: every rank listens on its hostfile addresses; ring
+//! neighbours connect (the left one opens), and so do other pairs where one can reach the
+//! other (`pairs.rs` says which). Each connection opens with the handshake of `handshake.rs`
+//! (ranks, group size and, with a key, proofs from both ends); `accept.rs` takes the
+//! connections that arrive.
 
-use super::accept::Acceptor;
+use super::accept::{Acceptor, Expected};
 use super::connection::{Connection, Poll, SPIN, YIELD};
-use super::handshake::{connect_side, Local};
+use super::handshake::{connect_side, incarnation, Local};
+use super::pairs::{has_optional_pairs, neighbours, opener};
 use super::progress::{init_error, Progress};
 use crate::hostfile::Address;
 use crate::options::Polling;
 use crate::Options;
 use nuvec_core::Result;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a connector waits between attempts while its peer is not listening yet.
 const RETRY_INTERVAL: Duration = Duration::from_millis(50);
+/// How long a rank waits for an answer from a rank it need not reach (one that is not its
+/// ring neighbour) before it takes the address as unreachable from here.
+const OPTIONAL_CONNECT: Duration = Duration::from_secs(3);
 
 /// Binds this rank's listener on the first address that resolves.
 fn listen(address: &Address, rank: usize, progress: &Progress) -> Result<TcpListener> {
@@ -50,11 +55,16 @@ fn bind(address: &Address, rank: usize) -> Result<TcpListener> {
     ))
 }
 
-/// Connects to `peer`'s address, retrying until `deadline` while it is not listening yet.
+/// Whether the formation is abandoned: an acceptor of this rank failed, and its error (a
+/// refused rank, say) is the one to report.
+type Abandoned<'a> = &'a (dyn Fn() -> bool + Sync);
+
+/// Connects to `peer`'s address, retrying until `deadline` while it is not listening yet (or
+/// until the formation is abandoned).
 fn connect(
     address: &Address,
     peer: usize,
-    deadline: Instant,
+    (deadline, abandoned): (Instant, Abandoned<'_>),
     progress: &Progress,
 ) -> Result<TcpStream> {
     let began = Instant::now();
@@ -80,6 +90,9 @@ fn connect(
                 return Ok(stream);
             }
         }
+        if abandoned() {
+            return Err(init_error(Some(peer), "formation abandoned".into()));
+        }
         if Instant::now() >= deadline {
             return Err(init_error(
                 Some(peer),
@@ -96,30 +109,36 @@ fn connect(
 }
 
 /// How many connections ranks `a` and `b` share: one per address both list (MLX's hostfile
-/// gives each rank one or more addresses to spread large transfers over).
+/// gives each rank one or more addresses to spread large transfers over) between ring
+/// neighbours; one between other ranks, whose connections carry only point-to-point messages
+/// and the latency paths of small collectives.
 pub(crate) fn connections_between(nodes: &[Vec<Address>], a: usize, b: usize) -> usize {
+    if nodes.len() > 2 && !neighbours(nodes.len(), a, b) {
+        return 1;
+    }
     nodes[a].len().min(nodes[b].len()).max(1)
 }
 
-/// Connects this rank to every other rank, one connection per direction: entry `j` of the
-/// result holds this rank's connections to rank `j`, first the `m` it opened (to rank `j`'s
-/// addresses, in order), on which it writes to rank `j`, then the `m` that rank `j` opened
-/// (arriving on this rank's addresses, in order), on which it reads from rank `j`, where `m`
-/// is [`connections_between`]. Each socket then carries data one way only, so a rank that
-/// sends and receives at once (the two ranks of a ring, every exchange of a doubling) never
-/// takes the lock of the socket its peer's data arrives on.
+/// Connects rank `rank` to the others: entry `j` of the result holds its connections to rank
+/// `j`, first the `m` it writes on (one per address both list, in order), then the `m` it
+/// reads from, where `m` is [`connections_between`]; entry `j` is empty where the two ranks
+/// could not connect (see below). Each socket carries data one way only, so a rank that sends
+/// and receives at once (the two ranks of a ring, every exchange of a doubling) never takes
+/// the lock of the socket its peer's data arrives on.
 ///
-/// Formation runs in two phases: first every rank connects to the higher ranks and accepts
-/// the lower ones; once a rank has its lower ranks' connections, it connects back to them
-/// and accepts the higher ranks' connections back. A group that cannot form (keys, sizes or
-/// ranks that disagree, a rank that never comes) thus fails in the first phase, where each
-/// pair has one connecting and one accepting end.
+/// One rank of each pair opens both directions' connections ([`pairs::opener`]): for each
+/// address of the other rank, first the one it writes on, then the one it reads from, each
+/// with the handshake done before the next is opened, so the accepting rank tells them apart
+/// by their order (it hands over an accepted connection before the verdict that lets the
+/// opener go on). Ring neighbours must connect; other pairs connect where the opener can
+/// reach its peer's address, and from four ranks on the ranks then tell each other round the
+/// ring which pairs did, so both ends of every pair agree.
 pub(crate) fn form_mesh(
     nodes: &[Vec<Address>],
     rank: usize,
     options: &Options,
     polling: Polling,
-) -> Result<Vec<Vec<Connection>>> {
+) -> Result<Mesh> {
     let size = nodes.len();
     let deadline = Instant::now() + options.timeout;
     let progress = Arc::new(Progress::new(rank, options.timeout));
@@ -127,6 +146,7 @@ pub(crate) fn form_mesh(
         rank,
         size,
         key: options.key_material().cloned(),
+        incarnation: incarnation().map_err(|reason| init_error(None, reason))?,
     };
     if nodes[rank].is_empty() {
         return Err(init_error(
@@ -139,89 +159,443 @@ pub(crate) fn form_mesh(
             return Err(init_error(Some(peer), "no address in the hostfile".into()));
         }
     }
+    let between = |a: usize, b: usize| connections_between(nodes, a, b);
+    let others = || (0..size).filter(move |&peer| peer != rank);
+    let openers: Vec<usize> = others().filter(|&p| opener(size, p, rank) == p).collect();
     // This rank listens on each of its addresses that another rank connects to.
-    let mut listeners = Vec::new();
+    let mut acceptors = Vec::new();
     for (index, own) in nodes[rank].iter().enumerate() {
-        let used =
-            (0..size).any(|other| other != rank && connections_between(nodes, other, rank) > index);
-        if index > 0 && !used {
+        let mut expected = Expected::default();
+        for &peer in openers.iter().filter(|&&p| between(p, rank) > index) {
+            let list = match neighbours(size, peer, rank) {
+                true => &mut expected.required,
+                false => &mut expected.optional,
+            };
+            list.extend([peer, peer]);
+        }
+        let left = (rank + size - 1) % size;
+        if index == 0 && has_optional_pairs(size) {
+            // The left neighbour's relay connections, should the group not be a full mesh.
+            expected.optional.extend([left, left]);
+        }
+        if index > 0 && expected.required.is_empty() && expected.optional.is_empty() {
             break;
         }
-        listeners.push(listen(own, rank, &progress)?);
+        let listener = listen(own, rank, &progress)?;
+        acceptors.push(Acceptor::start(
+            listener,
+            local.clone(),
+            expected,
+            deadline,
+            &progress,
+        )?);
     }
-    let mut streams: Vec<Vec<Option<TcpStream>>> = (0..size)
-        .map(|peer| {
-            (0..2 * connections_between(nodes, rank, peer))
-                .map(|_| None)
-                .collect()
-        })
+    let mut formed = Formed::new(nodes, rank);
+    let opened: Vec<usize> = others()
+        .filter(|&p| opener(size, rank, p) == rank)
         .collect();
-    let lower: Vec<usize> = (0..rank).collect();
-    let higher: Vec<usize> = (rank + 1..size).collect();
-    for (accept_from, connect_to) in [(&lower, &higher), (&higher, &lower)] {
-        let acceptors = listeners
+    let (required, optional): (Vec<usize>, Vec<usize>) = opened
+        .iter()
+        .partition(|&&peer| neighbours(size, rank, peer));
+    let failed: Vec<_> = acceptors.iter().map(Acceptor::failed).collect();
+    let abandoned = || failed.iter().any(|flag| flag.load(Ordering::Relaxed));
+    let until = (deadline, &abandoned as Abandoned<'_>);
+    let mut connecting = || -> Result<Vec<Reached>> {
+        for &peer in &required {
+            for (index, address) in nodes[peer].iter().take(between(rank, peer)).enumerate() {
+                for way in 0..2 {
+                    let mut stream = connect(address, peer, until, &progress)?;
+                    handshake(&mut stream, &local, peer, deadline, &progress)?;
+                    formed.opened(peer, index, way, stream);
+                }
+            }
+        }
+        open_all_optional(nodes, &optional, (&local, until), &progress)
+    };
+    let reached = match connecting() {
+        Ok(reached) => reached,
+        Err(error) => return Err(acceptor_error(&mut acceptors).unwrap_or(error)),
+    };
+    let mut reachable = vec![false; size];
+    for (peer, [to, from]) in reached.into_iter().flatten() {
+        reachable[peer] = true;
+        formed.opened(peer, 0, 0, to);
+        formed.opened(peer, 0, 1, from);
+    }
+    // The ring neighbours' connections first: the agreement goes round on them.
+    for (index, acceptor) in acceptors.iter_mut().enumerate() {
+        let wanted = openers
+            .iter()
+            .filter(|&&p| neighbours(size, p, rank) && between(p, rank) > index)
+            .count();
+        let mut arrived = 0;
+        while arrived < 2 * wanted {
+            let (peer, stream) = acceptor.next()?.ok_or_else(|| {
+                init_error(None, "the acceptor ended before the ring formed".into())
+            })?;
+            arrived += usize::from(neighbours(size, peer, rank));
+            formed.accepted(peer, index, stream)?;
+        }
+    }
+    let mut complete = true;
+    if has_optional_pairs(size) {
+        let table = agree(&mut formed, &reachable, deadline)?;
+        complete = (0..size).all(|a| {
+            (a + 1..size).all(|b| {
+                let from = opener(size, a, b);
+                neighbours(size, a, b) || table[from * size + (a + b - from)] == 1
+            })
+        });
+        for (index, acceptor) in acceptors.iter().enumerate() {
+            let mut settled: Vec<usize> = openers
+                .iter()
+                .filter(|&&p| !neighbours(size, p, rank) && between(p, rank) > index)
+                .filter(|&&p| table[p * size + rank] == 1)
+                .flat_map(|&p| [p, p])
+                .collect();
+            if index == 0 && !complete {
+                let left = (rank + size - 1) % size;
+                settled.extend([left, left]);
+            }
+            acceptor.settle(settled);
+        }
+        if !complete {
+            // Messages between unconnected ranks go round the ring on connections of their
+            // own (`ring/relay.rs`), opened like the ring's.
+            let right = (rank + 1) % size;
+            for _ in 0..2 {
+                let mut stream = connect(&nodes[right][0], right, until, &progress)?;
+                handshake(&mut stream, &local, right, deadline, &progress)?;
+                formed.relay_opened.push(stream);
+            }
+        }
+    }
+    for (index, acceptor) in acceptors.iter_mut().enumerate() {
+        while let Some((peer, stream)) = acceptor.next()? {
+            formed.accepted(peer, index, stream)?;
+        }
+    }
+    drop(acceptors);
+    let relay = match complete {
+        true => None,
+        false => Some(formed.relay()?),
+    };
+    let connections = formed.finish(read_poll(nodes, rank, polling), &progress)?;
+    Ok(Mesh {
+        connections,
+        complete,
+        relay,
+    })
+}
+
+/// A rank's connections, as [`form_mesh`] formed them.
+pub(crate) struct Mesh {
+    /// Entry `j`: the connections to rank `j`, those this rank writes on first; empty where
+    /// the two ranks did not connect.
+    pub(crate) connections: Vec<Vec<Connection>>,
+    /// Whether every pair of ranks connected, as every rank knows after the formation.
+    pub(crate) complete: bool,
+    /// Where it did not, the connections of the relay that carries messages round the ring:
+    /// to the right neighbour, from it, from the left neighbour, to it.
+    pub(crate) relay: Option<[TcpStream; 4]>,
+}
+
+/// An optional pair's outcome: the peer and the two connections, or `None` where it could not
+/// be reached.
+type Reached = Option<(usize, [TcpStream; 2])>;
+
+/// Opens the optional pairs' connections, each in a thread of its own (an unreachable address
+/// may take [`OPTIONAL_CONNECT`] to give up on): for each peer, its two connections, or `None`
+/// where it cannot be reached.
+fn open_all_optional(
+    nodes: &[Vec<Address>],
+    optional: &[usize],
+    (local, until): (&Local, (Instant, Abandoned<'_>)),
+    progress: &Progress,
+) -> Result<Vec<Reached>> {
+    std::thread::scope(|scope| {
+        let attempts: Vec<_> = optional
+            .iter()
+            .map(|&peer| {
+                let address = &nodes[peer][0];
+                scope.spawn(move || open_optional(address, peer, local, until, progress))
+            })
+            .collect();
+        attempts
+            .into_iter()
+            .zip(optional)
+            .map(|(attempt, &peer)| {
+                let outcome = attempt.join().unwrap_or_else(|_| {
+                    Err(init_error(
+                        Some(peer),
+                        "the connecting thread panicked".into(),
+                    ))
+                })?;
+                Ok(outcome.map(|pair| (peer, pair)))
+            })
+            .collect()
+    })
+}
+
+/// The error of an acceptor that failed, if one did: it explains why connecting failed too.
+fn acceptor_error(acceptors: &mut [Acceptor]) -> Option<nuvec_core::Error> {
+    acceptors.iter_mut().find_map(Acceptor::error)
+}
+
+/// The handshake on `stream`, opened to rank `peer`.
+fn handshake(
+    stream: &mut TcpStream,
+    local: &Local,
+    peer: usize,
+    deadline: Instant,
+    progress: &Progress,
+) -> Result<()> {
+    let began = Instant::now();
+    connect_side(stream, local, peer, deadline).map_err(|reason| init_error(Some(peer), reason))?;
+    progress.log(|| {
+        format!(
+            "handshake with rank {peer} done ({})",
+            progress.since(began)
+        )
+    });
+    Ok(())
+}
+
+/// Opens the two connections of an optional pair to `peer`'s first address, or `None` when
+/// this rank cannot reach it (no route, no answer within [`OPTIONAL_CONNECT`]): the two ranks
+/// then talk round the ring.
+fn open_optional(
+    address: &Address,
+    peer: usize,
+    local: &Local,
+    until: (Instant, Abandoned<'_>),
+    progress: &Progress,
+) -> Result<Option<[TcpStream; 2]>> {
+    let Some(mut to) = connect_if_reachable(address, peer, until, progress)? else {
+        return Ok(None);
+    };
+    let deadline = until.0;
+    handshake(&mut to, local, peer, deadline, progress)?;
+    let mut from = connect(address, peer, until, progress)?;
+    handshake(&mut from, local, peer, deadline, progress)?;
+    Ok(Some([to, from]))
+}
+
+/// [`connect`] to a rank that may not be reachable from here: `None` when the network says
+/// so (no route to it) or nothing answers within [`OPTIONAL_CONNECT`]; a refused connection
+/// (nothing listening yet) is tried again until `deadline`, as for a required one.
+fn connect_if_reachable(
+    address: &Address,
+    peer: usize,
+    (deadline, abandoned): (Instant, Abandoned<'_>),
+    progress: &Progress,
+) -> Result<Option<TcpStream>> {
+    let began = Instant::now();
+    loop {
+        let candidates = address
+            .resolve()
+            .map_err(|reason| init_error(Some(peer), reason))?;
+        let mut refused = false;
+        let mut unreachable = String::new();
+        for candidate in &candidates {
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(10), OPTIONAL_CONNECT);
+            match TcpStream::connect_timeout(candidate, wait) {
+                Ok(stream) => return Ok(Some(stream)),
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => refused = true,
+                Err(e) => unreachable = format!("{candidate}: {e}"),
+            }
+        }
+        if abandoned() {
+            return Err(init_error(Some(peer), "formation abandoned".into()));
+        }
+        if !refused || Instant::now() >= deadline {
+            progress.log(|| {
+                format!(
+                    "rank {peer} at {address} is not reachable from here ({unreachable}, after {}): \
+                     messages between the two go round the ring",
+                    progress.since(began)
+                )
+            });
+            return Ok(None);
+        }
+        std::thread::sleep(RETRY_INTERVAL);
+    }
+}
+
+/// Tells every rank which optional pairs connected: each rank's row of the table (a byte per
+/// rank: 1 where it opened connections to that rank) goes round the ring on the neighbours'
+/// connections, before they are handed to the transport. Returns the whole table, row by row.
+fn agree(formed: &mut Formed, reachable: &[bool], deadline: Instant) -> Result<Vec<u8>> {
+    let (rank, size) = (formed.rank, formed.size);
+    let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
+    let mut table = vec![0u8; size * size];
+    for (peer, &reached) in reachable.iter().enumerate() {
+        table[rank * size + peer] = u8::from(reached);
+    }
+    let failed = |peer: usize, e: std::io::Error| {
+        init_error(
+            Some(peer),
+            format!("telling the ranks which connections formed failed: {e}"),
+        )
+    };
+    for step in 0..size - 1 {
+        let send = (rank + size - step) % size;
+        let recv = (rank + size - step - 1) % size;
+        let row = table[send * size..(send + 1) * size].to_vec();
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(10));
+        let to = formed.stream(right, 0)?;
+        to.set_write_timeout(Some(wait))
+            .and_then(|()| to.write_all(&row))
+            .map_err(|e| failed(right, e))?;
+        let from = formed.stream(left, formed.between(left))?;
+        from.set_read_timeout(Some(wait))
+            .and_then(|()| from.read_exact(&mut table[recv * size..(recv + 1) * size]))
+            .map_err(|e| failed(left, e))?;
+    }
+    Ok(table)
+}
+
+/// The streams of a forming rank, by peer: for each, the `m` it writes on, then the `m` it
+/// reads from ([`form_mesh`]).
+struct Formed {
+    rank: usize,
+    size: usize,
+    streams: Vec<Vec<Option<TcpStream>>>,
+    /// How many connections each rank opened here on each of this rank's addresses.
+    arrivals: Vec<Vec<usize>>,
+    /// The relay's connections this rank opened (to its right neighbour, then from it) and
+    /// those its left neighbour opened (from it, then to it).
+    relay_opened: Vec<TcpStream>,
+    relay_accepted: Vec<TcpStream>,
+}
+
+impl Formed {
+    fn new(nodes: &[Vec<Address>], rank: usize) -> Formed {
+        let size = nodes.len();
+        let streams = (0..size)
+            .map(|peer| match peer == rank {
+                true => Vec::new(),
+                false => (0..2 * connections_between(nodes, rank, peer))
+                    .map(|_| None)
+                    .collect(),
+            })
+            .collect();
+        Formed {
+            rank,
+            size,
+            streams,
+            arrivals: vec![vec![0; nodes[rank].len()]; size],
+            relay_opened: Vec::new(),
+            relay_accepted: Vec::new(),
+        }
+    }
+
+    fn between(&self, peer: usize) -> usize {
+        self.streams[peer].len() / 2
+    }
+
+    /// This rank opened `stream` to `peer`'s address `index`: the first of the two (`way` 0)
+    /// carries this rank's data, the second the peer's.
+    fn opened(&mut self, peer: usize, index: usize, way: usize, stream: TcpStream) {
+        let at = index + way * self.between(peer);
+        self.streams[peer][at] = Some(stream);
+    }
+
+    /// `peer` opened `stream` to this rank's address `index`: its first carries the peer's
+    /// data, its second this rank's.
+    fn accepted(&mut self, peer: usize, index: usize, stream: TcpStream) -> Result<()> {
+        let arrived = self.arrivals[peer][index];
+        self.arrivals[peer][index] += 1;
+        let m = self.between(peer);
+        let left = (self.rank + self.size - 1) % self.size;
+        let at = match arrived {
+            0 => m + index,
+            1 => index,
+            2 | 3 if peer == left && index == 0 => {
+                self.relay_accepted.push(stream);
+                return Ok(());
+            }
+            _ => {
+                return Err(init_error(
+                    Some(peer),
+                    format!("rank {peer} opened more connections than the hostfile gives"),
+                ))
+            }
+        };
+        self.streams[peer][at] = Some(stream);
+        Ok(())
+    }
+
+    fn stream(&mut self, peer: usize, at: usize) -> Result<&mut TcpStream> {
+        self.streams[peer][at].as_mut().ok_or_else(|| {
+            init_error(
+                Some(peer),
+                "a ring neighbour's connection was not formed".into(),
+            )
+        })
+    }
+
+    /// The relay's connections ([`Mesh::relay`]).
+    fn relay(&mut self) -> Result<[TcpStream; 4]> {
+        let opened = std::mem::take(&mut self.relay_opened);
+        let accepted = std::mem::take(&mut self.relay_accepted);
+        match (
+            <[TcpStream; 2]>::try_from(opened),
+            <[TcpStream; 2]>::try_from(accepted),
+        ) {
+            (Ok([to_right, from_right]), Ok([from_left, to_left])) => {
+                Ok([to_right, from_right, from_left, to_left])
+            }
+            _ => Err(init_error(
+                None,
+                "the relay's connections to the ring neighbours did not form".into(),
+            )),
+        }
+    }
+
+    /// The connections: every pair's, or none for a pair that did not connect.
+    fn finish(self, poll: Poll, progress: &Progress) -> Result<Vec<Vec<Connection>>> {
+        let size = self.size;
+        let count: usize = self
+            .streams
+            .iter()
+            .flatten()
+            .filter(|s| s.is_some())
+            .count();
+        let relayed = (0..size)
+            .filter(|&peer| peer != self.rank && self.streams[peer].iter().all(Option::is_none))
+            .collect::<Vec<_>>();
+        progress.log(|| match relayed.is_empty() {
+            true => format!("group of {size} formed with {count} connection(s)"),
+            false => format!(
+                "group of {size} formed with {count} connection(s); messages to ranks \
+                 {relayed:?} go round the ring"
+            ),
+        });
+        self.streams
             .into_iter()
             .enumerate()
-            .map(|(index, listener)| {
-                let expected = accept_from
-                    .iter()
-                    .copied()
-                    .filter(|&other| connections_between(nodes, other, rank) > index)
-                    .collect();
-                Acceptor::start(listener, local.clone(), expected, deadline, &progress)
+            .map(|(peer, streams)| {
+                if streams.iter().all(Option::is_none) {
+                    return Ok(Vec::new());
+                }
+                streams
+                    .into_iter()
+                    .map(|stream| {
+                        let stream = stream.ok_or_else(|| {
+                            init_error(Some(peer), "a connection was not formed".into())
+                        })?;
+                        Connection::new(peer, stream, poll)
+                            .map_err(|e| init_error(Some(peer), e.to_string()))
+                    })
+                    .collect()
             })
-            .collect::<Result<Vec<_>>>()?;
-        for &peer in connect_to {
-            for (index, address) in nodes[peer]
-                .iter()
-                .take(connections_between(nodes, rank, peer))
-                .enumerate()
-            {
-                let mut stream = connect(address, peer, deadline, &progress)?;
-                let began = Instant::now();
-                connect_side(&mut stream, &local, peer, deadline)
-                    .map_err(|reason| init_error(Some(peer), reason))?;
-                progress.log(|| {
-                    format!(
-                        "handshake with rank {peer} done ({})",
-                        progress.since(began)
-                    )
-                });
-                streams[peer][index] = Some(stream);
-            }
-        }
-        listeners = Vec::new();
-        for (index, acceptor) in acceptors.into_iter().enumerate() {
-            let (accepted, listener) = acceptor.finish()?;
-            for (peer, stream) in accepted {
-                let opened = connections_between(nodes, rank, peer);
-                streams[peer][opened + index] = Some(stream);
-            }
-            listeners.push(listener);
-        }
+            .collect()
     }
-    streams[rank].clear();
-    progress.log(|| {
-        let count: usize = streams.iter().map(Vec::len).sum();
-        format!("group of {size} formed with {count} connection(s)")
-    });
-    let poll = read_poll(nodes, rank, polling);
-    streams
-        .into_iter()
-        .enumerate()
-        .map(|(peer, connections)| {
-            connections
-                .into_iter()
-                .map(|stream| {
-                    let stream = stream.ok_or_else(|| {
-                        init_error(Some(peer), "a connection was not formed".into())
-                    })?;
-                    Connection::new(peer, stream, poll)
-                        .map_err(|e| init_error(Some(peer), e.to_string()))
-                })
-                .collect()
-        })
-        .collect()
 }
 
 /// Forms a star through `coordinator` (JACCL's side channel): rank 0 listens there and
@@ -241,21 +615,21 @@ pub(crate) fn form_star(
         rank,
         size,
         key: options.key_material().cloned(),
+        incarnation: incarnation().map_err(|reason| init_error(None, reason))?,
     };
     let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     if rank == 0 {
-        let acceptor = Acceptor::start(
-            listen(coordinator, rank, &progress)?,
-            local,
-            (1..size).collect(),
-            deadline,
-            &progress,
-        )?;
-        for (peer, stream) in acceptor.finish()?.0 {
+        let expected = Expected {
+            required: (1..size).collect(),
+            optional: Vec::new(),
+        };
+        let listener = listen(coordinator, rank, &progress)?;
+        let acceptor = Acceptor::start(listener, local, expected, deadline, &progress)?;
+        for (peer, stream) in acceptor.finish()? {
             streams[peer] = Some(stream);
         }
     } else {
-        let mut stream = connect(coordinator, 0, deadline, &progress)?;
+        let mut stream = connect(coordinator, 0, (deadline, &|| false), &progress)?;
         connect_side(&mut stream, &local, 0, deadline).map_err(|reason| {
             init_error(Some(0), format!("the coordinator {coordinator}: {reason}"))
         })?;
@@ -330,7 +704,10 @@ mod tests {
                     scope.spawn(move || form_mesh(nodes, rank, options, Polling::Auto).unwrap())
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().connections)
+                .collect()
         });
         for (rank, peers) in formed.iter().enumerate() {
             assert!(peers[rank].is_empty());

@@ -4,6 +4,11 @@
 //! challenge); the accepting end answers in kind, with its proof when both hold a key; the
 //! connecting end checks that proof and sends its own; the accepting end gives a verdict. Every
 //! message is one fixed-size record, so decoding arbitrary bytes never allocates.
+//!
+//! A hello also carries the process's incarnation, a random number drawn once per formation:
+//! a rank opens several connections to the same peer, and the peer refuses a connection
+//! claiming a rank whose earlier connections came from another incarnation (two processes
+//! started as the same rank).
 
 use super::frame::VERSION;
 use crate::auth::{challenge, Key, Role, Transcript, PROOF_BYTES};
@@ -59,6 +64,8 @@ pub(crate) struct Message {
     pub(crate) verdict: Verdict,
     pub(crate) rank: u32,
     pub(crate) size: u32,
+    /// The sending process's incarnation (24 bits).
+    pub(crate) incarnation: u32,
     pub(crate) challenge: [u8; PROOF_BYTES],
     pub(crate) proof: [u8; PROOF_BYTES],
 }
@@ -71,6 +78,7 @@ impl Message {
             verdict: Verdict::Accepted,
             rank: 0,
             size: 0,
+            incarnation: 0,
             challenge: [0; PROOF_BYTES],
             proof: [0; PROOF_BYTES],
         }
@@ -90,6 +98,7 @@ impl Message {
         out[6] = self.step as u8;
         out[7] = if self.keyed { KEYED } else { 0 };
         out[8] = self.verdict as u8;
+        out[9..12].copy_from_slice(&self.incarnation.to_le_bytes()[..3]);
         out[12..16].copy_from_slice(&self.rank.to_le_bytes());
         out[16..20].copy_from_slice(&self.size.to_le_bytes());
         out[20..52].copy_from_slice(&self.challenge);
@@ -115,7 +124,7 @@ impl Message {
             4 => Step::Verdict,
             other => return Err(format!("unknown handshake step {other}")),
         };
-        if raw[7] & !KEYED != 0 || raw[9..12] != [0, 0, 0] {
+        if raw[7] & !KEYED != 0 {
             return Err("reserved handshake bits are set".into());
         }
         let verdict =
@@ -126,6 +135,7 @@ impl Message {
         message.verdict = verdict;
         message.rank = word(12);
         message.size = word(16);
+        message.incarnation = u32::from_le_bytes([raw[9], raw[10], raw[11], 0]);
         message.challenge.copy_from_slice(&raw[20..52]);
         message.proof.copy_from_slice(&raw[52..84]);
         Ok(message)
@@ -138,6 +148,14 @@ pub(crate) struct Local {
     pub(crate) rank: usize,
     pub(crate) size: usize,
     pub(crate) key: Option<Key>,
+    /// This process's incarnation for this formation ([`incarnation`]).
+    pub(crate) incarnation: u32,
+}
+
+/// A fresh incarnation: a random 24-bit number.
+pub(crate) fn incarnation() -> Result<u32, String> {
+    let bytes = challenge()?;
+    Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], 0]))
 }
 
 impl Local {
@@ -146,6 +164,7 @@ impl Local {
             keyed: self.key.is_some(),
             rank: self.rank as u32,
             size: self.size as u32,
+            incarnation: self.incarnation & 0x00FF_FFFF,
             challenge: challenge()?,
             ..Message::new(step)
         })
@@ -368,6 +387,7 @@ mod tests {
             verdict: Verdict::DuplicateRank,
             rank: 3,
             size: 4,
+            incarnation: 0x00AB_CDEF,
             challenge: [7; PROOF_BYTES],
             proof: [9; PROOF_BYTES],
         };

@@ -10,6 +10,7 @@ pub(crate) mod connection_tests;
 mod form;
 pub(crate) mod frame;
 pub(crate) mod handshake;
+pub(crate) mod pairs;
 mod progress;
 pub(crate) mod watch;
 pub(crate) mod wire;

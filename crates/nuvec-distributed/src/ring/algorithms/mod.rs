@@ -88,7 +88,8 @@ impl Calls {
 }
 
 /// The all-reduce into `data` of `input` when given (else of `data` itself): through rank 0
-/// or by recursive doubling when small, else around the ring, over several lanes when large.
+/// or by recursive doubling when small and every rank reaches every other, else around the
+/// ring, over several lanes when large.
 pub(crate) fn all_reduce<T: Transport + ?Sized>(
     t: &T,
     calls: &mut Calls,
@@ -101,8 +102,8 @@ pub(crate) fn all_reduce<T: Transport + ?Sized>(
         }
         return Ok(());
     }
-    let star = star::uses_star(t.size(), data.len());
-    if star || doubling::uses_doubling(t.size(), data.len()) {
+    let star = t.full_mesh() && star::uses_star(t.size(), data.len());
+    if star || (t.full_mesh() && doubling::uses_doubling(t.size(), data.len())) {
         if let Some(input) = input {
             data.copy_from_slice(input);
         }
@@ -135,11 +136,11 @@ pub(crate) fn all_gather<T: Transport + ?Sized>(
     }
     let block = input.len();
     let own = t.rank() * block..(t.rank() + 1) * block;
-    if star::uses_star(t.size(), output.len()) {
+    if t.full_mesh() && star::uses_star(t.size(), output.len()) {
         output[own].copy_from_slice(input);
         return star::all_gather(t, calls, output, (block, dtype));
     }
-    if doubling::uses_doubling(t.size(), output.len()) {
+    if t.full_mesh() && doubling::uses_doubling(t.size(), output.len()) {
         output[own].copy_from_slice(input);
         return doubling::all_gather(t, calls, output, (block, dtype));
     }
@@ -172,7 +173,7 @@ pub(crate) fn reduce_scatter<T: Transport + ?Sized>(
         output.copy_from_slice(input);
         return Ok(());
     }
-    if star::uses_star(t.size(), input.len()) {
+    if t.full_mesh() && star::uses_star(t.size(), input.len()) {
         return star::reduce_scatter(t, calls, (input, output), (dtype, op));
     }
     if t.size() == 2 && doubling::uses_doubling(t.size(), input.len()) {

@@ -37,6 +37,9 @@ pub(crate) struct Faults {
     pub(crate) channel_window: Option<usize>,
     /// Connections every pair of ranks shares.
     pub(crate) connections: usize,
+    /// Only ring neighbours are connected (a cabled ring): a frame to or from another rank
+    /// is a bug in the algorithm that sent it, and panics.
+    pub(crate) ring_only: bool,
 }
 
 impl Default for Faults {
@@ -47,6 +50,7 @@ impl Default for Faults {
             slow: None,
             channel_window: None,
             connections: 1,
+            ring_only: false,
         }
     }
 }
@@ -142,7 +146,22 @@ impl MemoryTransport {
     }
 
     fn frames(&self, from: usize, to: usize, connection: usize) -> &Stream {
+        assert!(
+            self.linked(if from == self.rank { to } else { from }),
+            "ranks {from} and {to} are not connected on a ring-only fabric"
+        );
         &self.fabric.frames[self.fabric.index(from, to, connection)]
+    }
+
+    /// Whether this rank is connected to `peer`.
+    fn linked(&self, peer: usize) -> bool {
+        let size = self.fabric.size;
+        !self.fabric.faults.ring_only || crate::tcp::pairs::neighbours(size, self.rank, peer)
+    }
+
+    /// The ranks this rank is connected to.
+    fn peers(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.fabric.size).filter(move |&p| p != self.rank && self.linked(p))
     }
 
     fn channel(&self, from: usize, to: usize) -> &Stream {
@@ -307,6 +326,10 @@ impl Transport for MemoryTransport {
 
     fn ring_connections(&self) -> usize {
         self.fabric.faults.connections
+    }
+
+    fn full_mesh(&self) -> bool {
+        !self.fabric.faults.ring_only || self.fabric.size <= 3
     }
 
     fn begin(&self, _ours: &Header) {}
@@ -477,7 +500,7 @@ impl Transport for MemoryTransport {
 
     fn abort_all(&self, cause: &Error) {
         let notice = abort_notice(cause);
-        for peer in (0..self.fabric.size).filter(|&p| p != self.rank) {
+        for peer in self.peers() {
             let stream = self.frames(self.rank, peer, 0);
             let _ = self.write(stream, ("abort", peer), &notice);
             for connection in 0..self.fabric.faults.connections {
@@ -493,8 +516,7 @@ impl Transport for MemoryTransport {
     }
 
     fn root_cause(&self, op: &str, error: Error) -> Error {
-        (0..self.fabric.size)
-            .filter(|&p| p != self.rank)
+        self.peers()
             .find_map(|peer| self.waiting_abort(peer, op))
             .unwrap_or(error)
     }
@@ -502,7 +524,7 @@ impl Transport for MemoryTransport {
     fn flush_all(&self, _op: &str) {}
 
     fn check_peers(&self) -> Result<()> {
-        for peer in (0..self.fabric.size).filter(|&p| p != self.rank) {
+        for peer in self.peers() {
             self.still_there(peer, "health")?;
         }
         Ok(())
