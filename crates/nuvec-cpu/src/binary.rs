@@ -1,7 +1,7 @@
 //! Element-wise functions of two arguments, with NumPy broadcasting given as strides.
 
 use crate::strided::{collapse, RowOffsets};
-use crate::{parallel, Element};
+use crate::{parallel, DType, Element};
 
 /// A binary element-wise function, as MLX names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -109,6 +109,12 @@ impl BinaryOp {
                 let hi = x.max(y);
                 if hi.is_infinite() {
                     return T::from_f64(hi);
+                }
+                if matches!(T::DTYPE, DType::F16 | DType::BF16) {
+                    // As MLX: max + log1p(exp(min − max)), each step rounded to the type.
+                    let round = |v: f64| T::from_f64(v).to_f64();
+                    let gap = round(x.min(y) - hi);
+                    return T::from_f64(hi + round(round(gap.exp()).ln_1p()));
                 }
                 T::from_f64(hi + (-(x - y).abs()).exp().ln_1p())
             }

@@ -125,7 +125,7 @@ pub(crate) fn tape_from(
 ) -> Result<Vec<Array>> {
     let mut depends: HashMap<usize, bool> = HashMap::new();
     let mut order = Vec::new();
-    let mut stack: Vec<(Array, bool)> = outputs.iter().map(|a| (a.clone(), false)).collect();
+    let mut stack: Vec<(Array, bool)> = outputs.iter().rev().map(|a| (a.clone(), false)).collect();
     while let Some((array, expanded)) = stack.pop() {
         let key = array.node_key();
         if expanded {
@@ -165,7 +165,9 @@ pub(crate) fn tape_from(
             continue;
         };
         stack.push((array, true));
-        for input in inputs {
+        // The first input is explored first, as MLX's recursive walk does: the tape's order
+        // is the order in which vjp sums a node's cotangents, which rounding can tell apart.
+        for input in inputs.into_iter().rev() {
             if !depends.contains_key(&input.node_key()) {
                 stack.push((input, false));
             }

@@ -100,9 +100,11 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                  derivative sends zeros back through that division (differentiating it again \
                  gives NaN wherever an input is zero), and it finds the first zero from the \
                  running product, which inf·0 makes NaN; nuvec finds it from the inputs and \
-                 divides only before it, so its derivatives there are finite",
+                 divides only before it, so its derivatives there are finite (prod's first \
+                 derivative is built from cumprods, so its higher ones differ the same way)",
         matches: |program, mlx, nuvec| {
-            has_op(program, "cumprod")
+            (has_op(program, "cumprod")
+                || (has_op(program, "prod") && differentiations(program) >= 2))
                 && differentiations(program) >= 1
                 && both_ok(mlx, nuvec)
                 && only_mlx_has_nan(mlx, nuvec)
@@ -380,7 +382,15 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                     || differing_outputs_all(mlx, nuvec, |a, b| {
                         matches!(a["dtype"].as_str(), Some("float16" | "bfloat16"))
                             && nan_in_nuvec_only(a, b)
-                    }))
+                    })
+                    // The NaN cast to an integer: the type's minimum, or 0 for narrower ones.
+                    || (super::compare::precision_floor(program).is_some()
+                        && differing_outputs_all(mlx, nuvec, |a, b| {
+                            a["dtype"].as_str().is_some_and(|d| d.contains("int"))
+                                && equal_except(a, b, |_, y| {
+                                    y == 0.0 || y == -(2f64.powi(31)) || y == -(2f64.powi(63))
+                                })
+                        })))
         },
     },
     Deliberate {
