@@ -3,8 +3,11 @@
 //! `nuvec launch -n 4 -- ./my-program` starts a distributed program as 4 processes on this
 //! machine (or on the hosts of `--hosts`/`--hostfile`, through ssh), giving each rank the
 //! environment mlx.launch writes. See [docs/launch.md](https://github.com/nuvec/nuvec/blob/main/docs/launch.md). `nuvec generate` and `nuvec chat` run
-//! a language model folder through nuvec-lm ([docs/lm.md](https://github.com/nuvec/nuvec/blob/main/docs/lm.md)).
+//! a language model folder through nuvec-lm ([docs/lm.md](https://github.com/nuvec/nuvec/blob/main/docs/lm.md)). `nuvec config` checks
+//! the hosts, finds how they are joined and writes the hostfile
+//! ([docs/config.md](https://github.com/nuvec/nuvec/blob/main/docs/config.md)).
 
+mod config;
 mod group;
 mod launch;
 mod lm;
@@ -27,6 +30,12 @@ enum Commands {
     Generate(lm::GenerateArgs),
     /// Chat with a language model in the terminal (as mlx_lm.chat).
     Chat(lm::ChatArgs),
+    /// Check the hosts, find how they are joined, and write a hostfile (as
+    /// mlx.distributed_config).
+    Config(config::ConfigArgs),
+    /// One end of a link measurement (run on the hosts by `nuvec config`).
+    #[command(hide = true)]
+    Probe(config::probe::ProbeArgs),
 }
 
 /// The option a user probably meant by `unknown` (`--np` → `-n`), among `command`'s options.
@@ -123,6 +132,11 @@ fn main() {
             eprintln!("nuvec chat: {error}");
             1
         }),
+        Commands::Config(args) => config::run(args).unwrap_or_else(|error| {
+            eprintln!("nuvec config: {error}");
+            1
+        }),
+        Commands::Probe(args) => config::probe::run(args),
     };
     std::process::exit(status);
 }

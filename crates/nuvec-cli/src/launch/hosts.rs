@@ -137,8 +137,10 @@ pub(crate) fn parse_launch_hostfile(text: &str) -> Result<LaunchHostfile, String
                 .get("hosts")
                 .and_then(Value::as_array)
                 .ok_or("an object hostfile needs a \"hosts\" list")?;
+            // mlx.distributed_config writes "" when it leaves the choice to the launcher.
             let backend = match object.get("backend") {
                 None | Some(Value::Null) => None,
+                Some(Value::String(b)) if b.is_empty() => None,
                 Some(Value::String(b)) => Some(b.clone()),
                 Some(_) => return Err("\"backend\" must be a string".into()),
             };
@@ -237,6 +239,8 @@ mod tests {
         assert_eq!(parsed.backend.as_deref(), Some("jaccl"));
         assert_eq!(parsed.envs, ["A=1"]);
         assert!(parsed.hosts[0].ips.is_empty());
+        let unset = r#"{"backend": "", "envs": [], "hosts": [{"ssh": "m1"}]}"#;
+        assert_eq!(parse_launch_hostfile(unset).unwrap().backend, None);
     }
 
     #[test]

@@ -2,11 +2,11 @@
 //! process-group cleanup, rank-prefixed line output, no busy loop, a port check before start,
 //! and a fresh pre-shared key for every launch unless one is set.
 
-mod hosts;
+pub(crate) mod hosts;
 mod mpi;
 mod output;
-mod plan;
-mod spawn;
+pub(crate) mod plan;
+pub(crate) mod spawn;
 mod supervise;
 
 use hosts::{parse_host_list, parse_launch_hostfile, Host};
