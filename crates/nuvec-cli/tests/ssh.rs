@@ -4,127 +4,18 @@
 //! installs openssh-server and sets it).
 
 use nuvec_test_support::ranks::{example, free_port_range, free_ports};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use nuvec_test_support::sshd::SshServers;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-struct Sshd {
-    dir: PathBuf,
-    child: Child,
+/// Starts sshd on a free loopback port, named `nuvec-remote` in the client config.
+fn start_sshd(tag: &str) -> Result<SshServers, String> {
+    let mut servers = SshServers::new(tag)?;
+    servers.start("nuvec-remote", "127.0.0.1", free_ports(1)[0], None, "")?;
+    Ok(servers)
 }
 
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{program}: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        ))
-    }
-}
-
-/// Starts sshd on a free loopback port; writes an ssh client config naming it `nuvec-remote`.
-fn start_sshd(tag: &str) -> Result<Sshd, String> {
-    let sshd = Path::new("/usr/sbin/sshd");
-    if !sshd.exists() {
-        return Err("/usr/sbin/sshd is missing (apt-get install openssh-server)".into());
-    }
-    let dir = std::env::temp_dir().join(format!("nuvec-sshd-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    for key in ["host_key", "client_key"] {
-        run(
-            "ssh-keygen",
-            &["-q", "-t", "ed25519", "-N", "", "-f", &path(key)],
-        )?;
-    }
-    std::fs::copy(path("client_key.pub"), path("authorized_keys")).map_err(|e| e.to_string())?;
-    let port = free_ports(1)[0];
-    std::fs::write(
-        path("sshd_config"),
-        format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile {}\nAuthorizedKeysFile {}\n\
-             StrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n\
-             KbdInteractiveAuthentication no\n",
-            path("host_key"),
-            path("sshd.pid"),
-            path("authorized_keys")
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    let user = String::from_utf8_lossy(
-        &Command::new("id")
-            .arg("-un")
-            .output()
-            .map_err(|e| e.to_string())?
-            .stdout,
-    )
-    .trim()
-    .to_string();
-    std::fs::write(
-        path("ssh_config"),
-        format!(
-            "Host nuvec-remote\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {}\n  \
-             IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n",
-            path("client_key")
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    let _ = std::fs::create_dir_all("/run/sshd");
-    let child = Command::new(sshd)
-        .args(["-D", "-e", "-f", &path("sshd_config")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting sshd: {e}"))?;
-    let client_config = path("ssh_config");
-    let server = Sshd {
-        dir: dir.clone(),
-        child,
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let probe = Command::new("ssh")
-            .args([
-                "-F",
-                &client_config,
-                "-o",
-                "BatchMode=yes",
-                "nuvec-remote",
-                "true",
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("running ssh: {e}"))?;
-        if probe.status.success() {
-            return Ok(server);
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "sshd did not accept us: {}",
-                String::from_utf8_lossy(&probe.stderr)
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn sshd_or_skip(tag: &str) -> Option<Sshd> {
+fn sshd_or_skip(tag: &str) -> Option<SshServers> {
     match start_sshd(tag) {
         Ok(server) => Some(server),
         Err(reason) => {
@@ -139,14 +30,14 @@ fn sshd_or_skip(tag: &str) -> Option<Sshd> {
 }
 
 /// Launches with rank 0 on `nuvec-remote` (through sshd) and rank 1 local.
-fn launch_half_remote(server: &Sshd, command: &[&str]) -> Output {
+fn launch_half_remote(server: &SshServers, command: &[&str]) -> Output {
     let hostfile = server.dir.join("hosts.json");
     std::fs::write(
         &hostfile,
         r#"[{"ssh": "nuvec-remote", "ips": ["127.0.0.1"]}, {"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}]"#,
     )
     .unwrap();
-    let ssh = format!("ssh -F {}", server.dir.join("ssh_config").display());
+    let ssh = format!("ssh -F {}", server.client_config());
     let port = free_port_range(2).to_string();
     Command::new(env!("CARGO_BIN_EXE_nuvec"))
         .args(["launch", "--hostfile"])

@@ -1,6 +1,6 @@
 //! Test helpers shared by nuvec's crates: golden fixtures written by MLX (see
-//! `scripts/golden/make_fixtures.py`), closeness checks, launching ranks (`ranks`, `mpi`) and
-//! small shared helpers (`helpers`).
+//! `scripts/golden/make_fixtures.py`), closeness checks, launching ranks (`ranks`, `mpi`), throwaway
+//! ssh servers (`sshd`) and small shared helpers (`helpers`).
 
 use nuvec_core::{with_dtype, Array, DType, Element};
 use serde_json::Value;
@@ -195,6 +195,7 @@ pub fn compare_with(
 pub mod helpers;
 pub mod mpi;
 pub mod ranks;
+pub mod sshd;
 
 pub use helpers::{values, wait_until_unhealthy};
 

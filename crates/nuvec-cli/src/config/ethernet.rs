@@ -19,7 +19,9 @@ fn discover(session: &Session) -> Result<Vec<Vec<Interface>>, String> {
             .map(|(host, facts)| {
                 scope.spawn(move || {
                     let (command, step) = match facts.platform {
-                        Platform::Linux => ("ip -j addr show", "listing interfaces with ip -j addr"),
+                        Platform::Linux => {
+                            ("ip -j addr show", "listing interfaces with ip -j addr")
+                        }
                         Platform::MacOs => ("ifconfig", "listing interfaces with ifconfig"),
                     };
                     let done = session
@@ -37,7 +39,10 @@ fn discover(session: &Session) -> Result<Vec<Vec<Interface>>, String> {
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("listing interfaces panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("listing interfaces panicked".into()))
+            })
             .collect()
     })
 }
@@ -94,7 +99,9 @@ fn no_topology(topology: &Topology, wanted: &str) -> String {
     let counts = topology.counts();
     for (i, name) in topology.names.iter().enumerate() {
         if counts[i].iter().all(|&c| c == 0) {
-            reasons.push(format!("{name} shares no working network with any other host"));
+            reasons.push(format!(
+                "{name} shares no working network with any other host"
+            ));
         }
     }
     for link in topology.dead_links() {
@@ -143,7 +150,10 @@ fn rdma_devices(session: &Session) -> Result<Vec<Vec<(String, String)>>, String>
     let mut all = Vec::new();
     for (host, facts) in session.names.iter().zip(&session.facts) {
         let (command, step) = match facts.platform {
-            Platform::Linux => (linux::RDMA_LISTING, "listing RDMA devices in /sys/class/infiniband"),
+            Platform::Linux => (
+                linux::RDMA_LISTING,
+                "listing RDMA devices in /sys/class/infiniband",
+            ),
             Platform::MacOs => ("ibv_devices", "listing RDMA devices with ibv_devices"),
         };
         let done = session
@@ -171,6 +181,9 @@ fn rdma_devices(session: &Session) -> Result<Vec<Vec<(String, String)>>, String>
 
 /// Configures over the networks the hosts share.
 pub(super) fn configure(session: &Session) -> Result<(), String> {
+    if session.args.auto_setup {
+        super::warn("--auto-setup has nothing to set up over ethernet: the hosts' networks are used as they are");
+    }
     session.log("listing every host's interfaces");
     let interfaces = discover(session)?;
     let mut topology = Topology {
@@ -193,8 +206,7 @@ pub(super) fn configure(session: &Session) -> Result<(), String> {
     let backend = session.args.backend;
     let written = match backend {
         None | Some(Backend::Ring) => {
-            let (ring, width) =
-                find_ring(&counts).ok_or_else(|| no_topology(&topology, "ring"))?;
+            let (ring, width) = find_ring(&counts).ok_or_else(|| no_topology(&topology, "ring"))?;
             let entries = ring_entries(&topology, &ring, width);
             session.save(backend.map_or("", Backend::name), &entries)?;
             ring
@@ -227,13 +239,8 @@ pub(super) fn configure(session: &Session) -> Result<(), String> {
                     .map(|(_, d)| d.clone())
             };
             let width = find_ring(&counts).map_or(1, |r| r.1);
-            let entries = jaccl_entries(
-                &topology,
-                &order,
-                &ips,
-                (!mesh).then_some(width),
-                &device,
-            )?;
+            let entries =
+                jaccl_entries(&topology, &order, &ips, (!mesh).then_some(width), &device)?;
             session.save(backend.map_or("", Backend::name), &entries)?;
             order
         }
@@ -263,7 +270,10 @@ mod tests {
         Interface {
             name: name.into(),
             up: true,
-            addresses: addresses.iter().map(|(a, p)| (a.parse().unwrap(), *p)).collect(),
+            addresses: addresses
+                .iter()
+                .map(|(a, p)| (a.parse().unwrap(), *p))
+                .collect(),
         }
     }
 
@@ -280,7 +290,10 @@ mod tests {
                 interface("eth0", &[("10.0.0.2", 24)]),
                 interface("tb1", &[("192.168.0.2", 30)]),
             ],
-            vec![interface("eth0", &[("10.0.0.3", 24)]), interface("tb0", &[("192.168.0.5", 30)])],
+            vec![
+                interface("eth0", &[("10.0.0.3", 24)]),
+                interface("tb0", &[("192.168.0.5", 30)]),
+            ],
         ];
         let links = candidate_links(&hosts);
         let described: Vec<String> = links
@@ -317,7 +330,13 @@ mod tests {
         topology.links[0].alive = false;
         let message = no_topology(&topology, "ring");
         assert!(message.contains("c shares no working network"), "{message}");
-        assert!(message.contains("a e0 (192.168.0.1) ↔ b e0 (192.168.0.2): no traffic"), "{message}");
-        assert!(message.ends_with("(run with --dot to see the links)"), "{message}");
+        assert!(
+            message.contains("a e0 (192.168.0.1) ↔ b e0 (192.168.0.2): no traffic"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("(run with --dot to see the links)"),
+            "{message}"
+        );
     }
 }

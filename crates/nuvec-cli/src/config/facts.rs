@@ -83,7 +83,9 @@ pub(crate) fn parse_answer(
         .ok_or_else(|| format!("{host}: `date +%s` printed no time"))?;
     Ok(HostFacts {
         platform,
-        version: field("version").filter(|v| !v.is_empty()).map(str::to_string),
+        version: field("version")
+            .filter(|v| !v.is_empty())
+            .map(str::to_string),
         clock_offset_s: clock - (sent + received) / 2.0,
         sudo: field("sudo") == Some("yes"),
         key_set: field("key") == Some("set"),
@@ -91,7 +93,11 @@ pub(crate) fn parse_answer(
 }
 
 /// Every host's facts, gathered in parallel: per host, its facts or why they could not be had.
-pub(crate) fn gather(remote: &Remote, hosts: &[String], nuvec: &str) -> Vec<Result<HostFacts, String>> {
+pub(crate) fn gather(
+    remote: &Remote,
+    hosts: &[String],
+    nuvec: &str,
+) -> Vec<Result<HostFacts, String>> {
     let script = script(nuvec);
     std::thread::scope(|scope| {
         let handles: Vec<_> = hosts
@@ -100,7 +106,8 @@ pub(crate) fn gather(remote: &Remote, hosts: &[String], nuvec: &str) -> Vec<Resu
                 let script = &script;
                 scope.spawn(move || {
                     let sent = now_s();
-                    let done = remote.run(host, script, Duration::from_secs(20), "checking ssh access")?;
+                    let done =
+                        remote.run(host, script, Duration::from_secs(20), "checking ssh access")?;
                     let received = now_s();
                     if !done.success() {
                         return Err(format!(
@@ -133,7 +140,10 @@ mod tests {
         assert!(!facts.sudo && facts.key_set);
         let mac = "platform=Darwin\nclock=1000.N\nversion=\nsudo=yes\nkey=unset\n";
         let facts = parse_answer("m1", mac, 1000.0, 1000.0).unwrap();
-        assert_eq!((facts.platform, facts.clock_offset_s), (Platform::MacOs, 0.0));
+        assert_eq!(
+            (facts.platform, facts.clock_offset_s),
+            (Platform::MacOs, 0.0)
+        );
         assert!(facts.version.is_none() && facts.sudo && !facts.key_set);
         let error = parse_answer("w1", "platform=MINGW64_NT\n", 0.0, 0.0).unwrap_err();
         assert!(error.starts_with("w1: runs \"MINGW64_NT\""), "{error}");

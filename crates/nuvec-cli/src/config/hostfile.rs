@@ -2,8 +2,7 @@
 //! `mlx.distributed_config` writes it, four-space indents), which `nuvec launch` reads too.
 
 use super::topology::Topology;
-use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// One host of the hostfile.
 #[derive(Clone, Debug, PartialEq)]
@@ -13,25 +12,44 @@ pub(crate) struct HostEntry {
     pub(crate) rdma: Vec<Value>,
 }
 
-/// The hostfile's text.
+/// A value as Python's `json.dumps(..., indent=4)` writes it at nesting depth `depth`.
+fn python_pretty(value: &Value, depth: usize) -> String {
+    match value {
+        Value::Array(items) if !items.is_empty() => {
+            let inner = "    ".repeat(depth + 1);
+            let items: Vec<String> = items.iter().map(|v| python_pretty(v, depth + 1)).collect();
+            format!(
+                "[\n{inner}{}\n{}]",
+                items.join(&format!(",\n{inner}")),
+                "    ".repeat(depth)
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The hostfile's text, as `mlx.distributed_config` writes it (Python's `json.dump` with
+/// `indent=4`, its keys in its order).
 pub(crate) fn render(backend: &str, envs: &[String], hosts: &[HostEntry]) -> String {
-    let value = json!({
-        "backend": backend,
-        "envs": envs,
-        "hosts": hosts
-            .iter()
-            .map(|h| json!({"ssh": h.ssh, "ips": h.ips, "rdma": h.rdma}))
-            .collect::<Vec<_>>(),
-    });
-    let mut out = Vec::new();
-    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
-    value
-        .serialize(&mut serializer)
-        .expect("a JSON value always serializes");
-    let mut text = String::from_utf8(out).expect("serde_json writes UTF-8");
-    text.push('\n');
-    text
+    let host = |h: &HostEntry| {
+        format!(
+            "{{\n            \"ssh\": {},\n            \"ips\": {},\n            \"rdma\": {}\n        }}",
+            Value::from(h.ssh.as_str()),
+            python_pretty(&Value::from(h.ips.clone()), 3),
+            python_pretty(&Value::from(h.rdma.clone()), 3)
+        )
+    };
+    let hosts = if hosts.is_empty() {
+        "[]".to_string()
+    } else {
+        let hosts: Vec<String> = hosts.iter().map(host).collect();
+        format!("[\n        {}\n    ]", hosts.join(",\n        "))
+    };
+    format!(
+        "{{\n    \"backend\": {},\n    \"envs\": {},\n    \"hosts\": {hosts}\n}}\n",
+        Value::from(backend),
+        python_pretty(&Value::from(envs.to_vec()), 1),
+    )
 }
 
 /// The ring's hosts in ring order, each with its addresses on the links to the host before it
@@ -144,12 +162,36 @@ mod tests {
         let entries = ring_entries(&four(), &[0, 1, 2, 3], 1);
         let ips: Vec<&str> = entries.iter().map(|e| e.ips[0].as_str()).collect();
         // m0's address on its cable to m3, m1's on the cable to m0, …
-        assert_eq!(ips, ["192.168.0.5", "192.168.0.2", "192.168.0.14", "192.168.0.18"]);
-        let text = render("ring", &["A=1".into()], &entries);
-        assert!(text.starts_with("{\n    \"backend\": \"ring\",\n    \"envs\": [\n        \"A=1\"\n    ],"), "{text}");
+        assert_eq!(
+            ips,
+            ["192.168.0.5", "192.168.0.2", "192.168.0.14", "192.168.0.18"]
+        );
+        let text = render("ring", &["A=1".into()], &entries[..1]);
+        let python = "{\n    \"backend\": \"ring\",\n    \"envs\": [\n        \"A=1\"\n    ],\n    \"hosts\": [\n        {\n            \"ssh\": \"m0\",\n            \"ips\": [\n                \"192.168.0.5\"\n            ],\n            \"rdma\": []\n        }\n    ]\n}\n";
+        assert_eq!(text, python);
+        let text = render("ring", &[], &entries);
         let parsed = crate::launch::hosts::parse_launch_hostfile(&text).unwrap();
         assert_eq!(parsed.backend.as_deref(), Some("ring"));
         assert_eq!(parsed.hosts[3].ips, ["192.168.0.18"]);
+    }
+
+    #[test]
+    fn hostfiles_are_written_as_pythons_json_module_writes_them() {
+        let host = HostEntry {
+            ssh: "m0".into(),
+            ips: vec!["1.2.3.4".into()],
+            rdma: vec![
+                Value::Null,
+                "rdma_en2".into(),
+                Value::from(vec!["rdma_en3", "rdma_en4"]),
+            ],
+        };
+        let python = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/config/python-hostfile.json"
+        ))
+        .unwrap();
+        assert_eq!(render("jaccl", &[], &[host]), python);
     }
 
     #[test]
@@ -160,7 +202,12 @@ mod tests {
         let ring = jaccl_entries(&t, &[0, 1, 2, 3], &ips, Some(1), &device).unwrap();
         assert_eq!(
             ring[0].rdma,
-            [Value::Null, "rdma_en2".into(), "rdma_en4".into(), "rdma_en3".into()]
+            [
+                Value::Null,
+                "rdma_en2".into(),
+                "rdma_en4".into(),
+                "rdma_en3".into()
+            ]
         );
         assert_eq!(ring[1].rdma[3], Value::Null);
         let error = jaccl_entries(&t, &[0, 1, 2, 3], &ips, Some(1), &|_, _| None).unwrap_err();

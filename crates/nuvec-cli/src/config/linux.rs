@@ -77,7 +77,10 @@ mod tests {
         let names: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
         assert_eq!(names, ["lo", "cpa"]);
         assert!(!interfaces[0].up && interfaces[1].up);
-        assert_eq!(interfaces[1].addresses, [("192.168.0.1".parse().unwrap(), 30)]);
+        assert_eq!(
+            interfaces[1].addresses,
+            [("192.168.0.1".parse().unwrap(), 30)]
+        );
         let error = parse_ip_addr("ip: command not found", "node-1").unwrap_err();
         assert!(error.starts_with("node-1: "), "{error}");
     }

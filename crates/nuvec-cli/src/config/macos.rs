@@ -117,9 +117,7 @@ pub(crate) fn thunderbolt_links(hosts: &[Vec<ThunderboltPort>]) -> Result<Vec<Li
             if block >= 256 * 256 {
                 return Err("more cables than 192.168.0.0/16 has /30 networks for".into());
             }
-            let address = |offset: u32| {
-                format!("192.168.{}.{}", block / 256, block % 256 + offset)
-            };
+            let address = |offset: u32| format!("192.168.{}.{}", block / 256, block % 256 + offset);
             links.push(Link::new(
                 End {
                     host: h,
@@ -153,7 +151,10 @@ pub(crate) fn setup_commands(topology: &Topology, host: usize) -> Vec<String> {
             "sudo ifconfig {} inet {address} netmask 255.255.255.252",
             mine.iface
         ));
-        commands.push(format!("sudo route change {peer} -interface {}", mine.iface));
+        commands.push(format!(
+            "sudo route change {peer} -interface {}",
+            mine.iface
+        ));
     }
     commands
 }
@@ -174,7 +175,8 @@ pub(crate) fn parse_ifconfig(text: &str) -> Vec<super::facts::Interface> {
             continue;
         }
         let words: Vec<&str> = line.split_whitespace().collect();
-        let (Some(current), ["inet", address, rest @ ..]) = (interfaces.last_mut(), words.as_slice())
+        let (Some(current), ["inet", address, rest @ ..]) =
+            (interfaces.last_mut(), words.as_slice())
         else {
             continue;
         };
@@ -248,7 +250,14 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(pairs, [(0, 1, "en2", "en2"), (0, 2, "en3", "en3"), (1, 2, "en3", "en2")]);
+        assert_eq!(
+            pairs,
+            [
+                (0, 1, "en2", "en2"),
+                (0, 2, "en3", "en3"),
+                (1, 2, "en3", "en2")
+            ]
+        );
         let addresses: Vec<[&str; 2]> = links
             .iter()
             .map(|l| [0, 1].map(|e| l.ends[e].address.as_deref().unwrap()))

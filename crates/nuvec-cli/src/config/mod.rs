@@ -159,7 +159,11 @@ fn host_names(args: &ConfigArgs) -> Result<Vec<String>, String> {
             .map_err(|e| format!("the hostfile {}: {e}", path.display()))?;
         return Ok(parsed.hosts.into_iter().map(|h| h.ssh).collect());
     }
-    let names: Vec<String> = args.hosts.split(',').map(|h| h.trim().to_string()).collect();
+    let names: Vec<String> = args
+        .hosts
+        .split(',')
+        .map(|h| h.trim().to_string())
+        .collect();
     if names.iter().any(String::is_empty) {
         return Err(format!("--hosts {:?} has an empty host name", args.hosts));
     }
@@ -201,7 +205,9 @@ fn check_hosts(
                 "could not check every host:\n  - {list}\n(--ignore-unreachable leaves them out)"
             ));
         }
-        warn(&format!("leaving out hosts that did not answer:\n  - {list}"));
+        warn(&format!(
+            "leaving out hosts that did not answer:\n  - {list}"
+        ));
     }
     let (names, facts) = reachable;
     if names.is_empty() {
@@ -233,7 +239,8 @@ fn check_hosts(
             ));
         }
     }
-    let key_here = std::env::var_os(crate::launch::spawn::KEY_VARIABLE).is_some_and(|k| !k.is_empty());
+    let key_here =
+        std::env::var_os(crate::launch::spawn::KEY_VARIABLE).is_some_and(|k| !k.is_empty());
     if key_here {
         let without: Vec<&str> = names
             .iter()

@@ -62,8 +62,7 @@ pub(crate) fn run(args: ProbeArgs) -> i32 {
 }
 
 fn listen(bind: std::net::IpAddr) -> Result<(), String> {
-    let listener =
-        TcpListener::bind((bind, 0)).map_err(|e| format!("listening on {bind}: {e}"))?;
+    let listener = TcpListener::bind((bind, 0)).map_err(|e| format!("listening on {bind}: {e}"))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     println!("port {port}");
     std::io::stdout().flush().map_err(|e| e.to_string())?;
@@ -207,7 +206,10 @@ fn probe_link(
             remote
                 .run(
                     from_host,
-                    &format!("{} probe measure --to {target} --bytes {bytes}", quote(nuvec)),
+                    &format!(
+                        "{} probe measure --to {target} --bytes {bytes}",
+                        quote(nuvec)
+                    ),
                     Duration::from_secs(60),
                     "probing a link",
                 )
@@ -216,7 +218,10 @@ fn probe_link(
                         parse_measure(&done.stdout)
                             .ok_or_else(|| format!("{from_host}: the probe printed no figures"))
                     } else {
-                        Err(done.reason().trim_start_matches("nuvec probe: ").to_string())
+                        Err(done
+                            .reason()
+                            .trim_start_matches("nuvec probe: ")
+                            .to_string())
                     }
                 })
         }
@@ -274,8 +279,14 @@ mod tests {
             m.round_trip_us, m.bytes_per_s
         );
         assert!(parse_measure(&printed).is_some(), "{printed}");
-        let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let error = measure(closed, 1).unwrap_err();
-        assert!(error.starts_with(&format!("connecting to {closed}: ")), "{error}");
+        assert!(
+            error.starts_with(&format!("connecting to {closed}: ")),
+            "{error}"
+        );
     }
 }

@@ -113,10 +113,13 @@ impl Remote {
             stderr,
         };
         if !is_local(host) && finished.status == Some(SSH_FAILED) {
-            return Err(format!(
-                "{host} ({step}): ssh failed: {} (is password-less ssh set up for this host?)",
-                finished.reason()
-            ));
+            let reason = finished.reason();
+            let hint = if reason.contains("Permission denied") {
+                " (is password-less ssh set up for this host?)"
+            } else {
+                ""
+            };
+            return Err(format!("{host} ({step}): ssh failed: {reason}{hint}"));
         }
         Ok(finished)
     }
@@ -167,12 +170,22 @@ mod tests {
             verbose: false,
         };
         let done = remote
-            .run("127.0.0.1", "echo out; echo err >&2; exit 3", Duration::from_secs(5), "test")
+            .run(
+                "127.0.0.1",
+                "echo out; echo err >&2; exit 3",
+                Duration::from_secs(5),
+                "test",
+            )
             .unwrap();
         assert_eq!((done.status, done.stdout.as_str()), (Some(3), "out\n"));
         assert_eq!(done.reason(), "err");
         let error = remote
-            .run("localhost", "sleep 5", Duration::from_millis(200), "waiting")
+            .run(
+                "localhost",
+                "sleep 5",
+                Duration::from_millis(200),
+                "waiting",
+            )
             .unwrap_err();
         assert_eq!(error, "localhost (waiting): no answer within 0.2 s");
     }
@@ -186,7 +199,12 @@ mod tests {
             verbose: false,
         };
         let done = remote
-            .run("::1", &format!("printf %s {}", quote("a b'c")), Duration::from_secs(5), "q")
+            .run(
+                "::1",
+                &format!("printf %s {}", quote("a b'c")),
+                Duration::from_secs(5),
+                "q",
+            )
             .unwrap();
         assert_eq!(done.stdout, "a b'c");
     }

@@ -47,7 +47,10 @@ fn discover(session: &Session) -> Result<Topology, String> {
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("discovery panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("discovery panicked".into()))
+            })
             .collect::<Result<Vec<_>, String>>()
     })?;
     Ok(Topology {
@@ -87,7 +90,11 @@ fn set_up(session: &Session, topology: &Topology) -> Result<bool, String> {
     for (host, name) in session.names.iter().enumerate() {
         let commands = setup_commands(topology, host);
         let heading = format!("Setup for {name}");
-        eprintln!("{heading}\n{}\n{}\n", "=".repeat(heading.len()), commands.join("\n"));
+        eprintln!(
+            "{heading}\n{}\n{}\n",
+            "=".repeat(heading.len()),
+            commands.join("\n")
+        );
         if run {
             let done = session.remote.run(
                 name,
@@ -126,7 +133,12 @@ pub(super) fn configure(session: &Session) -> Result<(), String> {
         .map(|host| {
             session
                 .remote
-                .run(host, "ibv_devices", Duration::from_secs(20), "listing RDMA devices")
+                .run(
+                    host,
+                    "ibv_devices",
+                    Duration::from_secs(20),
+                    "listing RDMA devices",
+                )
                 .map(|done| parse_ibv_devices(&done.stdout))
         })
         .collect::<Result<_, _>>()?;

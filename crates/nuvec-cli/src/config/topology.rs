@@ -187,7 +187,12 @@ pub(crate) fn find_ring(counts: &[Vec<usize>]) -> Option<(Vec<usize>, usize)> {
 }
 
 /// Depth-first search for a Hamiltonian cycle over links of at least `width`.
-fn extend_ring(counts: &[Vec<usize>], width: usize, path: &mut Vec<usize>, used: &mut [bool]) -> bool {
+fn extend_ring(
+    counts: &[Vec<usize>],
+    width: usize,
+    path: &mut Vec<usize>,
+    used: &mut [bool],
+) -> bool {
     let n = counts.len();
     let last = *path.last().expect("the path starts at host 0");
     if path.len() == n {
@@ -271,10 +276,19 @@ mod tests {
             bytes_per_s: 2.5e9,
         });
         let dot = t.dot();
-        assert!(dot.starts_with("graph G {\n  node [shape=rectangle];\n"), "{dot}");
+        assert!(
+            dot.starts_with("graph G {\n  node [shape=rectangle];\n"),
+            "{dot}"
+        );
         assert!(dot.contains("  a [label=\"h0\"];\n  b [label=\"h1\"];\n  c [label=\"h2\"];"));
-        assert!(dot.contains("a -- b [label=\"e1/e0\\n42 µs, 2.50 GB/s\"];"), "{dot}");
-        assert!(dot.contains("b -- c [label=\"e2/e1\\nno traffic\", style=dashed"), "{dot}");
+        assert!(
+            dot.contains("a -- b [label=\"e1/e0\\n42 µs, 2.50 GB/s\"];"),
+            "{dot}"
+        );
+        assert!(
+            dot.contains("b -- c [label=\"e2/e1\\nno traffic\", style=dashed"),
+            "{dot}"
+        );
         assert_eq!(node_id(26), "ab");
     }
 
