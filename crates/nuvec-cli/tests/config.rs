@@ -280,15 +280,70 @@ fn config_then_launch(n: usize, pairs: &[(usize, usize)], tag: u32) {
         "{stdout}\n{}",
         text(&launched.stderr)
     );
-    for rank in 0..n {
+    let expected = |prefix: bool| -> Vec<String> {
+        (0..n)
+            .map(|rank| {
+                let tag = if prefix {
+                    format!("[{rank}] ")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{tag}rank {rank} of {n}: all_sum = array([{}, {}, {}], dtype=float32)",
+                    n,
+                    2 * n,
+                    3 * n
+                )
+            })
+            .collect()
+    };
+    for line in expected(true) {
+        assert!(stdout.contains(&line), "{stdout}");
+    }
+    mlx_launch_runs_it_too(&cluster, &hostfile, &expected(false));
+}
+
+/// mlx.launch reads the same hostfile and runs the example on every host (its ssh is pointed
+/// at the cluster's config by a wrapper first on its PATH).
+fn mlx_launch_runs_it_too(cluster: &Cluster, hostfile: &str, expected: &[String]) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mlx_launch = root.join(".venv-mlx/bin/mlx.launch");
+    if !mlx_launch.exists() {
         assert!(
-            stdout.contains(&format!(
-                "[{rank}] rank {rank} of {n}: all_sum = array([{}, {}, {}], dtype=float32)",
-                n,
-                2 * n,
-                3 * n
-            )),
-            "{stdout}"
+            std::env::var_os("NUVEC_REQUIRE_MLX_LAUNCH").is_none(),
+            "NUVEC_REQUIRE_MLX_LAUNCH is set but {} is missing",
+            mlx_launch.display()
+        );
+        nuvec_test_support::skip(&format!(
+            "mlx.launch over the hostfile: {} is missing (pip install \"mlx[cpu]==0.32.4\" into .venv-mlx)",
+            mlx_launch.display()
+        ));
+        return;
+    }
+    let wrapper = cluster.servers.path("bin");
+    std::fs::create_dir_all(&wrapper).unwrap();
+    let ssh = format!("{wrapper}/ssh");
+    let script = format!(
+        "#!/bin/sh\nexec /usr/bin/ssh -F {} \"$@\"\n",
+        cluster.servers.client_config()
+    );
+    std::fs::write(&ssh, script).unwrap();
+    run("chmod", &["+x", &ssh]).unwrap();
+    let path = format!("{wrapper}:{}", std::env::var("PATH").unwrap_or_default());
+    let theirs = Command::new(&mlx_launch)
+        .args(["--hostfile", hostfile, "--"])
+        .arg(example("hello_distributed"))
+        .env("PATH", path)
+        .env_remove("NUVEC_DISTRIBUTED_KEY")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = text(&theirs.stdout);
+    for line in expected {
+        assert!(
+            stdout.contains(line.as_str()),
+            "mlx.launch: {stdout}\n{}",
+            text(&theirs.stderr)
         );
     }
 }
