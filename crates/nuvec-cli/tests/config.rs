@@ -415,3 +415,100 @@ fn a_host_without_sshd_a_cut_cable_and_another_nuvec_each_give_their_error() {
     let _ = std::fs::remove_dir_all(&fake);
     let _ = std::fs::remove_dir_all(&real);
 }
+
+/// Three "Macs": hosts whose ssh sessions find macOS's tools first on their PATH, stand-ins
+/// printing what three Macs cabled as a triangle print (the recorded fixtures).
+#[test]
+fn over_thunderbolt_the_cables_macos_reports_give_the_dot_the_setup_and_the_hostfiles() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/config");
+    let bins: Vec<std::path::PathBuf> = (0..3)
+        .map(|i| std::env::temp_dir().join(format!("nuvec-mac{i}-{}", std::process::id())))
+        .collect();
+    for (i, bin) in bins.iter().enumerate() {
+        std::fs::create_dir_all(bin).unwrap();
+        let mac = i + 1;
+        for (tool, body) in [
+            ("uname", "echo Darwin".to_string()),
+            (
+                "system_profiler",
+                format!("cat {fixtures}/mac{mac}-thunderbolt.json"),
+            ),
+            (
+                "networksetup",
+                format!("cat {fixtures}/mac{mac}-hardware-ports.txt"),
+            ),
+            (
+                "ibv_devices",
+                format!("cat {fixtures}/mac1-ibv-devices.txt"),
+            ),
+            ("ipconfig", format!("echo 10.0.1.2{mac}")),
+        ] {
+            let path = bin.join(tool);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            run("chmod", &["+x", &path.to_string_lossy()]).unwrap();
+        }
+    }
+    let path_of = |i: usize| format!("SetEnv PATH={}:/usr/bin:/bin\n", bins[i].display());
+    let Some(cluster) = cluster_or_skip(3, &[], 4, &[], &path_of) else {
+        return;
+    };
+    let config = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_nuvec"))
+            .args([
+                "config",
+                "--over",
+                "thunderbolt",
+                "--hosts",
+                "node0,node1,node2",
+            ])
+            .args(["--ssh", &cluster.ssh()])
+            .args(args)
+            .stdin(Stdio::null())
+            .env_remove("NUVEC_DISTRIBUTED_KEY")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        (text(&output.stdout), text(&output.stderr))
+    };
+
+    let (dot, _) = config(&["--dot"]);
+    assert!(dot.contains("a -- b [label=\"en2/en2\"];"), "{dot}");
+    assert!(dot.contains("a -- c [label=\"en3/en3\"];"), "{dot}");
+    assert!(dot.contains("b -- c [label=\"en3/en2\"];"), "{dot}");
+
+    // RDMA everywhere and a full mesh: JACCL, as mlx.distributed_config chooses.
+    let (printed, setup) = config(&["--no-auto-setup"]);
+    let json = printed
+        .strip_prefix("Hostfile\n========\n")
+        .expect(&printed);
+    let hostfile: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(hostfile["backend"], "jaccl");
+    assert_eq!(
+        hostfile["hosts"][0]["ips"],
+        serde_json::json!(["10.0.1.21"])
+    );
+    let rdma: Vec<&Value> = (0..3).map(|i| &hostfile["hosts"][i]["rdma"]).collect();
+    assert_eq!(*rdma[0], serde_json::json!([null, "rdma_en2", "rdma_en3"]));
+    assert_eq!(*rdma[1], serde_json::json!(["rdma_en2", null, "rdma_en3"]));
+    assert_eq!(*rdma[2], serde_json::json!(["rdma_en3", "rdma_en2", null]));
+    // The setup is printed for each host and nothing is run.
+    assert!(
+        setup.contains(
+            "Setup for node1\n===============\nsudo ifconfig bridge0 down\n\
+             sudo ifconfig en2 inet 192.168.0.2 netmask 255.255.255.252\n\
+             sudo route change 192.168.0.1 -interface en2\n"
+        ),
+        "{setup}"
+    );
+
+    // The ring: each Mac listens on its cable from the Mac before it.
+    let file = cluster.servers.path("ring.json");
+    config(&["--backend", "ring", "--output-hostfile", &file]);
+    let ring: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(ring["backend"], "ring");
+    let ips: Vec<&Value> = (0..3).map(|i| &ring["hosts"][i]["ips"][0]).collect();
+    assert_eq!(ips, ["192.168.0.5", "192.168.0.2", "192.168.0.10"]);
+    for bin in &bins {
+        let _ = std::fs::remove_dir_all(bin);
+    }
+}
