@@ -150,27 +150,34 @@ fn warn(message: &str) {
     eprintln!("nuvec config: warning: {message}");
 }
 
-/// The hosts' ssh names, from the hostfile or the list.
+/// The hosts' ssh names, from the hostfile or the list, each once.
 fn host_names(args: &ConfigArgs) -> Result<Vec<String>, String> {
-    if let Some(path) = &args.hostfile {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("reading the hostfile {}: {e}", path.display()))?;
-        let parsed = crate::launch::hosts::parse_launch_hostfile(&text)
-            .map_err(|e| format!("the hostfile {}: {e}", path.display()))?;
-        return Ok(parsed.hosts.into_iter().map(|h| h.ssh).collect());
-    }
-    let names: Vec<String> = args
-        .hosts
-        .split(',')
-        .map(|h| h.trim().to_string())
-        .collect();
-    if names.iter().any(String::is_empty) {
-        return Err(format!("--hosts {:?} has an empty host name", args.hosts));
-    }
+    let (names, source) = match &args.hostfile {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("reading the hostfile {}: {e}", path.display()))?;
+            let parsed = crate::launch::hosts::parse_launch_hostfile(&text)
+                .map_err(|e| format!("the hostfile {}: {e}", path.display()))?;
+            let names: Vec<String> = parsed.hosts.into_iter().map(|h| h.ssh).collect();
+            (names, format!("the hostfile {}", path.display()))
+        }
+        None => {
+            let names: Vec<String> = args
+                .hosts
+                .split(',')
+                .map(|h| h.trim().to_string())
+                .collect();
+            if names.iter().any(String::is_empty) {
+                return Err(format!("--hosts {:?} has an empty host name", args.hosts));
+            }
+            (names, "--hosts".to_string())
+        }
+    };
     let mut seen = std::collections::HashSet::new();
     if let Some(twice) = names.iter().find(|n| !seen.insert(n.as_str())) {
         return Err(format!(
-            "--hosts names {twice} twice; nuvec config configures each machine once"
+            "{source} names {twice} twice; nuvec config configures each machine once (ranks \
+             per host are nuvec launch's -n)"
         ));
     }
     Ok(names)
