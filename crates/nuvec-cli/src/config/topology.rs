@@ -75,22 +75,25 @@ pub(crate) struct Topology {
 }
 
 impl Topology {
-    /// `counts[i][j]`: how many working links join hosts i and j.
+    /// `counts[i][j]`: how many of the links between hosts i and j are worth using (see
+    /// [`Topology::links_between`]).
     pub(crate) fn counts(&self) -> Vec<Vec<usize>> {
         let n = self.names.len();
         let mut counts = vec![vec![0; n]; n];
-        for link in self.links.iter().filter(|l| l.alive) {
-            let (a, b) = (link.ends[0].host, link.ends[1].host);
-            if a != b {
-                counts[a][b] += 1;
-                counts[b][a] += 1;
+        for a in 0..n {
+            for b in 0..n {
+                if a != b {
+                    counts[a][b] = self.links_between(a, b).len();
+                }
             }
         }
         counts
     }
 
-    /// The working links between hosts `a` and `b`, fastest first (measured ones before
-    /// unmeasured, in the order found otherwise).
+    /// The links between hosts `a` and `b` worth using, fastest first: the working ones, less
+    /// any measured at under half the fastest's speed (a ring's connections share its
+    /// traffic equally, so a slow second link would hold the fast one back). Unmeasured links
+    /// keep the order they were found in.
     pub(crate) fn links_between(&self, a: usize, b: usize) -> Vec<&Link> {
         let mut links: Vec<&Link> = self
             .links
@@ -99,6 +102,8 @@ impl Topology {
             .collect();
         let speed = |l: &Link| l.measure.map_or(0.0, |m| m.bytes_per_s);
         links.sort_by(|x, y| speed(y).total_cmp(&speed(x)));
+        let fastest = links.first().map_or(0.0, |l| speed(l));
+        links.retain(|l| l.measure.is_none() || speed(l) >= fastest / 2.0);
         links
     }
 
@@ -305,5 +310,10 @@ mod tests {
         });
         let links = t.links_between(1, 0);
         assert_eq!(links[0].measure.unwrap().bytes_per_s, 9e9);
+        // The slow link would hold the fast one back: it is left out, and the ring is 1 wide.
+        assert_eq!(links.len(), 1);
+        assert_eq!(find_ring(&t.counts()).unwrap().1, 1);
+        t.links[0].measure.as_mut().unwrap().bytes_per_s = 6e9;
+        assert_eq!(find_ring(&t.counts()).unwrap().1, 2);
     }
 }
