@@ -97,6 +97,7 @@ fn native<T: Element>(
             && m * n * k >= crate::blas::MIN_BLAS_FLOPS
             && try_blas(m, n, k, lhs, rhs, dst, alpha)
         {
+            positive_zeros(dst, alpha);
             continue;
         }
         // SAFETY: `dst`, `lhs` and `rhs` are live slices of exactly m*n, m*k and k*n
@@ -124,6 +125,20 @@ fn native<T: Element>(
                 false,
                 parallelism,
             );
+        }
+        if !read_out {
+            positive_zeros(dst, alpha);
+        }
+    }
+}
+
+/// MLX's products sum from +0, so a sum of -0 terms (a product with an inner dimension of 1,
+/// `-1.5 · 0`) is +0; the kernels keep -0. Adding +0 makes it +0 and leaves every other
+/// value as it is. Only for `alpha` 1: otherwise the sign comes from `alpha` after the sum.
+fn positive_zeros<T: Element>(dst: &mut [T], alpha: T) {
+    if alpha == T::one() {
+        for v in dst.iter_mut() {
+            *v = v.add(T::zero());
         }
     }
 }
@@ -256,6 +271,23 @@ pub fn supports(dtype: DType) -> bool {
 mod tests {
     use super::*;
     use crate::bf16;
+
+    #[test]
+    fn a_sum_of_negative_zeros_is_positive_zero_as_in_mlx() {
+        // [-1.5] · [0]: MLX's product is +0 (its sums start from +0).
+        let mut out = [1.0f32; 2];
+        matmul(
+            &[-1.5f32, 0.0],
+            &[0, 1],
+            &[0.0f32],
+            &[0, 0],
+            MatmulDims { m: 1, n: 1, k: 1 },
+            1.0,
+            0.0,
+            &mut out,
+        );
+        assert_eq!(out.map(f32::to_bits), [0, 0]);
+    }
 
     #[test]
     fn small_product_matches_hand_computation() {

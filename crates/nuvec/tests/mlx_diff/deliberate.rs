@@ -249,12 +249,27 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         },
     },
     Deliberate {
-        name: "the sign of a matmul's zero",
-        reason: "MLX's matrix products start their sums from +0, so a product of -0 comes out \
-                 +0; nuvec's keep -0 when the inner dimension is 1, and 1/x or a later division \
-                 then differs in sign",
+        name: "an infinite derivative times a cotangent that cancels",
+        reason: "the derivative of a sum of softmax outputs is 0 in exact arithmetic; computed, \
+                 it is a rounding residual whose sign depends on the order of the additions, \
+                 and an infinite derivative behind it (arccos at -1) turns it into -inf in MLX \
+                 and +inf in nuvec; in float64 the element is not finite either",
         matches: |program, mlx, nuvec| {
-            has_op(program, "matmul") && both_ok(mlx, nuvec) && only_signs_differ(mlx, nuvec)
+            differentiates(program)
+                && both_ok(mlx, nuvec)
+                && super::judge::infinities_signed_by_rounding(program, mlx, nuvec)
+        },
+    },
+    Deliberate {
+        name: "a cast to bool of a sum that cancels",
+        reason: "where a float32 sum is exactly 0 in exact arithmetic (a matrix product whose \
+                 terms cancel), the order of its additions decides whether roundings leave 0 \
+                 or a value a few ulps of its terms away (MLX 0, nuvec -4.2e-9); a cast to \
+                 bool then gives false on one side and true on the other",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "astype")
+                && both_ok(mlx, nuvec)
+                && super::judge::casts_of_rounded_zeros(program, mlx, nuvec)
         },
     },
     Deliberate {
@@ -396,6 +411,7 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
             (has_op(program, "cummax") || has_op(program, "cummin"))
                 && both_ok(mlx, nuvec)
                 && (half_precision_nan_input(program)
+                    || super::judge::nan_reaches_a_half_precision_cumulative_extreme(program)
                     || (super::compare::precision_floor(program).is_some()
                         && nan_in_an_output(nuvec))
                     || differing_outputs_all(mlx, nuvec, |a, b| {

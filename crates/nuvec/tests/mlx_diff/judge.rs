@@ -137,3 +137,112 @@ pub(super) fn half_precision_noise_around_zero(
                 })
         })
 }
+
+/// Whether a float16/bfloat16 cummax or cummin of the program is given a NaN (its input
+/// computed by nuvec, under the program's vmaps; other transforms leave that value as it is).
+pub(super) fn nan_reaches_a_half_precision_cumulative_extreme(program: &Value) -> bool {
+    let ops = program["ops"].as_array().cloned().unwrap_or_default();
+    let first_op = program["inputs"].as_array().map_or(0, Vec::len);
+    let vmaps: Vec<Value> = program["transforms"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["kind"] == "vmap")
+        .cloned()
+        .collect();
+    ops.iter()
+        .filter(|op| op["op"] == "cummax" || op["op"] == "cummin")
+        .filter_map(|op| op["args"][0].as_u64())
+        .any(|argument| {
+            let mut variant = program.clone();
+            variant["outputs"] = Value::from(vec![argument]);
+            variant["transforms"] = Value::from(vmaps.clone());
+            // Only the ops the argument needs (those before it).
+            if argument as usize >= first_op {
+                variant["ops"] = Value::from(ops[..argument as usize - first_op + 1].to_vec());
+            }
+            let result = super::interpret::run(&variant);
+            let output = &result["outputs"][0];
+            result["ok"] == true
+                && matches!(output["dtype"].as_str(), Some("float16" | "bfloat16"))
+                && output["data"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|v| v == "nan"))
+        })
+}
+
+/// Whether every differing output is a cast to bool of a float value that is 0 in float64
+/// (the program's float inputs widened; up to float64's own roundings, 1e-12 of the largest
+/// value) and a float32 rounding from 0 in nuvec's result: where the sum cancels, one side's
+/// roundings land on 0 and the other's just off it.
+pub(super) fn casts_of_rounded_zeros(program: &Value, mlx: &Value, nuvec: &Value) -> bool {
+    let ops = program["ops"].as_array().cloned().unwrap_or_default();
+    let first_op = program["inputs"].as_array().map_or(0, Vec::len);
+    let differing = differing(mlx, nuvec);
+    !differing.is_empty()
+        && differing.iter().all(|&i| {
+            let Some(id) = program["outputs"][i].as_u64().map(|id| id as usize) else {
+                return false;
+            };
+            let Some(op) = id.checked_sub(first_op).and_then(|k| ops.get(k)) else {
+                return false;
+            };
+            let Some(argument) = op["args"][0].as_u64() else {
+                return false;
+            };
+            if op["op"] != "astype" || op["dtype"] != "bool" {
+                return false;
+            }
+            let mut variant = program.clone();
+            variant["outputs"] = Value::from(vec![argument]);
+            if argument as usize >= first_op {
+                variant["ops"] = Value::from(ops[..argument as usize - first_op + 1].to_vec());
+            }
+            let (Some(exact), ours) = (run_in_float64(&variant), super::interpret::run(&variant))
+            else {
+                return false;
+            };
+            let (e, o) = (values(&exact["outputs"][0]), values(&ours["outputs"][0]));
+            let (a, b) = (values(&mlx["outputs"][i]), values(&nuvec["outputs"][i]));
+            let scale = o
+                .iter()
+                .filter_map(number)
+                .filter(|v| v.is_finite())
+                .fold(0.0f64, |m, v| m.max(v.abs()));
+            let noise = 8.0 * f64::from(f32::EPSILON) * scale;
+            [a.len(), b.len(), e.len()].iter().all(|&n| n == o.len())
+                && (0..o.len()).all(|j| {
+                    a[j] == b[j]
+                        || matches!(
+                            (number(&e[j]), number(&o[j])),
+                            (Some(exact), Some(ours))
+                                if exact.abs() <= 1e-12 * scale && ours.abs() <= noise
+                        )
+                })
+        })
+}
+
+/// Whether every element where the outputs differ is infinite or NaN on both sides and in the
+/// program run in float64 too: an infinite factor met a term that is 0 in exact arithmetic,
+/// and roundings gave that term its sign.
+pub(super) fn infinities_signed_by_rounding(program: &Value, mlx: &Value, nuvec: &Value) -> bool {
+    let Some(exact) = run_in_float64(program) else {
+        return false;
+    };
+    let differing = differing(mlx, nuvec);
+    !differing.is_empty()
+        && differing.iter().all(|&i| {
+            let (a, b) = (values(&mlx["outputs"][i]), values(&nuvec["outputs"][i]));
+            let e = values(&exact["outputs"][i]);
+            let tolerance = tolerance(mlx["outputs"][i]["dtype"].as_str().unwrap_or(""));
+            a.len() == b.len()
+                && a.len() == e.len()
+                && (0..a.len()).all(|j| match (number(&a[j]), number(&b[j]), number(&e[j])) {
+                    (Some(x), Some(y), Some(z)) => {
+                        close(x, y, tolerance)
+                            || (!x.is_finite() && !y.is_finite() && !z.is_finite())
+                    }
+                    _ => a[j] == b[j],
+                })
+        })
+}
