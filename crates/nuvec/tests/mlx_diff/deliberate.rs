@@ -261,6 +261,18 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         },
     },
     Deliberate {
+        name: "prod over several axes of an empty array",
+        reason: "MLX's prod over two or more axes of an array with no elements returns what its \
+                 output buffer held (1.1e35, 0: uninitialised memory); the product of nothing \
+                 is 1, nuvec's result",
+        matches: |program, mlx, nuvec| {
+            has_op(program, "prod")
+                && has_empty_input(program)
+                && both_ok(mlx, nuvec)
+                && differing_outputs_all(mlx, nuvec, |a, b| equal_except(a, b, |_, y| y == 1.0))
+        },
+    },
+    Deliberate {
         name: "a cast to bool of a sum that cancels",
         reason: "where a float32 sum is exactly 0 in exact arithmetic (a matrix product whose \
                  terms cancel), the order of its additions decides whether roundings leave 0 \

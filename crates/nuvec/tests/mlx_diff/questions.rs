@@ -114,6 +114,15 @@ pub(super) fn half_precision_nan_input(program: &Value) -> bool {
     })
 }
 
+/// Whether an input has no elements.
+pub(super) fn has_empty_input(program: &Value) -> bool {
+    program["inputs"].as_array().is_some_and(|inputs| {
+        inputs
+            .iter()
+            .any(|i| i["data"].as_array().is_some_and(Vec::is_empty))
+    })
+}
+
 /// Whether erf is applied to an input that holds a zero.
 pub(super) fn erf_of_an_input_holding_zero(program: &Value) -> bool {
     let inputs = program["inputs"].as_array().cloned().unwrap_or_default();
