@@ -79,15 +79,19 @@ impl Topology {
     /// [`Topology::links_between`]).
     pub(crate) fn counts(&self) -> Vec<Vec<usize>> {
         let n = self.names.len();
-        let mut counts = vec![vec![0; n]; n];
-        for a in 0..n {
-            for b in 0..n {
-                if a != b {
-                    counts[a][b] = self.links_between(a, b).len();
-                }
-            }
-        }
-        counts
+        (0..n)
+            .map(|a| {
+                (0..n)
+                    .map(|b| {
+                        if a == b {
+                            0
+                        } else {
+                            self.links_between(a, b).len()
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
     }
 
     /// The links between hosts `a` and `b` worth using, fastest first: the working ones, less
