@@ -39,14 +39,12 @@ pub fn scan<T: Element>(
                         acc_float *= v.to_f64();
                     }
                 } else {
+                    // MLX's inclusive scan starts from the first value; its exclusive one from
+                    // the identity (so an exclusive cumsum of -0 gives +0 + -0 = +0).
                     acc = Some(match acc {
-                        None => v,
-                        Some(a) => match op {
-                            ReduceOp::Sum => a.add(v),
-                            ReduceOp::Prod => a.mul(v),
-                            ReduceOp::Max => a.maximum(v),
-                            _ => a.minimum(v),
-                        },
+                        None if inclusive => v,
+                        None => combine(op, identity(op), v),
+                        Some(a) => combine(op, a, v),
                     });
                 }
                 if inclusive {
@@ -58,6 +56,15 @@ pub fn scan<T: Element>(
                 }
             }
         }
+    }
+}
+
+fn combine<T: Element>(op: ReduceOp, a: T, v: T) -> T {
+    match op {
+        ReduceOp::Sum => a.add(v),
+        ReduceOp::Prod => a.mul(v),
+        ReduceOp::Max => a.maximum(v),
+        _ => a.minimum(v),
     }
 }
 
@@ -73,6 +80,34 @@ fn identity<T: Element>(op: ReduceOp) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exclusive_cumsum_starts_from_positive_zero_as_in_mlx() {
+        let mut out = [1.0f32; 2];
+        let layout = Layout3 {
+            outer: 1,
+            len: 2,
+            inner: 1,
+        };
+        scan(
+            ReduceOp::Sum,
+            false,
+            false,
+            &[-0.0f32, 4.0],
+            layout,
+            &mut out,
+        );
+        assert_eq!(out.map(f32::to_bits), [0, 0]);
+        scan(
+            ReduceOp::Sum,
+            false,
+            true,
+            &[-0.0f32, 4.0],
+            layout,
+            &mut out,
+        );
+        assert_eq!(out[0].to_bits(), (-0.0f32).to_bits());
+    }
 
     #[test]
     fn exclusive_reverse_cumsum_matches_hand_computation() {
