@@ -16,26 +16,13 @@ use nuvec::distributed::{self, Options};
 use nuvec::prelude::*;
 use nuvec_test_support::ranks::{is_child, launch_ranks, Launch};
 use nuvec_test_support::test_name;
-use std::process::Command;
 
 #[path = "common/mod.rs"]
 mod common;
 use std::time::{Duration, Instant};
 
 fn ip(args: &[&str]) -> Result<(), String> {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("running ip: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
+    nuvec_test_support::sshd::run("ip", args)
 }
 
 /// Two namespaces joined by a veth pair, removed on drop.

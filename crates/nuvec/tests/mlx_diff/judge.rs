@@ -138,11 +138,23 @@ pub(super) fn half_precision_noise_around_zero(
         })
 }
 
+/// The program cut after value `id`, which becomes its only output: the ops that come after
+/// it are dropped.
+fn up_to(program: &Value, id: u64) -> Value {
+    let first_op = program["inputs"].as_array().map_or(0, Vec::len);
+    let mut variant = program.clone();
+    variant["outputs"] = Value::from(vec![id]);
+    if let Some(ops) = program["ops"].as_array() {
+        let keep = (id as usize + 1).saturating_sub(first_op).min(ops.len());
+        variant["ops"] = Value::from(ops[..keep].to_vec());
+    }
+    variant
+}
+
 /// Whether a float16/bfloat16 cummax or cummin of the program is given a NaN (its input
 /// computed by nuvec, under the program's vmaps; other transforms leave that value as it is).
 pub(super) fn nan_reaches_a_half_precision_cumulative_extreme(program: &Value) -> bool {
     let ops = program["ops"].as_array().cloned().unwrap_or_default();
-    let first_op = program["inputs"].as_array().map_or(0, Vec::len);
     let vmaps: Vec<Value> = program["transforms"]
         .as_array()
         .into_iter()
@@ -154,13 +166,8 @@ pub(super) fn nan_reaches_a_half_precision_cumulative_extreme(program: &Value) -
         .filter(|op| op["op"] == "cummax" || op["op"] == "cummin")
         .filter_map(|op| op["args"][0].as_u64())
         .any(|argument| {
-            let mut variant = program.clone();
-            variant["outputs"] = Value::from(vec![argument]);
+            let mut variant = up_to(program, argument);
             variant["transforms"] = Value::from(vmaps.clone());
-            // Only the ops the argument needs (those before it).
-            if argument as usize >= first_op {
-                variant["ops"] = Value::from(ops[..argument as usize - first_op + 1].to_vec());
-            }
             let result = super::interpret::run(&variant);
             let output = &result["outputs"][0];
             result["ok"] == true
@@ -193,11 +200,7 @@ pub(super) fn casts_of_rounded_zeros(program: &Value, mlx: &Value, nuvec: &Value
             if op["op"] != "astype" || op["dtype"] != "bool" {
                 return false;
             }
-            let mut variant = program.clone();
-            variant["outputs"] = Value::from(vec![argument]);
-            if argument as usize >= first_op {
-                variant["ops"] = Value::from(ops[..argument as usize - first_op + 1].to_vec());
-            }
+            let variant = up_to(program, argument);
             let (Some(exact), ours) = (run_in_float64(&variant), super::interpret::run(&variant))
             else {
                 return false;
