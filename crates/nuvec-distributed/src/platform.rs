@@ -1,5 +1,6 @@
-//! The one place with platform-specific code in this crate: socket options, and waiting on
-//! several descriptors at once (poll(2)).
+//! The one place with platform-specific code in this crate: socket options, waiting on
+//! several descriptors at once (poll(2)), shared mappings, and sleeping on a shared word
+//! (futex(2) on Linux).
 
 use std::net::TcpStream;
 use std::time::Duration;
@@ -243,6 +244,50 @@ pub(crate) unsafe fn unmap(ptr: *mut u8, len: usize) {
         libc::munmap(ptr.cast(), len);
     }
 }
+
+/// Sleeps until another process calls [`wake_word`] on `word` or at most `timeout`, unless
+/// `word` no longer holds `seen` (then returns at once). `word` may lie in memory shared
+/// between processes (a channel's mapping). On Linux a futex; elsewhere a short nap (the
+/// caller checks `word` again either way).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub(crate) fn wait_on_word(word: &std::sync::atomic::AtomicU32, seen: u32, timeout: Duration) {
+    let spec = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT (shared, not private: the word may be mapped by other processes)
+    // only reads the 4-aligned word, live for the call, and `spec`, a valid timespec.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            &spec as *const libc::timespec,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn wait_on_word(word: &std::sync::atomic::AtomicU32, seen: u32, timeout: Duration) {
+    if word.load(std::sync::atomic::Ordering::Acquire) == seen {
+        std::thread::sleep(timeout.min(Duration::from_micros(50)));
+    }
+}
+
+/// Wakes every process sleeping in [`wait_on_word`] on `word`.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub(crate) fn wake_word(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: FUTEX_WAKE on the 4-aligned word, live for the call; it touches no memory.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn wake_word(_word: &std::sync::atomic::AtomicU32) {}
 
 #[cfg(test)]
 mod tests {

@@ -27,11 +27,18 @@ use nuvec_core::{Error, Result};
 /// "Tuning measurements").
 pub(crate) const SHARED_FROM: usize = 32 << 10;
 
+/// How long a mailbox wait spins before yielding where ranks outnumber cores
+/// (`shm::SPIN_FOR` otherwise).
+const CROWDED_SPIN: std::time::Duration = std::time::Duration::from_micros(2);
+
 /// The channels of one rank, by peer: those it writes to, and those it reads from.
 #[derive(Debug, Default)]
 pub(crate) struct Nearby {
     to: Vec<Option<Channel>>,
     from: Vec<Option<Channel>>,
+    /// Whether every other rank shares a channel each way with this one (the group is on one
+    /// machine): the small collectives' mailbox path (`algorithms/mailboxes.rs`) is open.
+    everyone: bool,
 }
 
 impl Nearby {
@@ -107,7 +114,32 @@ impl Nearby {
                 _ => to[dst] = None,
             }
         }
-        Ok(Nearby { to, from })
+        let everyone = others.len() + 1 == size
+            && others
+                .iter()
+                .all(|&peer| to[peer].is_some() && from[peer].is_some());
+        // Where the ranks on this machine outnumber its cores, the rank a wait is for may
+        // need this core: waits spin only briefly before yielding it.
+        let local = 1 + others.iter().filter(|&&peer| from[peer].is_some()).count();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if local > cores {
+            for channel in to.iter_mut().chain(from.iter_mut()).flatten() {
+                channel.spin_for(CROWDED_SPIN);
+            }
+        }
+        Ok(Nearby { to, from, everyone })
+    }
+
+    /// Tells every rank this one sends to through shared memory that it gave the group up.
+    pub(crate) fn give_up(&self) {
+        for channel in self.to.iter().flatten() {
+            channel.give_up();
+        }
+    }
+
+    /// Whether every other rank shares a channel each way with this one.
+    pub(crate) fn everyone(&self) -> bool {
+        self.everyone
     }
 
     /// The channel a payload of `bytes` to rank `dst` goes through, if any.

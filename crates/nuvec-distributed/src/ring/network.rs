@@ -155,14 +155,6 @@ impl Network {
             .set_readers(network.connections.readers().map(Arc::downgrade).collect());
         Ok(network)
     }
-
-    /// Fails when the collective `kind` cannot go on: rank `peer`, waited on through a
-    /// channel, left or sent word that the group failed, or some rank sent a frame of another
-    /// call.
-    fn still_going(&self, kind: Kind, peer: usize) -> Result<()> {
-        self.connections.still_there(kind.name(), peer)?;
-        self.watch.sweep(kind.name())
-    }
 }
 
 impl Transport for Network {
@@ -330,7 +322,28 @@ impl Transport for Network {
         Ok(())
     }
 
+    fn mailboxes(&self) -> Option<&Nearby> {
+        self.nearby.everyone().then_some(&self.nearby)
+    }
+
+    fn still_going(&self, kind: Kind, peer: usize) -> Result<()> {
+        // A connection's own check names itself `health`; this wait is the collective's.
+        let as_ours = |error: Error| match error {
+            Error::Distributed { op, rank, reason } if op == "health" => Error::Distributed {
+                op: kind.name().into(),
+                rank,
+                reason,
+            },
+            other => other,
+        };
+        self.connections
+            .still_there(kind.name(), peer)
+            .map_err(as_ours)?;
+        self.watch.sweep(kind.name())
+    }
+
     fn abort_all(&self, cause: &Error) {
+        self.nearby.give_up();
         for peer in self.connections.writers() {
             wire::write_abort(peer, cause);
             peer.end_writes();

@@ -103,6 +103,19 @@ pub(crate) trait Transport: Sync {
         take: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<()>;
 
+    /// The shared-memory channels to and from every other rank, when the whole group shares
+    /// this machine (the small collectives' mailbox path, `algorithms/mailboxes.rs`).
+    fn mailboxes(&self) -> Option<&super::channels::Nearby> {
+        None
+    }
+    /// Fails when the collective `kind` cannot go on: rank `peer`, waited on outside the
+    /// connections (through shared memory), left or sent word that the group failed, or some
+    /// rank sent a frame of another call.
+    fn still_going(&self, kind: Kind, peer: usize) -> Result<()> {
+        let _ = (kind, peer);
+        self.check_peers()
+    }
+
     /// Tells every peer that the group failed because of `cause`, then ends this rank's
     /// writes.
     fn abort_all(&self, cause: &Error);

@@ -36,13 +36,15 @@ const CHECK_EVERY: Duration = Duration::from_millis(10);
 /// remove it.
 #[derive(Debug)]
 pub(crate) struct Channel {
-    base: *mut u8,
+    pub(super) base: *mut u8,
     /// The peer at the other end, for errors.
-    peer: usize,
+    pub(super) peer: usize,
     /// The file, removed when this end goes if it is still there (the creator's end).
     path: Option<PathBuf>,
     /// How the sending end copies into slots.
     stores: Stores,
+    /// How long a mailbox wait spins before it yields (`mailbox.rs`).
+    pub(super) spin: Duration,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; the counters are atomics, and the
@@ -148,12 +150,19 @@ impl Channel {
             peer,
             path,
             stores: Stores::new(Policy::Auto),
+            spin: super::mailbox::SPIN_FOR,
         })
     }
 
     /// Copies into slots with stores of `policy` (the sending end's choice).
     pub(crate) fn use_stores(&mut self, policy: Policy) {
         self.stores = Stores::new(policy);
+    }
+
+    /// Makes mailbox waits spin for at most `spin` before yielding their core: short where
+    /// ranks outnumber cores, so the rank waited on gets the core sooner.
+    pub(crate) fn spin_for(&mut self, spin: Duration) {
+        self.spin = spin;
     }
 
     /// Removes the file now if this end created it (the other end has it open, or never will).
@@ -357,7 +366,7 @@ impl Channel {
         }
     }
 
-    fn corrupt(&self, op: &str, what: &str) -> Error {
+    pub(super) fn corrupt(&self, op: &str, what: &str) -> Error {
         Error::Distributed {
             op: op.into(),
             rank: Some(self.peer),

@@ -1,12 +1,14 @@
 //! The ring backend's collective algorithms, written against [`Transport`] alone: the ring's
 //! two phases chunk by chunk (`ring_phases.rs`, `reduce_scatter.rs`), the outbox that paces
 //! their sends (`outbox.rs`), large all-reduces split over lanes (`lanes.rs`), and the latency
-//! paths for small collectives, through rank 0 (`star.rs`) or by recursive doubling
+//! paths for small collectives, through every rank's mailbox where the group shares one
+//! machine (`mailboxes.rs`), through rank 0 (`star.rs`) or by recursive doubling
 //! (`doubling.rs`). This file picks the path for each call. `../README.md` has the glossary of
 //! the words for pieces of a buffer.
 
 pub(crate) mod doubling;
 pub(crate) mod lanes;
+mod mailboxes;
 pub(crate) mod outbox;
 mod reduce_scatter;
 mod ring_phases;
@@ -102,6 +104,10 @@ pub(crate) fn all_reduce<T: Transport + ?Sized>(
         }
         return Ok(());
     }
+    let near = t.mailboxes();
+    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), data.len())) {
+        return mailboxes::all_reduce(t, near, calls, (input, data), (dtype, op));
+    }
     let star = t.full_mesh() && star::uses_star(t.size(), data.len());
     if star || (t.full_mesh() && doubling::uses_doubling(t.size(), data.len())) {
         if let Some(input) = input {
@@ -133,6 +139,10 @@ pub(crate) fn all_gather<T: Transport + ?Sized>(
     if t.size() == 1 {
         output.copy_from_slice(input);
         return Ok(());
+    }
+    let near = t.mailboxes();
+    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), output.len())) {
+        return mailboxes::all_gather(t, near, calls, (input, output), dtype);
     }
     let block = input.len();
     let own = t.rank() * block..(t.rank() + 1) * block;
@@ -172,6 +182,10 @@ pub(crate) fn reduce_scatter<T: Transport + ?Sized>(
     if t.size() == 1 {
         output.copy_from_slice(input);
         return Ok(());
+    }
+    let near = t.mailboxes();
+    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), input.len())) {
+        return mailboxes::reduce_scatter(t, near, calls, (input, output), (dtype, op));
     }
     if t.full_mesh() && star::uses_star(t.size(), input.len()) {
         return star::reduce_scatter(t, calls, (input, output), (dtype, op));

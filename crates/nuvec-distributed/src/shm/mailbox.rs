@@ -1,0 +1,385 @@
+//! A channel's mailbox: the latency path of small collectives between ranks on one machine
+//! (`ring/algorithms/mailboxes.rs`). Beside its slots, a channel holds [`POSTS`] buffers of
+//! [`POST_BYTES`], each with a header: the call's header (as on TCP) and where the post's
+//! piece lies in the call's payload. The sender fills the next buffer and publishes it by
+//! advancing `posted`; the receiver reads it in place and frees it by advancing `taken`. No
+//! frame goes on TCP: the header travels with the payload, so the receiver checks that both
+//! ranks called the same collective, and no system call is made while both ends keep up.
+//!
+//! A wait spins for a few microseconds (a post from a rank running on another core lands in
+//! well under one), then yields its core for a while, then sleeps on the word it waits for
+//! (a futex on Linux), bounded by the group's timeout, asking every [`CHECK_EVERY`] whether
+//! the peer is still there. A side about to sleep says so in a word of its own, and the
+//! other side wakes it only then: the fast path stays free of system calls.
+//!
+//! A rank that gives the group up says so in every channel it sends on (beside the abort
+//! notice on TCP, which carries the reason): a peer taking a post made before that learns it
+//! at once, without a system call, and the failure authority then finds the notice.
+
+use super::channel::Channel;
+use super::layout::{
+    POSTED_AT, POSTS, POSTS_AT, POST_BYTES, POST_HEADERS_AT, POST_HEADER_STRIDE,
+    RECEIVER_SLEEPS_AT, SENDER_GAVE_UP_AT, SENDER_SLEEPS_AT, TAKEN_AT,
+};
+use crate::tcp::frame::{Header, HEADER_BYTES};
+use nuvec_core::{Error, Result};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a wait spins before it yields (where ranks do not outnumber cores).
+pub(crate) const SPIN_FOR: Duration = Duration::from_micros(20);
+/// How long a wait yields its core before it sleeps.
+const YIELD_FOR: Duration = Duration::from_micros(300);
+/// The longest sleep between checks that the peer is still there.
+const CHECK_EVERY: Duration = Duration::from_millis(10);
+
+/// A post as its receiver sees it: the call's header, the piece's offset in the call's
+/// payload, and the piece, in place in the channel until [`Channel::release`].
+pub(crate) struct Post<'a> {
+    pub(crate) header: Header,
+    pub(crate) offset: u64,
+    pub(crate) piece: &'a [u8],
+}
+
+impl Channel {
+    fn word(&self, at: usize) -> &AtomicU32 {
+        // SAFETY: `at` is 4-aligned inside the mapping's first page, which lives as long as
+        // `self`; both processes touch the word only atomically.
+        #[allow(unsafe_code)]
+        unsafe {
+            &*(self.base.add(at) as *const AtomicU32)
+        }
+    }
+
+    /// The header bytes and the buffer of post number `count`.
+    fn post_at(&self, count: u32) -> (*mut u8, *mut u8) {
+        let index = count as usize % POSTS;
+        // SAFETY: both lie inside the mapping: the headers in its first page (checked in
+        // `layout.rs`), the buffers after the slots, POST_BYTES each, up to CHANNEL_BYTES.
+        #[allow(unsafe_code)]
+        unsafe {
+            (
+                self.base.add(POST_HEADERS_AT + index * POST_HEADER_STRIDE),
+                self.base.add(POSTS_AT + index * POST_BYTES),
+            )
+        }
+    }
+
+    /// The sending end: posts `piece` (at most [`POST_BYTES`]), the part at `offset` of the
+    /// payload of the call `header`, once a buffer is free.
+    pub(crate) fn post(
+        &self,
+        header: &Header,
+        offset: usize,
+        piece: &[u8],
+        (timeout, alive): (Duration, &mut dyn FnMut() -> Result<()>),
+    ) -> Result<()> {
+        let op = header.kind.name();
+        assert!(piece.len() <= POST_BYTES, "a post of {} bytes", piece.len());
+        let (posted, taken) = (self.word(POSTED_AT), self.word(TAKEN_AT));
+        let count = posted.load(Ordering::Relaxed);
+        let free = || count.wrapping_sub(taken.load(Ordering::Acquire)) < POSTS as u32;
+        let what = "to take what this rank posted (is it busy elsewhere, or in another call?)";
+        self.wait_for(op, (TAKEN_AT, SENDER_SLEEPS_AT), &free, what, (timeout, alive))?;
+        if count.wrapping_sub(taken.load(Ordering::Acquire)) > POSTS as u32 {
+            return Err(self.corrupt(op, "its mailbox's counters ran past each other"));
+        }
+        let (head, buffer) = self.post_at(count);
+        let mut record = [0u8; HEADER_BYTES + 16];
+        record[..HEADER_BYTES].copy_from_slice(&header.encode());
+        record[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&(offset as u64).to_le_bytes());
+        record[HEADER_BYTES + 8..].copy_from_slice(&(piece.len() as u64).to_le_bytes());
+        // SAFETY: the header's bytes and the buffer lie inside the mapping; the receiver has
+        // freed this post (the acquire load above) and does not read it again until `posted`
+        // moves past it, below.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(record.as_ptr(), head, record.len());
+            std::ptr::copy_nonoverlapping(piece.as_ptr(), buffer, piece.len());
+        }
+        posted.store(count.wrapping_add(1), Ordering::SeqCst);
+        if self.word(RECEIVER_SLEEPS_AT).load(Ordering::SeqCst) != 0 {
+            crate::platform::wake_word(posted);
+        }
+        Ok(())
+    }
+
+    /// The sending end: tells the receiver that this rank gave the group up, waking it.
+    pub(crate) fn give_up(&self) {
+        self.word(SENDER_GAVE_UP_AT).store(1, Ordering::SeqCst);
+        crate::platform::wake_word(self.word(POSTED_AT));
+    }
+
+    /// The receiving end: the error for a sender that gave the group up.
+    fn gave_up(&self, op: &str) -> Result<()> {
+        if self.word(SENDER_GAVE_UP_AT).load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        Err(Error::Distributed {
+            op: op.into(),
+            rank: Some(self.peer),
+            reason: format!("rank {} reported that the group failed", self.peer),
+        })
+    }
+
+    /// The sending end: the first `bytes` of its latest post, still in place (the sender
+    /// alone writes it, and only `POSTS` posts later).
+    pub(crate) fn latest_post(&self, bytes: usize) -> &[u8] {
+        let count = self.word(POSTED_AT).load(Ordering::Relaxed);
+        let (_, buffer) = self.post_at(count.wrapping_sub(1));
+        // SAFETY: the buffer lies inside the mapping and holds POST_BYTES; only this end
+        // writes it, and not while the returned borrow of `self` lives (posting needs the
+        // caller to let go of it first).
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts(buffer, bytes.min(POST_BYTES))
+        }
+    }
+
+    /// The receiving end: waits for the next post of the call `op` and returns it, in place
+    /// until [`Channel::release`].
+    pub(crate) fn next_post(
+        &self,
+        op: &str,
+        (timeout, alive): (Duration, &mut dyn FnMut() -> Result<()>),
+    ) -> Result<Post<'_>> {
+        let (posted, taken) = (self.word(POSTED_AT), self.word(TAKEN_AT));
+        let count = taken.load(Ordering::Relaxed);
+        let gave_up = self.word(SENDER_GAVE_UP_AT);
+        let ready =
+            || posted.load(Ordering::Acquire) != count || gave_up.load(Ordering::Acquire) != 0;
+        let what = "to post its part";
+        self.wait_for(op, (POSTED_AT, RECEIVER_SLEEPS_AT), &ready, what, (timeout, alive))?;
+        self.gave_up(op)?;
+        if posted.load(Ordering::Acquire).wrapping_sub(count) > POSTS as u32 {
+            return Err(self.corrupt(op, "its mailbox's counters ran past each other"));
+        }
+        let (head, buffer) = self.post_at(count);
+        let mut record = [0u8; HEADER_BYTES + 16];
+        // SAFETY: the header lies inside the mapping; the sender published it (the acquire
+        // load in the wait) and does not write it again until it is released.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(head, record.as_mut_ptr(), record.len())
+        };
+        let header = Header::decode(record[..HEADER_BYTES].try_into().expect("a header"))
+            .map_err(|reason| self.corrupt(op, &format!("a post's header: {reason}")))?;
+        let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
+        let (offset, length) = (word(HEADER_BYTES), word(HEADER_BYTES + 8));
+        if length > POST_BYTES as u64 {
+            return Err(self.corrupt(op, &format!("a post claims {length} bytes")));
+        }
+        // SAFETY: as for the header: the buffer holds POST_BYTES ≥ `length`, published and
+        // left alone by the sender until released.
+        #[allow(unsafe_code)]
+        let piece = unsafe { std::slice::from_raw_parts(buffer, length as usize) };
+        Ok(Post {
+            header,
+            offset,
+            piece,
+        })
+    }
+
+    /// The receiving end: frees the post [`Channel::next_post`] returned.
+    pub(crate) fn release(&self) {
+        let taken = self.word(TAKEN_AT);
+        taken.store(taken.load(Ordering::Relaxed).wrapping_add(1), Ordering::SeqCst);
+        if self.word(SENDER_SLEEPS_AT).load(Ordering::SeqCst) != 0 {
+            crate::platform::wake_word(taken);
+        }
+    }
+
+    /// Waits until `ready`, which turns true when the word at `word_at` changes: spinning,
+    /// yielding, then sleeping on the word with this end's `sleeps_at` word set, at most
+    /// `timeout`, asking `alive` every [`CHECK_EVERY`] once sleeping.
+    fn wait_for(
+        &self,
+        op: &str,
+        (word_at, sleeps_at): (usize, usize),
+        ready: &dyn Fn() -> bool,
+        what: &str,
+        (timeout, alive): (Duration, &mut dyn FnMut() -> Result<()>),
+    ) -> Result<()> {
+        if ready() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        while start.elapsed() < self.spin {
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
+            if ready() {
+                return Ok(());
+            }
+        }
+        while start.elapsed() < YIELD_FOR {
+            std::thread::yield_now();
+            if ready() {
+                return Ok(());
+            }
+        }
+        let (word, sleeps) = (self.word(word_at), self.word(sleeps_at));
+        let mut checked = Instant::now();
+        loop {
+            sleeps.store(1, Ordering::SeqCst);
+            let seen = word.load(Ordering::SeqCst);
+            if ready() {
+                sleeps.store(0, Ordering::Relaxed);
+                return Ok(());
+            }
+            let left = timeout.saturating_sub(start.elapsed());
+            crate::platform::wait_on_word(word, seen, left.min(CHECK_EVERY));
+            sleeps.store(0, Ordering::Relaxed);
+            if ready() {
+                return Ok(());
+            }
+            if start.elapsed() >= timeout {
+                return Err(Error::Distributed {
+                    op: op.into(),
+                    rank: Some(self.peer),
+                    reason: format!(
+                        "timed out after {:.1} s (NUVEC_DISTRIBUTED_TIMEOUT) waiting through shared \
+                         memory for rank {} {what}",
+                        timeout.as_secs_f64(),
+                        self.peer
+                    ),
+                });
+            }
+            if checked.elapsed() >= CHECK_EVERY {
+                // A peer that posted what this wait needs and then left has not failed it.
+                if let Err(error) = alive() {
+                    return if ready() { Ok(()) } else { Err(error) };
+                }
+                checked = Instant::now();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::layout::TOKEN_BYTES;
+    use crate::tcp::frame::Kind;
+    use nuvec_core::DType;
+
+    fn pair(tag: u8) -> (Channel, Channel) {
+        let token = [tag; TOKEN_BYTES];
+        let name = format!("nuvec-ring-test-{}-mailbox-{tag}", std::process::id());
+        let path = crate::platform::shared_memory_dir().join(name);
+        let sender = Channel::create(path.clone(), &token, 1).unwrap();
+        let receiver = Channel::open(&path, &token, 0).unwrap();
+        (sender, receiver)
+    }
+
+    fn fine() -> Result<()> {
+        Ok(())
+    }
+
+    fn header(sequence: u64) -> Header {
+        Header {
+            kind: Kind::AllSum,
+            dtype: DType::F32,
+            sequence,
+            bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn posts_arrive_in_order_with_their_headers_across_many_rounds() {
+        let (sender, receiver) = pair(21);
+        let timeout = Duration::from_secs(10);
+        let rounds = 1000u64;
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for round in 0..rounds {
+                    let piece: Vec<u8> = (0..(round as usize % 5000)).map(|i| (i as u64 ^ round) as u8).collect();
+                    sender
+                        .post(&header(round), round as usize * 7, &piece, (timeout, &mut fine))
+                        .unwrap();
+                    assert_eq!(sender.latest_post(piece.len()), &piece[..]);
+                }
+            });
+            for round in 0..rounds {
+                let post = receiver.next_post("all_sum", (timeout, &mut fine)).unwrap();
+                assert_eq!(post.header, header(round));
+                assert_eq!(post.offset, round * 7);
+                let expected: Vec<u8> = (0..(round as usize % 5000)).map(|i| (i as u64 ^ round) as u8).collect();
+                assert!(post.piece == &expected[..], "round {round} came back changed");
+                receiver.release();
+            }
+        });
+    }
+
+    #[test]
+    fn a_sender_waits_for_a_free_buffer_and_a_reader_that_never_reads_is_named() {
+        let (sender, _receiver) = pair(22);
+        let short = Duration::from_millis(200);
+        for round in 0..POSTS as u64 {
+            sender.post(&header(round), 0, &[1, 2, 3], (short, &mut fine)).unwrap();
+        }
+        let start = Instant::now();
+        let error = sender
+            .post(&header(9), 0, &[1], (short, &mut fine))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("rank 1") && error.contains("timed out"), "{error}");
+        assert!(start.elapsed() >= short);
+    }
+
+    #[test]
+    fn a_peer_gone_ends_the_wait_before_the_timeout_and_a_late_post_is_still_read() {
+        let (sender, receiver) = pair(23);
+        let start = Instant::now();
+        let mut gone = || {
+            Err(Error::Distributed {
+                op: "all_sum".into(),
+                rank: Some(0),
+                reason: "rank 0 closed its connection".into(),
+            })
+        };
+        let error = receiver
+            .next_post("all_sum", (Duration::from_secs(30), &mut gone))
+            .err()
+            .expect("no post came");
+        assert!(error.to_string().contains("closed its connection"), "{error}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // A post made just before the peer left is read.
+        let mut posted_then_gone = || {
+            sender.post(&header(0), 0, &[5; 16], (Duration::from_secs(1), &mut fine)).unwrap();
+            Err(Error::Distributed {
+                op: "all_sum".into(),
+                rank: Some(0),
+                reason: "rank 0 closed its connection".into(),
+            })
+        };
+        let post = receiver
+            .next_post("all_sum", (Duration::from_secs(30), &mut posted_then_gone))
+            .expect("the post arrives");
+        assert_eq!(post.piece, &[5; 16]);
+    }
+
+    #[test]
+    fn counters_or_lengths_out_of_range_are_refused_as_corrupt() {
+        let (sender, receiver) = pair(24);
+        sender.word(POSTED_AT).store(POSTS as u32 + 3, Ordering::SeqCst);
+        let error = receiver
+            .next_post("all_sum", (Duration::from_secs(5), &mut fine))
+            .err()
+            .expect("refused");
+        assert!(error.to_string().contains("corrupt"), "{error}");
+        sender.word(POSTED_AT).store(1, Ordering::SeqCst);
+        let (head, _) = sender.post_at(0);
+        // SAFETY: the header of post 0 lies inside the mapping; nothing else touches it now.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(header(0).encode().as_ptr(), head, HEADER_BYTES);
+            std::ptr::copy_nonoverlapping(u64::MAX.to_le_bytes().as_ptr(), head.add(HEADER_BYTES + 8), 8);
+        }
+        let error = receiver
+            .next_post("all_sum", (Duration::from_secs(5), &mut fine))
+            .err()
+            .expect("refused");
+        assert!(error.to_string().contains("claims"), "{error}");
+    }
+}
