@@ -24,7 +24,7 @@ use crate::bench_floor::{lands_in_outputs, memcpy_ceiling, Ceilings};
 use crate::bench_hosts::Hosts;
 use crate::bench_mlx::{mlx_python, run_mlx};
 use crate::bench_rounds::{cpu_ticks, describe_steal, mark_steal, merge, steal_percent};
-use crate::bench_table::{human, key, table, us};
+use crate::bench_table::{human, key, table, us, Peers};
 use crate::{free_port_range, run, stdout_of, workspace_root};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -170,7 +170,15 @@ pub(crate) fn rank_args<'a>(op: &'a str, dtype: &'a str, options: &'a Options) -
 pub(crate) fn records(stdout: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(stdout)
         .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
+        .filter_map(|line| {
+            // `nuvec launch` prefixes ranks' lines with `[rank] ` where it may.
+            let line = line.trim();
+            let bare = match line.split_once("] ") {
+                Some((rank, rest)) if rank.starts_with('[') && !rest.is_empty() => rest,
+                _ => line,
+            };
+            serde_json::from_str::<Value>(bare).ok()
+        })
         .collect()
 }
 
@@ -178,10 +186,16 @@ pub(crate) fn records(stdout: &[u8]) -> Vec<Value> {
 /// yield their core while they wait, as Open MPI does itself when it knows a machine is
 /// oversubscribed (`nuvec launch` gives mpirun one slot per rank, so it does not know).
 const OPEN_MPI_TCP: &str = "--mca btl self,tcp --mca mpi_yield_when_idle 1";
+/// The Open MPI options of the shared-memory peer column (one host): its own shared-memory
+/// transport (`vader`), through the `ob1` layer that uses it.
+const OPEN_MPI_SHM: &str = "--mca pml ob1 --mca btl self,vader";
+/// Added where the ranks outnumber the cores, as Open MPI does itself when it knows.
+const OPEN_MPI_YIELD: &str = "--mca mpi_yield_when_idle 1";
 
 /// nuvec's rank program under `nuvec launch` with `backend`: `ring`, `mpi` (Open MPI over
 /// TCP, which `nuvec launch` starts with `mpirun`: the collectives are Open MPI's own, called
-/// through nuvec's MPI backend) or `jaccl` (JACCL's mesh on the emulated fabric).
+/// through nuvec's MPI backend), `mpi-shm` (the same through Open MPI's shared memory) or
+/// `jaccl` (JACCL's mesh on the emulated fabric).
 fn run_ours(
     root: &Path,
     (n, hosts): (usize, Option<&Hosts>),
@@ -196,9 +210,16 @@ fn run_ours(
         Some(hosts) => command.arg("--hostfile").arg(&hosts.file),
         None => command.args(["-n", &n.to_string()]),
     };
-    command.args(["--backend", backend]);
+    match backend {
+        "mpi-shm" => command.args(["--backend", "mpi"]),
+        _ => command.args(["--backend", backend]),
+    };
     if backend == "mpi" {
         command.args(["--mpi-arg", OPEN_MPI_TCP]);
+    } else if backend == "mpi-shm" {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let yields = if n > cores { OPEN_MPI_YIELD } else { "" };
+        command.args(["--mpi-arg", &format!("{OPEN_MPI_SHM} {yields}")]);
     } else {
         command.args(["-p", &port, "--no-prefix"]);
     }
@@ -247,6 +268,8 @@ fn run_side(
         }
         ("open-mpi-tcp", _) => run_ours(root, (n, None), (op, dtype), options, "mpi")
             .map_err(|e| format!("Open MPI over TCP failed: {e}")),
+        ("open-mpi-shm", _) => run_ours(root, (n, None), (op, dtype), options, "mpi-shm")
+            .map_err(|e| format!("Open MPI through shared memory failed: {e}")),
         ("nuvec-jaccl", _) => run_ours(root, (n, None), (op, dtype), options, "jaccl")
             .map_err(|e| format!("nuvec over JACCL (emulated) failed: {e}")),
         ("mlx", Some(python)) => run_mlx(root, python, (n, tools.hosts), (op, dtype), options)
@@ -362,17 +385,27 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     );
     let (mut ours, mut theirs, mut over_mpi, mut over_jaccl, mut bare) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut over_shm = Vec::new();
     // The sides that run, each going first in turn.
-    let sides: Vec<&str> = ["nuvec", "mlx", "open-mpi-tcp", "nuvec-jaccl", "bare-ring"]
-        .into_iter()
-        .filter(|side| match *side {
-            "mlx" => python.is_some(),
-            "open-mpi-tcp" => mpi,
-            "nuvec-jaccl" => options.jaccl,
-            "bare-ring" => bare_ring.is_some(),
-            _ => true,
-        })
-        .collect();
+    let sides: Vec<&str> = [
+        "nuvec",
+        "mlx",
+        "open-mpi-shm",
+        "open-mpi-tcp",
+        "nuvec-jaccl",
+        "bare-ring",
+    ]
+    .into_iter()
+    .filter(|side| match *side {
+        "mlx" => python.is_some(),
+        // Open MPI's shared memory joins the ranks of one host only.
+        "open-mpi-shm" => mpi && hosts.is_none(),
+        "open-mpi-tcp" => mpi,
+        "nuvec-jaccl" => options.jaccl,
+        "bare-ring" => bare_ring.is_some(),
+        _ => true,
+    })
+    .collect();
     let mut turn = 0;
     for round in 1..=options.repeat {
         let of = if options.repeat > 1 {
@@ -423,6 +456,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                             "mlx" => theirs.extend(results),
                             "nuvec-jaccl" => over_jaccl.extend(results),
                             "bare-ring" => bare.extend(results),
+                            "open-mpi-shm" => over_shm.extend(results),
                             _ => over_mpi.extend(results),
                         }
                     }
@@ -435,6 +469,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         describe_steal(&ours),
         describe_steal(&theirs)
     );
+    let over_shm = merge(&over_shm);
     let (ours, theirs, over_mpi, over_jaccl, bare) = (
         merge(&ours),
         merge(&theirs),
@@ -457,7 +492,13 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     }
     // The floors are loopback's: not for hosts beyond this machine.
     let floors = hosts.as_ref().is_none_or(|h| h.local).then_some(&ceilings);
-    let table = table(&ours, &theirs, (&over_mpi, &over_jaccl, &bare), floors);
+    let peers = Peers {
+        mpi_shm: &over_shm,
+        mpi_tcp: &over_mpi,
+        jaccl: &over_jaccl,
+        bare: &bare,
+    };
+    let table = table(&ours, &theirs, peers, floors);
     let rounds = match options.repeat {
         1 => "one run per side and collective".to_string(),
         n => format!("medians of {n} rounds' medians per side and collective"),
@@ -488,6 +529,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         },
         "nuvec": ours,
         "mlx": theirs,
+        "open_mpi_shm": over_shm,
         "open_mpi_tcp": over_mpi,
         "nuvec_jaccl_emulated": over_jaccl,
         "bare_ring": bare,
@@ -547,9 +589,10 @@ mod tests {
 
     #[test]
     fn records_are_read_from_json_lines_among_other_output() {
-        let output = b"[nuvec launch] a note\n{\"impl\": \"nuvec\", \"bytes\": 4096}\nplain text\n";
+        let output = b"[nuvec launch] a note\n{\"impl\": \"nuvec\", \"bytes\": 4096}\nplain text\n[0] {\"bytes\": 8}\n";
         let found = records(output);
-        assert_eq!(found.len(), 1);
+        assert_eq!(found.len(), 2);
         assert_eq!(found[0]["bytes"], 4096);
+        assert_eq!(found[1]["bytes"], 8);
     }
 }

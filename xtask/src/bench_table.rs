@@ -1,5 +1,6 @@
 //! The table of `bench-distributed`: one row per point of nuvec's results, beside MLX's,
-//! the floor, the bare ring, Open MPI over TCP and JACCL, with nuvec's ratio to each.
+//! the floor, the bare ring, Open MPI through shared memory and over TCP, and JACCL, with
+//! nuvec's ratio to each.
 
 use crate::bench_floor::Ceilings;
 use serde_json::Value;
@@ -51,20 +52,37 @@ fn ratio(mine: f64, other: f64) -> String {
     }
 }
 
+/// The results of the columns other than nuvec's and MLX's.
+pub(crate) struct Peers<'a> {
+    /// Open MPI with its shared-memory transport (on one host).
+    pub(crate) mpi_shm: &'a [Value],
+    /// Open MPI over TCP.
+    pub(crate) mpi_tcp: &'a [Value],
+    pub(crate) jaccl: &'a [Value],
+    pub(crate) bare: &'a [Value],
+}
+
 pub(crate) fn table(
     ours: &[Value],
     theirs: &[Value],
-    (mpi, jaccl, bare): (&[Value], &[Value], &[Value]),
+    peers: Peers<'_>,
     ceilings: Option<&Ceilings>,
 ) -> String {
+    let Peers {
+        mpi_shm,
+        mpi_tcp: mpi,
+        jaccl,
+        bare,
+    } = peers;
     let mut out = String::from(
-        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | floor (loopback + reductions) | nuvec / floor | bare ring median | nuvec / bare ring | Open MPI TCP median | nuvec / Open MPI TCP | JACCL (emulated) median | JACCL busbw GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| op | ranks | dtype | size | nuvec median | MLX median | nuvec / MLX | nuvec busbw GB/s | MLX busbw GB/s | floor (loopback + reductions) | nuvec / floor | bare ring median | nuvec / bare ring | Open MPI shm median | nuvec / Open MPI shm | Open MPI TCP median | nuvec / Open MPI TCP | JACCL (emulated) median | JACCL busbw GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for record in ours {
         let k = key(record);
         let mine = record["median_us"].as_f64().unwrap_or(f64::NAN);
         let (their_median, their_bw, theirs_us) = cells(theirs, &k);
         let (mpi_median, _, mpi_us) = cells(mpi, &k);
+        let (shm_median, _, shm_us) = cells(mpi_shm, &k);
         let (jaccl_median, jaccl_bw, _) = cells(jaccl, &k);
         let (bare_median, _, bare_us) = cells(bare, &k);
         let checked = if record["ok"].as_bool() == Some(true) {
@@ -79,7 +97,7 @@ pub(crate) fn table(
             "–".into()
         };
         out += &format!(
-            "| {} | {} | {} | {} | {}{checked} | {their_median} | {} | {:.3} | {their_bw} | {} | {} | {bare_median} | {} | {mpi_median} | {} | {jaccl_median} | {jaccl_bw} |\n",
+            "| {} | {} | {} | {} | {}{checked} | {their_median} | {} | {:.3} | {their_bw} | {} | {} | {bare_median} | {} | {shm_median} | {} | {mpi_median} | {} | {jaccl_median} | {jaccl_bw} |\n",
             k.0,
             k.1,
             k.3,
@@ -90,6 +108,7 @@ pub(crate) fn table(
             floor_cell,
             ratio(mine, floor),
             ratio(mine, bare_us),
+            ratio(mine, shm_us),
             ratio(mine, mpi_us),
         );
     }
@@ -108,6 +127,9 @@ mod tests {
         ];
         let theirs = vec![
             json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 4000.0, "busbw_gbps": 0.001}),
+        ];
+        let over_shm = vec![
+            json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 10.0, "busbw_gbps": 0.4}),
         ];
         let over_mpi = vec![
             json!({"op": "all_sum", "ranks": 2, "bytes": 4096, "dtype": "float32", "median_us": 20.0, "busbw_gbps": 0.2}),
@@ -130,7 +152,12 @@ mod tests {
         let table = table(
             &ours,
             &theirs,
-            (&over_mpi, &over_jaccl, &bare),
+            Peers {
+                mpi_shm: &over_shm,
+                mpi_tcp: &over_mpi,
+                jaccl: &over_jaccl,
+                bare: &bare,
+            },
             Some(&ceilings),
         );
         assert!(
@@ -142,7 +169,7 @@ mod tests {
             "{table}"
         );
         assert!(
-            table.ends_with("| 20 µs | 2.000 | 60 µs | 0.070 |\n"),
+            table.ends_with("| 10 µs | 4.000 | 20 µs | 2.000 | 60 µs | 0.070 |\n"),
             "{table}"
         );
     }

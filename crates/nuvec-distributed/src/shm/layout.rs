@@ -1,7 +1,7 @@
 //! The layout of a channel's file: control words on cache lines of their own (the token, the
-//! sender's and the receiver's counters, the mailbox's counters and its posts' headers), then
-//! [`SLOTS`] slots of [`SLOT_BYTES`], then the mailbox's [`POSTS`] buffers of [`POST_BYTES`],
-//! page-aligned.
+//! sender's and the receiver's counters, the mailboxes' counters and their posts' headers),
+//! then [`SLOTS`] slots of [`SLOT_BYTES`], then each mailbox's [`POSTS`] buffers of
+//! [`POST_BYTES`], page-aligned.
 
 /// Bytes per slot.
 pub(crate) const SLOT_BYTES: usize = 128 << 10;
@@ -17,24 +17,52 @@ pub(crate) const TOKEN_BYTES: usize = 16;
 pub(crate) const HEAD_AT: usize = 128;
 pub(crate) const TAIL_AT: usize = 256;
 
-/// The mailbox (`mailbox.rs`): posts a sender may leave unread before it waits.
+/// The mailboxes (`mailbox.rs`): posts a sender may leave unread before it waits.
 pub(crate) const POSTS: usize = 2;
 /// Bytes of payload per post.
 pub(crate) const POST_BYTES: usize = 128 << 10;
-/// The words the mailbox's sender writes (how many it posted; whether it sleeps waiting for
-/// a free buffer; whether its rank gave the group up), and those its receiver writes (how many it took; whether it sleeps
-/// waiting for a post), each side on cache lines of its own.
-pub(crate) const POSTED_AT: usize = 384;
-pub(crate) const SENDER_SLEEPS_AT: usize = 388;
-pub(crate) const SENDER_GAVE_UP_AT: usize = 392;
-pub(crate) const TAKEN_AT: usize = 512;
-pub(crate) const RECEIVER_SLEEPS_AT: usize = 516;
-/// Where each post's header lies (post `i` at `POST_HEADERS_AT + i * POST_HEADER_STRIDE`).
-pub(crate) const POST_HEADERS_AT: usize = 640;
-pub(crate) const POST_HEADER_STRIDE: usize = 128;
-/// Where the mailbox's buffers start, after the slots.
+/// Where the mailboxes' buffers start, after the slots.
 pub(crate) const POSTS_AT: usize = SLOTS_AT + SLOTS * SLOT_BYTES;
-/// The size of a channel's file and mapping.
-pub(crate) const CHANNEL_BYTES: usize = POSTS_AT + POSTS * POST_BYTES;
+/// Where a sender that gave the group up says so (on the first mailbox's sender line).
+pub(crate) const SENDER_GAVE_UP_AT: usize = 392;
 
-const _: () = assert!(POST_HEADERS_AT + POSTS * POST_HEADER_STRIDE <= SLOTS_AT);
+/// Where one mailbox's words, headers and buffers lie. The words its sender writes (how many
+/// it posted; whether it sleeps waiting for a free buffer) and those its receiver writes (how
+/// many it took; whether it sleeps waiting for a post) are on cache lines of their own.
+pub(crate) struct MailboxLayout {
+    pub(crate) posted_at: usize,
+    pub(crate) sender_sleeps_at: usize,
+    pub(crate) taken_at: usize,
+    pub(crate) receiver_sleeps_at: usize,
+    /// Post `i`'s header at `headers_at + i * POST_HEADER_STRIDE`.
+    pub(crate) headers_at: usize,
+    /// Post `i`'s buffer at `buffers_at + i * POST_BYTES`.
+    pub(crate) buffers_at: usize,
+}
+
+pub(crate) const POST_HEADER_STRIDE: usize = 128;
+
+/// The collectives' mailbox and the point-to-point messages' one: a message not yet received
+/// never stands in a collective's way.
+pub(crate) const MAILBOXES: [MailboxLayout; 2] = [mailbox(384), mailbox(1024)];
+
+const fn mailbox(at: usize) -> MailboxLayout {
+    let index = (at - 384) / 640;
+    MailboxLayout {
+        posted_at: at,
+        sender_sleeps_at: at + 4,
+        taken_at: at + 128,
+        receiver_sleeps_at: at + 132,
+        headers_at: at + 256,
+        buffers_at: POSTS_AT + index * POSTS * POST_BYTES,
+    }
+}
+
+/// The size of a channel's file and mapping.
+pub(crate) const CHANNEL_BYTES: usize = POSTS_AT + MAILBOXES.len() * POSTS * POST_BYTES;
+
+const _: () = {
+    assert!(MAILBOXES[0].headers_at + POSTS * POST_HEADER_STRIDE <= MAILBOXES[1].posted_at);
+    assert!(MAILBOXES[1].headers_at + POSTS * POST_HEADER_STRIDE <= SLOTS_AT);
+    assert!(MAILBOXES[1].buffers_at == POSTS_AT + POSTS * POST_BYTES);
+};

@@ -18,8 +18,7 @@
 
 use super::channel::Channel;
 use super::layout::{
-    POSTED_AT, POSTS, POSTS_AT, POST_BYTES, POST_HEADERS_AT, POST_HEADER_STRIDE,
-    RECEIVER_SLEEPS_AT, SENDER_GAVE_UP_AT, SENDER_SLEEPS_AT, TAKEN_AT,
+    MailboxLayout, MAILBOXES, POSTS, POST_BYTES, POST_HEADER_STRIDE, SENDER_GAVE_UP_AT,
 };
 use crate::tcp::frame::{Header, HEADER_BYTES};
 use nuvec_core::{Error, Result};
@@ -32,6 +31,19 @@ pub(crate) const SPIN_FOR: Duration = Duration::from_micros(20);
 const YIELD_FOR: Duration = Duration::from_micros(300);
 /// The longest sleep between checks that the peer is still there.
 const CHECK_EVERY: Duration = Duration::from_millis(10);
+
+/// A channel's two mailboxes: a message not yet received never stands in a collective's way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mailbox {
+    Collectives = 0,
+    Messages = 1,
+}
+
+impl Mailbox {
+    fn layout(self) -> &'static MailboxLayout {
+        &MAILBOXES[self as usize]
+    }
+}
 
 /// A post as its receiver sees it: the call's header, the piece's offset in the call's
 /// payload, and the piece, in place in the channel until [`Channel::release`].
@@ -51,54 +63,68 @@ impl Channel {
         }
     }
 
-    /// The header bytes and the buffer of post number `count`.
-    fn post_at(&self, count: u32) -> (*mut u8, *mut u8) {
+    /// The header bytes and the buffer of post number `count` of `mailbox`.
+    fn post_at(&self, mailbox: &MailboxLayout, count: u32) -> (*mut u8, *mut u8) {
         let index = count as usize % POSTS;
         // SAFETY: both lie inside the mapping: the headers in its first page (checked in
         // `layout.rs`), the buffers after the slots, POST_BYTES each, up to CHANNEL_BYTES.
         #[allow(unsafe_code)]
         unsafe {
             (
-                self.base.add(POST_HEADERS_AT + index * POST_HEADER_STRIDE),
-                self.base.add(POSTS_AT + index * POST_BYTES),
+                self.base
+                    .add(mailbox.headers_at + index * POST_HEADER_STRIDE),
+                self.base.add(mailbox.buffers_at + index * POST_BYTES),
             )
         }
     }
 
-    /// The sending end: posts `piece` (at most [`POST_BYTES`]), the part at `offset` of the
-    /// payload of the call `header`, once a buffer is free.
+    /// The sending end: posts `parts`, one after the other (at most [`POST_BYTES`] in all),
+    /// the piece at `offset` of the payload of the call `header`, once a buffer is free.
     pub(crate) fn post(
         &self,
+        mailbox: Mailbox,
         header: &Header,
         offset: usize,
-        piece: &[u8],
+        parts: &[&[u8]],
         (timeout, alive): (Duration, &mut dyn FnMut() -> Result<()>),
     ) -> Result<()> {
         let op = header.kind.name();
-        assert!(piece.len() <= POST_BYTES, "a post of {} bytes", piece.len());
-        let (posted, taken) = (self.word(POSTED_AT), self.word(TAKEN_AT));
+        let length: usize = parts.iter().map(|part| part.len()).sum();
+        assert!(length <= POST_BYTES, "a post of {length} bytes");
+        let layout = mailbox.layout();
+        let (posted, taken) = (self.word(layout.posted_at), self.word(layout.taken_at));
         let count = posted.load(Ordering::Relaxed);
         let free = || count.wrapping_sub(taken.load(Ordering::Acquire)) < POSTS as u32;
         let what = "to take what this rank posted (is it busy elsewhere, or in another call?)";
-        self.wait_for(op, (TAKEN_AT, SENDER_SLEEPS_AT), &free, what, (timeout, alive))?;
+        self.wait_for(
+            op,
+            (layout.taken_at, layout.sender_sleeps_at),
+            &free,
+            what,
+            (timeout, alive),
+        )?;
         if count.wrapping_sub(taken.load(Ordering::Acquire)) > POSTS as u32 {
             return Err(self.corrupt(op, "its mailbox's counters ran past each other"));
         }
-        let (head, buffer) = self.post_at(count);
+        let (head, buffer) = self.post_at(layout, count);
         let mut record = [0u8; HEADER_BYTES + 16];
         record[..HEADER_BYTES].copy_from_slice(&header.encode());
         record[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&(offset as u64).to_le_bytes());
-        record[HEADER_BYTES + 8..].copy_from_slice(&(piece.len() as u64).to_le_bytes());
-        // SAFETY: the header's bytes and the buffer lie inside the mapping; the receiver has
-        // freed this post (the acquire load above) and does not read it again until `posted`
-        // moves past it, below.
+        record[HEADER_BYTES + 8..].copy_from_slice(&(length as u64).to_le_bytes());
+        // SAFETY: the header's bytes and the buffer lie inside the mapping (the parts fill at
+        // most POST_BYTES); the receiver has freed this post (the acquire load above) and does
+        // not read it again until `posted` moves past it, below.
         #[allow(unsafe_code)]
         unsafe {
             std::ptr::copy_nonoverlapping(record.as_ptr(), head, record.len());
-            std::ptr::copy_nonoverlapping(piece.as_ptr(), buffer, piece.len());
+            let mut at = 0;
+            for part in parts {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), buffer.add(at), part.len());
+                at += part.len();
+            }
         }
         posted.store(count.wrapping_add(1), Ordering::SeqCst);
-        if self.word(RECEIVER_SLEEPS_AT).load(Ordering::SeqCst) != 0 {
+        if self.word(layout.receiver_sleeps_at).load(Ordering::SeqCst) != 0 {
             crate::platform::wake_word(posted);
         }
         Ok(())
@@ -107,7 +133,9 @@ impl Channel {
     /// The sending end: tells the receiver that this rank gave the group up, waking it.
     pub(crate) fn give_up(&self) {
         self.word(SENDER_GAVE_UP_AT).store(1, Ordering::SeqCst);
-        crate::platform::wake_word(self.word(POSTED_AT));
+        for layout in &MAILBOXES {
+            crate::platform::wake_word(self.word(layout.posted_at));
+        }
     }
 
     /// The receiving end: the error for a sender that gave the group up.
@@ -124,9 +152,10 @@ impl Channel {
 
     /// The sending end: the first `bytes` of its latest post, still in place (the sender
     /// alone writes it, and only `POSTS` posts later).
-    pub(crate) fn latest_post(&self, bytes: usize) -> &[u8] {
-        let count = self.word(POSTED_AT).load(Ordering::Relaxed);
-        let (_, buffer) = self.post_at(count.wrapping_sub(1));
+    pub(crate) fn latest_post(&self, mailbox: Mailbox, bytes: usize) -> &[u8] {
+        let layout = mailbox.layout();
+        let count = self.word(layout.posted_at).load(Ordering::Relaxed);
+        let (_, buffer) = self.post_at(layout, count.wrapping_sub(1));
         // SAFETY: the buffer lies inside the mapping and holds POST_BYTES; only this end
         // writes it, and not while the returned borrow of `self` lives (posting needs the
         // caller to let go of it first).
@@ -140,21 +169,29 @@ impl Channel {
     /// until [`Channel::release`].
     pub(crate) fn next_post(
         &self,
+        mailbox: Mailbox,
         op: &str,
         (timeout, alive): (Duration, &mut dyn FnMut() -> Result<()>),
     ) -> Result<Post<'_>> {
-        let (posted, taken) = (self.word(POSTED_AT), self.word(TAKEN_AT));
+        let layout = mailbox.layout();
+        let (posted, taken) = (self.word(layout.posted_at), self.word(layout.taken_at));
         let count = taken.load(Ordering::Relaxed);
         let gave_up = self.word(SENDER_GAVE_UP_AT);
         let ready =
             || posted.load(Ordering::Acquire) != count || gave_up.load(Ordering::Acquire) != 0;
         let what = "to post its part";
-        self.wait_for(op, (POSTED_AT, RECEIVER_SLEEPS_AT), &ready, what, (timeout, alive))?;
+        self.wait_for(
+            op,
+            (layout.posted_at, layout.receiver_sleeps_at),
+            &ready,
+            what,
+            (timeout, alive),
+        )?;
         self.gave_up(op)?;
         if posted.load(Ordering::Acquire).wrapping_sub(count) > POSTS as u32 {
             return Err(self.corrupt(op, "its mailbox's counters ran past each other"));
         }
-        let (head, buffer) = self.post_at(count);
+        let (head, buffer) = self.post_at(layout, count);
         let mut record = [0u8; HEADER_BYTES + 16];
         // SAFETY: the header lies inside the mapping; the sender published it (the acquire
         // load in the wait) and does not write it again until it is released.
@@ -181,10 +218,14 @@ impl Channel {
     }
 
     /// The receiving end: frees the post [`Channel::next_post`] returned.
-    pub(crate) fn release(&self) {
-        let taken = self.word(TAKEN_AT);
-        taken.store(taken.load(Ordering::Relaxed).wrapping_add(1), Ordering::SeqCst);
-        if self.word(SENDER_SLEEPS_AT).load(Ordering::SeqCst) != 0 {
+    pub(crate) fn release(&self, mailbox: Mailbox) {
+        let layout = mailbox.layout();
+        let taken = self.word(layout.taken_at);
+        taken.store(
+            taken.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::SeqCst,
+        );
+        if self.word(layout.sender_sleeps_at).load(Ordering::SeqCst) != 0 {
             crate::platform::wake_word(taken);
         }
     }
@@ -293,20 +334,38 @@ mod tests {
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 for round in 0..rounds {
-                    let piece: Vec<u8> = (0..(round as usize % 5000)).map(|i| (i as u64 ^ round) as u8).collect();
+                    let piece: Vec<u8> = (0..(round as usize % 5000))
+                        .map(|i| (i as u64 ^ round) as u8)
+                        .collect();
                     sender
-                        .post(&header(round), round as usize * 7, &piece, (timeout, &mut fine))
+                        .post(
+                            Mailbox::Collectives,
+                            &header(round),
+                            round as usize * 7,
+                            &[&piece],
+                            (timeout, &mut fine),
+                        )
                         .unwrap();
-                    assert_eq!(sender.latest_post(piece.len()), &piece[..]);
+                    assert_eq!(
+                        sender.latest_post(Mailbox::Collectives, piece.len()),
+                        &piece[..]
+                    );
                 }
             });
             for round in 0..rounds {
-                let post = receiver.next_post("all_sum", (timeout, &mut fine)).unwrap();
+                let post = receiver
+                    .next_post(Mailbox::Collectives, "all_sum", (timeout, &mut fine))
+                    .unwrap();
                 assert_eq!(post.header, header(round));
                 assert_eq!(post.offset, round * 7);
-                let expected: Vec<u8> = (0..(round as usize % 5000)).map(|i| (i as u64 ^ round) as u8).collect();
-                assert!(post.piece == &expected[..], "round {round} came back changed");
-                receiver.release();
+                let expected: Vec<u8> = (0..(round as usize % 5000))
+                    .map(|i| (i as u64 ^ round) as u8)
+                    .collect();
+                assert!(
+                    post.piece == &expected[..],
+                    "round {round} came back changed"
+                );
+                receiver.release(Mailbox::Collectives);
             }
         });
     }
@@ -316,14 +375,31 @@ mod tests {
         let (sender, _receiver) = pair(22);
         let short = Duration::from_millis(200);
         for round in 0..POSTS as u64 {
-            sender.post(&header(round), 0, &[1, 2, 3], (short, &mut fine)).unwrap();
+            sender
+                .post(
+                    Mailbox::Collectives,
+                    &header(round),
+                    0,
+                    &[&[1, 2], &[3]],
+                    (short, &mut fine),
+                )
+                .unwrap();
         }
         let start = Instant::now();
         let error = sender
-            .post(&header(9), 0, &[1], (short, &mut fine))
+            .post(
+                Mailbox::Collectives,
+                &header(9),
+                0,
+                &[&[1]],
+                (short, &mut fine),
+            )
             .unwrap_err()
             .to_string();
-        assert!(error.contains("rank 1") && error.contains("timed out"), "{error}");
+        assert!(
+            error.contains("rank 1") && error.contains("timed out"),
+            "{error}"
+        );
         assert!(start.elapsed() >= short);
     }
 
@@ -339,14 +415,29 @@ mod tests {
             })
         };
         let error = receiver
-            .next_post("all_sum", (Duration::from_secs(30), &mut gone))
+            .next_post(
+                Mailbox::Collectives,
+                "all_sum",
+                (Duration::from_secs(30), &mut gone),
+            )
             .err()
             .expect("no post came");
-        assert!(error.to_string().contains("closed its connection"), "{error}");
+        assert!(
+            error.to_string().contains("closed its connection"),
+            "{error}"
+        );
         assert!(start.elapsed() < Duration::from_secs(5));
         // A post made just before the peer left is read.
         let mut posted_then_gone = || {
-            sender.post(&header(0), 0, &[5; 16], (Duration::from_secs(1), &mut fine)).unwrap();
+            sender
+                .post(
+                    Mailbox::Collectives,
+                    &header(0),
+                    0,
+                    &[&[5; 16]],
+                    (Duration::from_secs(1), &mut fine),
+                )
+                .unwrap();
             Err(Error::Distributed {
                 op: "all_sum".into(),
                 rank: Some(0),
@@ -354,7 +445,11 @@ mod tests {
             })
         };
         let post = receiver
-            .next_post("all_sum", (Duration::from_secs(30), &mut posted_then_gone))
+            .next_post(
+                Mailbox::Collectives,
+                "all_sum",
+                (Duration::from_secs(30), &mut posted_then_gone),
+            )
             .expect("the post arrives");
         assert_eq!(post.piece, &[5; 16]);
     }
@@ -362,22 +457,38 @@ mod tests {
     #[test]
     fn counters_or_lengths_out_of_range_are_refused_as_corrupt() {
         let (sender, receiver) = pair(24);
-        sender.word(POSTED_AT).store(POSTS as u32 + 3, Ordering::SeqCst);
+        sender
+            .word(MAILBOXES[0].posted_at)
+            .store(POSTS as u32 + 3, Ordering::SeqCst);
         let error = receiver
-            .next_post("all_sum", (Duration::from_secs(5), &mut fine))
+            .next_post(
+                Mailbox::Collectives,
+                "all_sum",
+                (Duration::from_secs(5), &mut fine),
+            )
             .err()
             .expect("refused");
         assert!(error.to_string().contains("corrupt"), "{error}");
-        sender.word(POSTED_AT).store(1, Ordering::SeqCst);
-        let (head, _) = sender.post_at(0);
+        sender
+            .word(MAILBOXES[0].posted_at)
+            .store(1, Ordering::SeqCst);
+        let (head, _) = sender.post_at(&MAILBOXES[0], 0);
         // SAFETY: the header of post 0 lies inside the mapping; nothing else touches it now.
         #[allow(unsafe_code)]
         unsafe {
             std::ptr::copy_nonoverlapping(header(0).encode().as_ptr(), head, HEADER_BYTES);
-            std::ptr::copy_nonoverlapping(u64::MAX.to_le_bytes().as_ptr(), head.add(HEADER_BYTES + 8), 8);
+            std::ptr::copy_nonoverlapping(
+                u64::MAX.to_le_bytes().as_ptr(),
+                head.add(HEADER_BYTES + 8),
+                8,
+            );
         }
         let error = receiver
-            .next_post("all_sum", (Duration::from_secs(5), &mut fine))
+            .next_post(
+                Mailbox::Collectives,
+                "all_sum",
+                (Duration::from_secs(5), &mut fine),
+            )
             .err()
             .expect("refused");
         assert!(error.to_string().contains("claims"), "{error}");

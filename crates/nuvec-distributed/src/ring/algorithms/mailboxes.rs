@@ -16,7 +16,7 @@ use super::{kind_of, Calls};
 use crate::kernels::kernel_op;
 use crate::ring::channels::Nearby;
 use crate::ring::transport::Transport;
-use crate::shm::{Channel, POST_BYTES};
+use crate::shm::{Channel, Mailbox, POST_BYTES};
 use crate::tcp::frame::{Header, Kind};
 use nuvec_core::distributed::ReduceOp;
 use nuvec_core::{DType, Error, Result};
@@ -24,22 +24,37 @@ use nuvec_cpu::bytes::{combine_bytes, reduce_bytes};
 use std::ops::Range;
 
 /// The largest collective (bytes of the larger of its input and output) that takes this
-/// path on two ranks and on more; larger ones go round the ring, whose reductions are spread
-/// over the ranks (measured: `docs/performance.md`, "Tuning measurements").
-const MAILBOX_PATH_BYTES: usize = 1 << 20;
-const MAILBOX_PATH_BYTES_MORE_RANKS: usize = 256 << 10;
+/// path, by collective and group size. On two ranks the ring, whose two ranks each fold half
+/// and copy the other half, wins past these; on more ranks the mailboxes won at every size
+/// measured, up to 64 MB (`docs/performance.md`, "Tuning measurements").
+const TWO_RANK_SUM_BYTES: usize = 128 << 10;
+const TWO_RANK_BYTES: usize = 512 << 10;
+const MORE_RANKS_BYTES: usize = 64 << 20;
+/// The largest all-reduce on more than two ranks in which every rank folds every part;
+/// larger ones go in two phases, each rank folding one block.
+const MORE_RANKS_DIRECT_SUM_BYTES: usize = 8 << 10;
 
-/// Whether a collective of `bytes` on a group of `size` whose ranks all share this machine
-/// takes the mailboxes.
-pub(crate) fn uses_mailboxes(size: usize, bytes: usize) -> bool {
-    let limit = match size {
-        2 => MAILBOX_PATH_BYTES,
-        _ => MAILBOX_PATH_BYTES_MORE_RANKS,
-    };
+/// Whether a collective of `bytes` (its input or output, the larger) on a group of `size`
+/// whose ranks all share this machine takes the mailboxes; `sum` for an all-reduce.
+pub(crate) fn uses_mailboxes(size: usize, bytes: usize, sum: bool) -> bool {
     if let Ok(tuned) = std::env::var("NUVEC_TUNE_MAILBOX_BYTES") {
         return tuned.parse::<usize>().is_ok_and(|limit| bytes <= limit);
     }
-    bytes <= limit
+    bytes
+        <= match (size, sum) {
+            (2, true) => TWO_RANK_SUM_BYTES,
+            (2, false) => TWO_RANK_BYTES,
+            _ => MORE_RANKS_BYTES,
+        }
+}
+
+/// Whether an all-reduce of `bytes` on `size` ranks goes in two phases
+/// ([`all_reduce_in_blocks`]) rather than with every rank folding every part.
+pub(crate) fn reduces_in_blocks(size: usize, bytes: usize) -> bool {
+    if let Ok(tuned) = std::env::var("NUVEC_TUNE_DIRECT_BYTES") {
+        return tuned.parse::<usize>().is_ok_and(|limit| bytes > limit);
+    }
+    size > 2 && bytes > MORE_RANKS_DIRECT_SUM_BYTES
 }
 
 /// The pieces a payload of `bytes` is posted in (one, empty, for an empty payload: the
@@ -81,8 +96,13 @@ impl<'a, T: Transport + ?Sized> Call<'a, T> {
     fn post(&self, peer: usize, offset: usize, piece: &[u8]) -> Result<()> {
         let (t, kind) = (self.t, self.ours.kind);
         let mut alive = || t.still_going(kind, peer);
-        self.to(peer)?
-            .post(&self.ours, offset, piece, (t.timeout(), &mut alive))
+        self.to(peer)?.post(
+            Mailbox::Collectives,
+            &self.ours,
+            offset,
+            &[piece],
+            (t.timeout(), &mut alive),
+        )
     }
 
     /// Takes `peer`'s next piece, which must belong to this call, lie at `offset` and hold
@@ -90,7 +110,11 @@ impl<'a, T: Transport + ?Sized> Call<'a, T> {
     fn take(&self, peer: usize, offset: usize, bytes: usize) -> Result<&'a [u8]> {
         let (t, kind) = (self.t, self.ours.kind);
         let mut alive = || t.still_going(kind, peer);
-        let post = self.from(peer)?.next_post(kind.name(), (t.timeout(), &mut alive))?;
+        let post = self.from(peer)?.next_post(
+            Mailbox::Collectives,
+            kind.name(),
+            (t.timeout(), &mut alive),
+        )?;
         if post.header != self.ours {
             return Err(self.ours.mismatch(t.rank(), peer, &post.header));
         }
@@ -111,7 +135,7 @@ impl<'a, T: Transport + ?Sized> Call<'a, T> {
     }
 
     fn release(&self, peer: usize) -> Result<()> {
-        self.from(peer)?.release();
+        self.from(peer)?.release(Mailbox::Collectives);
         Ok(())
     }
 
@@ -122,7 +146,13 @@ impl<'a, T: Transport + ?Sized> Call<'a, T> {
 
     /// Folds into `out`, in rank order, every rank's piece at `offset` (this rank's from
     /// `own`), releasing each peer's piece once used.
-    fn fold(&self, out: &mut [u8], offset: usize, own: &[u8], (dtype, op): (DType, ReduceOp)) -> Result<()> {
+    fn fold(
+        &self,
+        out: &mut [u8],
+        offset: usize,
+        own: &[u8],
+        (dtype, op): (DType, ReduceOp),
+    ) -> Result<()> {
         let (rank, bytes) = (self.t.rank(), out.len());
         let part = |j: usize| match j == rank {
             true => Ok(own),
@@ -170,8 +200,71 @@ pub(crate) fn all_reduce<T: Transport + ?Sized>(
             call.post(peer, piece.start, &source[piece.clone()])?;
         }
         // This rank's part, as posted (the output may overwrite the input).
-        let own = call.to(first_peer)?.latest_post(piece.len());
+        let own = call
+            .to(first_peer)?
+            .latest_post(Mailbox::Collectives, piece.len());
         call.fold(&mut data[piece.clone()], piece.start, own, (dtype, op))?;
+    }
+    Ok(())
+}
+
+/// The byte range of block `j` of `bytes` split into `n` blocks of whole elements of `width`.
+fn block(j: usize, n: usize, (bytes, width): (usize, usize)) -> Range<usize> {
+    let elements = bytes / width;
+    j * elements / n * width..(j + 1) * elements / n * width
+}
+
+/// All-reduce in two phases, each rank folding one block: rank `j` receives block `j` of
+/// every rank's part and folds it in rank order, then posts the sum to every rank. Each rank
+/// folds 1/n of the data instead of all of it.
+pub(crate) fn all_reduce_in_blocks<T: Transport + ?Sized>(
+    t: &T,
+    near: &Nearby,
+    calls: &mut Calls,
+    (input, data): (Option<&[u8]>, &mut [u8]),
+    (dtype, op): (DType, ReduceOp),
+) -> Result<()> {
+    let bytes = data.len();
+    let call = start(t, near, calls, (kind_of(op), dtype, bytes));
+    let (rank, n, width) = (t.rank(), t.size(), dtype.size());
+    let blocks: Vec<Range<usize>> = (0..n).map(|j| block(j, n, (bytes, width))).collect();
+    let counts: Vec<usize> = blocks.iter().map(|b| pieces(b.len()).count()).collect();
+    let most = counts.iter().copied().max().unwrap_or(1);
+    let own = blocks[rank].clone();
+    // This rank's own block of its part, kept apart: the sum is written over it.
+    let mine = calls.scratch(own.len());
+    mine.copy_from_slice(&input.unwrap_or(data)[own.clone()]);
+    for k in 0..most {
+        for peer in call.others() {
+            if let Some(piece) = pieces(blocks[peer].len()).nth(k) {
+                let at = blocks[peer].start + piece.start;
+                call.post(
+                    peer,
+                    piece.start,
+                    &input.unwrap_or(data)[at..at + piece.len()],
+                )?;
+            }
+        }
+        if let Some(piece) = pieces(own.len()).nth(k) {
+            let out = &mut data[own.start + piece.start..own.start + piece.end];
+            call.fold(out, piece.start, &mine[piece.clone()], (dtype, op))?;
+        }
+    }
+    for k in 0..most {
+        if let Some(piece) = pieces(own.len()).nth(k) {
+            for peer in call.others() {
+                let at = own.start + piece.start;
+                call.post(peer, piece.start, &data[at..at + piece.len()])?;
+            }
+        }
+        for peer in call.others() {
+            if let Some(piece) = pieces(blocks[peer].len()).nth(k) {
+                let at = blocks[peer].start + piece.start;
+                let sum = call.take(peer, piece.start, piece.len())?;
+                data[at..at + piece.len()].copy_from_slice(sum);
+                call.release(peer)?;
+            }
+        }
     }
     Ok(())
 }

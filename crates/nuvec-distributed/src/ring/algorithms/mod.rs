@@ -105,7 +105,10 @@ pub(crate) fn all_reduce<T: Transport + ?Sized>(
         return Ok(());
     }
     let near = t.mailboxes();
-    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), data.len())) {
+    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), data.len(), true)) {
+        if mailboxes::reduces_in_blocks(t.size(), data.len()) {
+            return mailboxes::all_reduce_in_blocks(t, near, calls, (input, data), (dtype, op));
+        }
         return mailboxes::all_reduce(t, near, calls, (input, data), (dtype, op));
     }
     let star = t.full_mesh() && star::uses_star(t.size(), data.len());
@@ -141,7 +144,7 @@ pub(crate) fn all_gather<T: Transport + ?Sized>(
         return Ok(());
     }
     let near = t.mailboxes();
-    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), output.len())) {
+    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), output.len(), false)) {
         return mailboxes::all_gather(t, near, calls, (input, output), dtype);
     }
     let block = input.len();
@@ -184,7 +187,7 @@ pub(crate) fn reduce_scatter<T: Transport + ?Sized>(
         return Ok(());
     }
     let near = t.mailboxes();
-    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), input.len())) {
+    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), input.len(), false)) {
         return mailboxes::reduce_scatter(t, near, calls, (input, output), (dtype, op));
     }
     if t.full_mesh() && star::uses_star(t.size(), input.len()) {
