@@ -246,7 +246,9 @@ pub fn std(a: &Array, axes: impl IntoAxes, keepdims: bool, ddof: i32) -> Array {
     crate::ops::sqrt(&var(a, axes, keepdims, ddof))
 }
 
-/// `log(sum(exp(a)))` over `axes`, computed without overflow.
+/// `log(sum(exp(a)))` over `axes`, computed without overflow: over the last axis as MLX's
+/// one-pass `LogSumExp` (in float32 for half precision, with its derivatives through a precise
+/// softmax), over other axes from `max`, `exp`, `sum` and `log`.
 #[track_caller]
 pub fn logsumexp(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
     let axes = axes.into_axes();
@@ -262,12 +264,25 @@ pub fn logsumexp(a: &Array, axes: impl IntoAxes, keepdims: bool) -> Array {
             format!("received an empty array of shape {:?}", a.shape()),
         );
     }
-    let peak = crate::ops::stop_gradient(&max(&x, Axes(axes.clone()), true));
-    // An infinite peak would make x - peak NaN; shifting by 0 there gives the right inf.
-    let finite_peak = crate::ops::where_(crate::ops::isinf(&peak), 0.0, &peak);
-    let shifted = crate::ops::exp(&crate::ops::subtract(&x, &finite_peak));
-    let total = crate::ops::log(&reduce(ReduceOp::Sum, &shifted, axes.clone(), true));
-    let out = crate::ops::add(&total, &finite_peak);
+    let out = if one_pass_over_last_axis(a, &axes) {
+        let mut shape = x.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = 1;
+        }
+        Array::build1(
+            Arc::new(crate::primitives::softmax::LogSumExp),
+            vec![x],
+            shape,
+            dtype,
+        )
+    } else {
+        let peak = crate::ops::stop_gradient(&max(&x, Axes(axes.clone()), true));
+        // An infinite peak would make x - peak NaN; shifting by 0 there gives the right inf.
+        let finite_peak = crate::ops::where_(crate::ops::isinf(&peak), 0.0, &peak);
+        let shifted = crate::ops::exp(&crate::ops::subtract(&x, &finite_peak));
+        let total = crate::ops::log(&reduce(ReduceOp::Sum, &shifted, axes.clone(), true));
+        crate::ops::add(&total, &finite_peak)
+    };
     if keepdims {
         out
     } else {
@@ -291,9 +306,9 @@ pub fn softmax(a: &Array, axes: impl IntoAxes) -> Array {
     if x.size() == 0 {
         return x;
     }
-    if softmax_of_last_axis(a, &axes) {
+    if one_pass_over_last_axis(a, &axes) {
         return Array::build1(
-            Arc::new(crate::primitives::softmax::Softmax),
+            Arc::new(crate::primitives::softmax::Softmax { precise: false }),
             vec![x],
             a.shape().to_vec(),
             dtype,
@@ -309,9 +324,10 @@ pub fn softmax(a: &Array, axes: impl IntoAxes) -> Array {
     out
 }
 
-/// Whether MLX computes this softmax with its one-pass kernel: over the last axis, with any
-/// other axes given just before it and of length 1 (no axes given means all of them).
-fn softmax_of_last_axis(a: &Array, axes: &Option<Vec<i32>>) -> bool {
+/// Whether MLX computes this softmax or logsumexp with its one-pass kernel: over the last
+/// axis, with any other axes given just before it and of length 1 (no axes given means all of
+/// them).
+fn one_pass_over_last_axis(a: &Array, axes: &Option<Vec<i32>>) -> bool {
     let ndim = a.ndim() as i32;
     let given: Vec<i32> = match axes {
         None => (0..ndim).collect(),

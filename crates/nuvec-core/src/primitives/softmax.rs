@@ -1,7 +1,10 @@
-//! Softmax along the last axis as one primitive, as MLX's `Softmax`: one pass per row with
-//! MLX's roundings (half precision computed in the input's own type, the sum accumulated in
-//! it, the exponentials scaled by the rounded reciprocal of the sum) and MLX's derivative
-//! rules, `s·v − s·Σ(s·v)`.
+//! Softmax and logsumexp along the last axis as single primitives, as MLX's `Softmax` and
+//! `LogSumExp`: one pass per row with MLX's roundings (half-precision softmax computed in the
+//! input's own type, the sum accumulated in it, the exponentials scaled by the rounded
+//! reciprocal of the sum; a precise softmax and logsumexp in float32, rounded once) and MLX's
+//! derivative rules: `s·v − s·Σ(s·v)` for softmax, and for logsumexp a precise softmax
+//! (`c·softmax(x)` and `Σ t·softmax(x)`), whose half-precision roundings its higher
+//! derivatives inherit.
 
 use super::{output, same_as};
 use crate::primitive::{Input, OutputSpec, Primitive};
@@ -10,16 +13,46 @@ use nuvec_cpu::unary::exp_f32;
 use nuvec_cpu::{parallel, with_float_dtype, Buffer, DType, Float};
 use std::sync::Arc;
 
-/// Softmax over the last axis of a float array.
+/// Softmax over the last axis of a float array. `precise` computes a half-precision row in
+/// float32 and rounds once, as MLX's `softmax(..., precise=True)` (what the derivatives of
+/// its logsumexp use); float32 and float64 rows are computed alike either way.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Softmax;
+pub(crate) struct Softmax {
+    pub(crate) precise: bool,
+}
+
+/// A precise softmax over the last axis of `x` (a float array), as MLX's logsumexp derivatives
+/// compute it.
+fn precise_softmax(x: &Array) -> Array {
+    Array::build1(
+        Arc::new(Softmax { precise: true }),
+        vec![x.clone()],
+        x.shape().to_vec(),
+        x.dtype(),
+    )
+}
+
+/// `Σ term(v)` over `values` in float32, in eight lanes (an ulp apart at most from a sum in
+/// order), so that the loop vectorizes.
+#[inline(always)]
+fn lane_sum<T: Float>(values: &[T], term: impl Fn(T) -> f32) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let mut blocks = values.chunks_exact(8);
+    for block in &mut blocks {
+        for (lane, &v) in lanes.iter_mut().zip(block) {
+            *lane += term(v);
+        }
+    }
+    let tail: f32 = blocks.remainder().iter().map(|&v| term(v)).sum();
+    lanes.iter().sum::<f32>() + tail
+}
 
 /// One row: `out = exp(x - max) · (1 / Σ exp(x - max))`, each step rounded to `T` as MLX's
-/// CPU kernel rounds it (float64 in float64, everything else through float32). Half-precision
-/// sums run in order, rounded at each step, as MLX's; float32 sums in eight lanes (an ulp
-/// apart at most from a sum in order), so that every loop vectorizes.
+/// CPU kernel rounds it (float64 in float64, everything else through float32; a precise
+/// half-precision row in float32, rounded once at the end). Half-precision sums that are not
+/// precise run in order, rounded at each step, as MLX's; float32 sums in eight lanes.
 #[inline(always)]
-fn row<T: Float>(x: &[T], out: &mut [T]) {
+fn row<T: Float>(x: &[T], out: &mut [T], precise: bool) {
     if T::DTYPE == DType::F64 {
         let peak = x.iter().fold(f64::NEG_INFINITY, |m, v| m.max(v.to_f64()));
         let mut total = 0.0;
@@ -33,21 +66,22 @@ fn row<T: Float>(x: &[T], out: &mut [T]) {
             .for_each(|o| *o = T::from_f64(o.to_f64() * scale));
         return;
     }
-    let round = |v: f32| T::from_f32(v).to_f32();
     let peak = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(v.to_f32()));
+    if precise && T::DTYPE != DType::F32 {
+        // MLX's kernel with a float32 accumulator: the exponentials are computed again for
+        // the output rather than kept rounded.
+        let scale = 1.0 / lane_sum(x, |v| exp_f32(v.to_f32() - peak));
+        for (o, v) in out.iter_mut().zip(x) {
+            *o = T::from_f32(exp_f32(v.to_f32() - peak) * scale);
+        }
+        return;
+    }
+    let round = |v: f32| T::from_f32(v).to_f32();
     for (o, v) in out.iter_mut().zip(x) {
         *o = T::from_f32(exp_f32(round(v.to_f32() - peak)));
     }
     let total = if T::DTYPE == DType::F32 {
-        let mut lanes = [0.0f32; 8];
-        let mut blocks = out.chunks_exact(8);
-        for block in &mut blocks {
-            for (lane, v) in lanes.iter_mut().zip(block) {
-                *lane += v.to_f32();
-            }
-        }
-        let tail: f32 = blocks.remainder().iter().map(|v| v.to_f32()).sum();
-        lanes.iter().sum::<f32>() + tail
+        lane_sum(out, |e| e.to_f32())
     } else {
         out.iter()
             .fold(0.0f32, |total, e| round(total + e.to_f32()))
@@ -74,7 +108,7 @@ impl Primitive for Softmax {
                 parallel::for_each_row(out, width, |r, o| {
                     nuvec_cpu::with_wide_vectors(
                         #[inline(always)]
-                        || row(&x[r * width..(r + 1) * width], o),
+                        || row(&x[r * width..(r + 1) * width], o, self.precise),
                     )
                 });
             }),
@@ -115,7 +149,7 @@ impl Primitive for Softmax {
         axes: &[Option<usize>],
     ) -> Result<super::batching::Batched> {
         // The batch axis in front leaves the last axis last.
-        super::batching::batch_first(Softmax, inputs, outputs, axes)
+        super::batching::batch_first(self.clone(), inputs, outputs, axes)
     }
 
     fn output_shapes(&self, inputs: &[&[i32]], _traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
@@ -132,4 +166,118 @@ fn through(s: &Array, v: &Array) -> Array {
     let sv = multiply(s, v);
     let total = sum(&sv, -1, true);
     subtract(&sv, multiply(s, total))
+}
+
+/// One row's `log Σ exp(x)`: `max + log Σ exp(x - max)` computed in float32 (float64 for
+/// float64) and rounded once, an infinite maximum itself, a NaN propagated, as MLX's kernel.
+#[inline(always)]
+fn logsumexp_row<T: Float>(x: &[T]) -> T {
+    if T::DTYPE == DType::F64 {
+        let peak = x.iter().fold(f64::NEG_INFINITY, |m, v| {
+            let v = v.to_f64();
+            if v > m || v.is_nan() {
+                v
+            } else {
+                m
+            }
+        });
+        if peak.is_infinite() {
+            return T::from_f64(peak);
+        }
+        let total: f64 = x.iter().map(|v| (v.to_f64() - peak).exp()).sum();
+        return T::from_f64(total.ln() + peak);
+    }
+    let peak = x.iter().fold(f32::NEG_INFINITY, |m, v| {
+        let v = v.to_f32();
+        if v > m || v.is_nan() {
+            v
+        } else {
+            m
+        }
+    });
+    if peak.is_infinite() {
+        return T::from_f32(peak);
+    }
+    T::from_f32(lane_sum(x, |v| exp_f32(v.to_f32() - peak)).ln() + peak)
+}
+
+/// `log Σ exp(x)` over the last axis of a float array, kept as an axis of length 1, as MLX's
+/// `LogSumExp` (what `logsumexp` over the last axis builds).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LogSumExp;
+
+impl Primitive for LogSumExp {
+    fn name(&self) -> &str {
+        "logsumexp"
+    }
+
+    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+        let spec = &outputs[0];
+        let input = &inputs[0];
+        let width = input.shape.last().copied().unwrap_or(1);
+        with_float_dtype!(
+            spec.dtype,
+            T,
+            output::<T>(spec, |out| {
+                let x = input.slice::<T>();
+                parallel::for_each_row(out, 1, |r, o| {
+                    o[0] = nuvec_cpu::with_wide_vectors(
+                        #[inline(always)]
+                        || logsumexp_row(&x[r * width..(r + 1) * width]),
+                    )
+                });
+            }),
+            Err(crate::Error::eval(
+                "logsumexp",
+                format!("logsumexp is computed in a float type, got {}", spec.dtype)
+            ))
+        )
+    }
+
+    /// MLX's: the cotangent times a precise softmax of the input.
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        cotangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        Ok(vec![crate::ops::multiply(
+            &cotangents[0],
+            precise_softmax(&inputs[0]),
+        )])
+    }
+
+    /// MLX's: the sum over the last axis of the tangent times a precise softmax of the input.
+    fn jvp(
+        &self,
+        inputs: &[Array],
+        _outputs: &[Array],
+        tangents: &[Array],
+        _argnums: &[usize],
+    ) -> Result<Vec<Array>> {
+        let weighted = crate::ops::multiply(
+            tangents[0].astype(inputs[0].dtype()),
+            precise_softmax(&inputs[0]),
+        );
+        Ok(vec![crate::ops::sum(&weighted, -1, true)])
+    }
+
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<super::batching::Batched> {
+        // The batch axis in front leaves the last axis last.
+        super::batching::batch_first(LogSumExp, inputs, outputs, axes)
+    }
+
+    fn output_shapes(&self, inputs: &[&[i32]], _traced: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        let mut shape = inputs[0].to_vec();
+        *shape.last_mut()? = 1;
+        Some(vec![shape])
+    }
+
+    same_as!();
 }

@@ -70,7 +70,8 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
     Deliberate {
         name: "logsumexp's derivative at infinities",
         reason: "where inputs are infinite, MLX's gradient of logsumexp (a softmax after \
-                 subtracting an infinite maximum) is NaN; nuvec's is the limit",
+                 subtracting an infinite maximum) is NaN; nuvec's is the limit (over axes \
+                 other than the last: over the last, nuvec's is MLX's)",
         matches: |program, mlx, nuvec| {
             has_op(program, "logsumexp")
                 && differentiates(program)
@@ -321,9 +322,10 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         name: "an output returned twice",
         reason: "when a function returns the same array twice (also an input returned beside \
                  an op that MLX makes a no-op, such as astype to the same dtype or a slice of \
-                 everything, or beside a tangent that is the input's), MLX's vjp keeps one of \
-                 the two cotangents (nuvec adds them, which is the derivative) and its vmap \
-                 moves the batch axis of the copy again",
+                 everything, or beside a tangent that is the input's, as nested jvps of max \
+                 of a 0-d array give), MLX's vjp keeps one of the two cotangents (nuvec adds \
+                 them, which is the derivative) and its vmap moves the batch axis of the copy \
+                 again",
         matches: |program, mlx, nuvec| {
             let outputs = program["outputs"].as_array().cloned().unwrap_or_default();
             let inputs = program["inputs"].as_array().map_or(0, Vec::len) as u64;
@@ -339,11 +341,14 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                     })
             };
             // An output whose tangent is an input itself (MLX's add of a constant passes the
-            // tangent on unchanged, and the tester's tangents are the inputs).
+            // tangent on unchanged, its no-ops return their argument itself, as `max` of a 0-d
+            // array does, and the tester's tangents are the inputs): nested jvps return it
+            // twice.
             let input_as_tangent = |o: u64| {
                 let mut at = o;
                 while let Some(op) = at.checked_sub(inputs).and_then(|k| ops.get(k as usize)) {
-                    if op["op"] != "add_scalar" {
+                    let name = op["op"].as_str().unwrap_or("");
+                    if name != "add_scalar" && !NO_OPS_IN_MLX.contains(&name) {
                         return false;
                     }
                     at = op["args"][0].as_u64().unwrap_or(u64::MAX);
