@@ -100,6 +100,12 @@ fn settings() -> Result<Settings, String> {
             other => return Err(format!("unknown option {other}\n{USAGE}")),
         }
     }
+    if settings.min_iters > settings.max_iters {
+        return Err(format!(
+            "--min-iters {} is more than --max-iters {}\n{USAGE}",
+            settings.min_iters, settings.max_iters
+        ));
+    }
     Ok(settings)
 }
 

@@ -1,16 +1,20 @@
 //! The shared-memory channels of a ring group: which directions between its ranks have one,
 //! and what goes through them. Right after the connections form, every rank offers every
 //! other rank a channel and accepts those it can open (`shm/offers.rs`). Both ends then know
-//! which directions have a channel, so a message's size alone says where its payload goes:
-//! from [`SHARED_FROM`] bytes on, through the channel; below, and headers and abort notices,
-//! on TCP. Every chunk of a ring collective between neighbours that share a channel goes
-//! through it (`link.rs`; the small collectives' paths, through rank 0 or by recursive
-//! doubling, stay on TCP).
+//! which directions have a channel. A message to a rank with one is posted in the channel's
+//! message mailbox (`posted_messages.rs`), with its payload when it fits in a post; a larger
+//! payload follows as a message on TCP whose payload, from [`SHARED_FROM`] bytes on, goes
+//! through the channel's slots. Every chunk of a ring collective between neighbours that
+//! share a channel goes through it (`network.rs`); where the whole group shares the machine,
+//! the small collectives go through the channels' collective mailboxes
+//! (`algorithms/mailboxes.rs`). Abort notices travel on TCP, and a rank giving up also says
+//! so in its channels.
 //!
 //! `NUVEC_RING_SHARED_MEMORY=off` keeps every payload and chunk on TCP (`auto`, the default,
-//! offers channels). Each channel takes `shm::CHANNEL_BYTES` (1 MiB and a page) of shared
-//! memory, allocated when the group forms, per direction between two ranks on one machine: a
-//! group of n ranks on one machine holds n(n − 1) channels (12 MiB for 4 ranks, 56 MiB for 8).
+//! offers channels). Each channel takes `shm::CHANNEL_BYTES` (1.5 MiB and a page: 1 MiB of
+//! slots, two mailboxes of 256 KiB) of shared memory, allocated when the group forms, per
+//! direction between two ranks on one machine: a group of n ranks on one machine holds
+//! n(n − 1) channels (18 MiB for 4 ranks, 84 MiB for 8).
 //! Where that memory cannot be had (a small `/dev/shm`), the directions left over stay on TCP.
 //!
 //! Channels beat TCP on ping-pongs from 32 KB up, on 2 ranks and on 4; at 16 KB and below TCP
@@ -240,6 +244,37 @@ mod tests {
             rank_1.recv(&mut got, DType::F32, &shape, 0).unwrap();
             assert!(got == second);
         });
+    }
+
+    #[test]
+    fn messages_of_another_size_are_refused_whether_posted_whole_or_not() {
+        let (rank_0, rank_1) = two_ranks();
+        let small: Vec<u8> = (0..64).map(|i| i as u8).collect();
+        let large = vec![5u8; 4 << 20];
+        // A small message (posted whole) where a large one is expected, then the reverse (a
+        // large one's payload follows on the connection and the channel): each is refused
+        // naming both sides, and the message after it arrives intact.
+        for (sent, expected) in [(&small, large.len()), (&large, small.len())] {
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    let shape = [(sent.len() / 4) as i32];
+                    rank_0.send(sent, DType::F32, &shape, 1).unwrap();
+                    rank_0.send(&small, DType::F32, &[16], 1).unwrap();
+                });
+                let mut got = vec![0u8; expected];
+                let error = rank_1
+                    .recv(&mut got, DType::F32, &[(expected / 4) as i32], 0)
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    error.contains("rank 0 sent") && error.contains("expected"),
+                    "{error}"
+                );
+                let mut next = vec![0u8; small.len()];
+                rank_1.recv(&mut next, DType::F32, &[16], 0).unwrap();
+                assert_eq!(next, small);
+            });
+        }
     }
 
     #[test]

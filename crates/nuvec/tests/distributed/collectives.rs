@@ -66,10 +66,43 @@ const RING_ELEMENTS: [i32; 3] = [16_411, 393_219, (1 << 20) + 5];
 /// Every ring collective at [`RING_ELEMENTS`] against references computed locally (small
 /// integers, so every order of addition gives the same bits).
 fn ring_collectives_match_references(group: Group) {
+    collectives_match_references_at(group, &RING_ELEMENTS);
+}
+
+/// Sizes, in floats, that take the mailboxes of a group on one machine: fewer than the ranks,
+/// a page, just under a post (the largest two-rank sum on this path), 50_001 (a two-rank
+/// gather of 400 KB in two pieces a rank), and 600_001 (on more ranks, a two-phase sum whose
+/// blocks go in several pieces each). All but one are odd, so blocks differ by an element.
+const MAILBOX_ELEMENTS: [i32; 5] = [3, 1025, 32_000, 50_001, 600_001];
+
+#[test]
+fn mailbox_collectives_on_2_ranks_match_references() {
+    run_ranks(test_name!(), 2, TIMEOUT, |group| {
+        collectives_match_references_at(group, &MAILBOX_ELEMENTS)
+    });
+}
+
+#[test]
+fn mailbox_collectives_on_3_ranks_match_references() {
+    run_ranks(test_name!(), 3, TIMEOUT, |group| {
+        collectives_match_references_at(group, &MAILBOX_ELEMENTS)
+    });
+}
+
+#[test]
+fn mailbox_collectives_on_4_ranks_match_references() {
+    run_ranks(test_name!(), 4, TIMEOUT, |group| {
+        collectives_match_references_at(group, &MAILBOX_ELEMENTS)
+    });
+}
+
+/// `all_sum`, `all_max` (float32 and bfloat16), `all_gather` and `sum_scatter` of each size
+/// in `sizes` against references computed locally.
+fn collectives_match_references_at(group: Group, sizes: &[i32]) {
     let (rank, size) = (group.rank(), group.size());
     let n = size as i32;
     let floats = |a: &Array| a.to_vec::<f32>().unwrap();
-    for elements in RING_ELEMENTS {
+    for &elements in sizes {
         let what = format!("{elements} floats on {size} ranks, rank {rank}");
         let shape = [elements];
         let x = references::input(rank, &shape, DType::F32);
@@ -202,14 +235,14 @@ fn uneven_floats(rank: usize, elements: i32) -> Array {
     ops::sin(&(base * (0.37 * (rank + 1) as f32))) * 1000.0 + 1e-3 * rank as f32
 }
 
-/// Small sums on 3 and 4 ranks go through rank 0, which adds the parts in rank order: every
-/// rank gets the bits of the local fold ((x0 + x1) + x2) + x3, at every size up to the path's
-/// limit (16 KiB on a power-of-two group, 64 KiB otherwise), and again on a rerun;
-/// `sum_scatter` gives this rank's rows of the same fold.
+/// Sums on 3 and 4 ranks of one machine add the parts in rank order (in every rank's
+/// mailbox, or in rank 0's on the path through it): every rank gets the bits of the local
+/// fold ((x0 + x1) + x2) + x3, at sizes on every small path (the largest folded by blocks),
+/// and again on a rerun; `sum_scatter` gives this rank's rows of the same fold.
 fn small_float_sums_match_the_rank_order_fold(group: Group) {
     let (rank, size) = (group.rank(), group.size());
     let largest = if size.is_power_of_two() { 4096 } else { 16384 };
-    for elements in [size as i32, 1000, largest] {
+    for elements in [size as i32, 1000, largest, 100_003] {
         let fold = (1..size)
             .fold(uneven_floats(0, elements), |acc, r| {
                 acc + uneven_floats(r, elements)
