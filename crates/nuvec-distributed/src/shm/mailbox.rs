@@ -246,11 +246,12 @@ impl Channel {
         }
         let start = Instant::now();
         while start.elapsed() < self.spin {
+            // A pause can take a hundred cycles: look after each one.
             for _ in 0..32 {
                 std::hint::spin_loop();
-            }
-            if ready() {
-                return Ok(());
+                if ready() {
+                    return Ok(());
+                }
             }
         }
         while start.elapsed() < YIELD_FOR {
