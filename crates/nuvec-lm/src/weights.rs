@@ -33,11 +33,11 @@ impl<T: Element> AsRef<[T]> for Mapped<T> {
 
 impl<T: Element> Mapped<T> {
     /// The values in `segments` (byte ranges of `map`, in order) as one array of `shape`:
-    /// in place when there is one segment aligned for `T`, otherwise copied in one pass into
-    /// aligned memory, after which the copied pages of the file are given back.
-    fn array(map: &Arc<Mmap>, segments: &[(usize, usize)], shape: &[i32]) -> Array {
+    /// in place when there is one segment aligned for `T` (unless `copy`), otherwise copied in
+    /// one pass into aligned memory, after which the copied pages of the file are given back.
+    fn array(map: &Arc<Mmap>, segments: &[(usize, usize)], shape: &[i32], copy: bool) -> Array {
         let width = size_of::<T>();
-        if let [(offset, bytes)] = segments {
+        if let (false, [(offset, bytes)]) = (copy, segments) {
             if T::DTYPE != DType::Bool && offset.is_multiple_of(align_of::<T>()) {
                 let mapped = Mapped::<T> {
                     map: map.clone(),
@@ -52,30 +52,53 @@ impl<T: Element> Mapped<T> {
         // usually not aligned: they are copied into aligned memory.
         let len: usize = segments.iter().map(|(_, bytes)| bytes / width).sum();
         let mut values: Vec<T> = Vec::with_capacity(len);
+        // The file's pages are given back every few megabytes as they are copied, so a large
+        // tensor is not resident twice (its pages and its copy) while it is read.
+        let mut unreleased = segments.first().map_or(0, |first| first.0);
         for &(offset, bytes) in segments {
-            let from = &map[offset..offset + bytes];
-            if T::DTYPE == DType::Bool || cfg!(target_endian = "big") {
-                values.extend(from.chunks_exact(width).map(T::read_le));
-                continue;
-            }
-            let filled = values.len();
-            // SAFETY: `values` has room for `len ≥ filled + bytes / width` elements; `from`
-            // holds `bytes` bytes (checked by safetensors) apart from `values`; any bits are a
-            // valid value of the numeric types copied here (bool took the path above), and
-            // the file's little-endian order is this machine's.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    from.as_ptr(),
-                    values.as_mut_ptr().add(filled).cast::<u8>(),
-                    bytes,
-                );
-                values.set_len(filled + bytes / width);
+            for start in (offset..offset + bytes).step_by(RELEASE_EVERY) {
+                let end = (start + RELEASE_EVERY).min(offset + bytes);
+                copy_into(&mut values, &map[start..end], len);
+                if end - unreleased >= RELEASE_EVERY {
+                    release(map, unreleased, end - unreleased);
+                    unreleased = end;
+                }
             }
         }
         if let (Some(first), Some(last)) = (segments.first(), segments.last()) {
             release(map, first.0, last.0 + last.1 - first.0);
         }
         Array::from_vec(values, shape)
+    }
+}
+
+/// How many bytes of a tensor are copied before the file's pages they came from are given
+/// back.
+const RELEASE_EVERY: usize = 8 << 20;
+
+/// Appends the values in `from` (little-endian, whole values) to `values`, which has room for
+/// `len` values in all.
+fn copy_into<T: Element>(values: &mut Vec<T>, from: &[u8], len: usize) {
+    let width = size_of::<T>();
+    if T::DTYPE == DType::Bool || cfg!(target_endian = "big") {
+        values.extend(from.chunks_exact(width).map(T::read_le));
+        return;
+    }
+    let filled = values.len();
+    let count = from.len() / width;
+    assert!(filled + count <= len, "a tensor's segments exceed its size");
+    // SAFETY: `values` has room for `len ≥ filled + count` elements (checked above); `from`
+    // holds `count * width` bytes (whole values: `RELEASE_EVERY` and the segments are
+    // multiples of the width) apart from `values`; any bits are a valid value of the numeric
+    // types copied here (bool took the path above), and the file's little-endian order is
+    // this machine's.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            from.as_ptr(),
+            values.as_mut_ptr().add(filled).cast::<u8>(),
+            count * width,
+        );
+        values.set_len(filled + count);
     }
 }
 
@@ -110,7 +133,7 @@ struct Stored {
 impl Stored {
     /// Part `index` of `parts` equal parts along `axis` (the caller checked that they are
     /// equal), reading only its bytes.
-    fn part(&self, axis: usize, index: usize, parts: usize) -> Array {
+    fn part(&self, axis: usize, index: usize, parts: usize, copy: bool) -> Array {
         let dims: Vec<usize> = self.shape.iter().map(|&d| d as usize).collect();
         let width = self.dtype.size();
         let outer: usize = dims[..axis].iter().product();
@@ -128,7 +151,7 @@ impl Stored {
         with_dtype!(
             self.dtype,
             T,
-            Mapped::<T>::array(&self.map, &segments, &shape)
+            Mapped::<T>::array(&self.map, &segments, &shape, copy)
         )
     }
 }
@@ -147,23 +170,27 @@ impl Tensor {
         }
     }
 
-    fn whole(self) -> Array {
+    fn whole(self, copy: bool) -> Array {
         match self {
             Tensor::Stored(stored) => {
                 let elements: usize = stored.shape.iter().map(|&d| d as usize).product();
                 let segment = [(stored.offset, elements * stored.dtype.size())];
                 let segments = &segment[..usize::from(elements > 0)];
                 let (map, shape) = (&stored.map, &stored.shape);
-                with_dtype!(stored.dtype, T, Mapped::<T>::array(map, segments, shape))
+                with_dtype!(
+                    stored.dtype,
+                    T,
+                    Mapped::<T>::array(map, segments, shape, copy)
+                )
             }
             Tensor::Built(array) => array,
         }
     }
 
     /// Part `index` of `parts` (at least 2) along `axis`.
-    fn part(self, axis: usize, index: usize, parts: usize) -> Array {
+    fn part(self, axis: usize, index: usize, parts: usize, copy: bool) -> Array {
         match self {
-            Tensor::Stored(stored) => stored.part(axis, index, parts),
+            Tensor::Stored(stored) => stored.part(axis, index, parts, copy),
             Tensor::Built(array) => {
                 let along = array.shape()[axis] / parts as i32;
                 let mut start = vec![0; array.ndim()];
@@ -180,6 +207,10 @@ impl Tensor {
 #[derive(Default)]
 pub struct Weights {
     tensors: BTreeMap<String, (Tensor, PathBuf)>,
+    /// The mapped files.
+    maps: Vec<Arc<Mmap>>,
+    /// Whether every tensor taken is copied out of its file (see [`Weights::copy_out`]).
+    copy: bool,
 }
 
 impl std::fmt::Debug for Weights {
@@ -219,6 +250,7 @@ impl Weights {
         // (MLX included) we rely on it not being truncated or rewritten while in use.
         let map = unsafe { Mmap::map(&handle) }.map_err(|e| Error::load(file, e.to_string()))?;
         let map = Arc::new(map);
+        self.maps.push(map.clone());
         let parsed = SafeTensors::deserialize(&map[..]).map_err(|e| {
             Error::load(
                 file,
@@ -259,6 +291,7 @@ impl Weights {
                 .into_iter()
                 .map(|(k, v)| (k, (Tensor::Built(v), PathBuf::from("<memory>"))))
                 .collect(),
+            ..Weights::default()
         }
     }
 
@@ -327,9 +360,9 @@ impl Weights {
             ));
         }
         Ok(if parts == 1 {
-            tensor.whole()
+            tensor.whole(self.copy)
         } else {
-            tensor.part(axis, index, parts)
+            tensor.part(axis, index, parts, self.copy)
         })
     }
 
@@ -359,9 +392,25 @@ impl Weights {
             .insert(name, (Tensor::Built(array), PathBuf::from("<sanitized>")));
     }
 
+    /// Copies every tensor taken from now on out of its file instead of using it in place,
+    /// and lets [`Weights::finish`] give back every page of the files. For a rank that keeps
+    /// a share of the checkpoint: a page of the file holding bytes of its share and of
+    /// others' would otherwise stay resident, and the kernel maps a file's pages in groups
+    /// (large folios: up to 2 MiB on Linux), so a share used in place held about 20% more
+    /// than its own bytes (`docs/performance.md`, "Across ranks").
+    pub fn copy_out(&mut self) {
+        self.copy = true;
+    }
+
     /// The names nobody took: a checkpoint with tensors the model does not know is refused,
     /// as MLX's `load_weights(strict=True)` does.
     pub fn finish(self, dir: &Path) -> Result<()> {
+        if self.copy {
+            // Nothing is used in place: no page of the files is needed any more.
+            for map in &self.maps {
+                release(map, 0, map.len());
+            }
+        }
         if self.tensors.is_empty() {
             return Ok(());
         }

@@ -13,6 +13,7 @@ pub mod transformer;
 use crate::cache::KvCache;
 use crate::weights::Weights;
 use crate::{Error, Result};
+use nuvec_core::distributed::Group;
 use nuvec_core::{Array, DType};
 use serde_json::Value;
 use std::path::Path;
@@ -82,6 +83,10 @@ impl Model {
                 ),
             ));
         };
+        let split = |group: &Option<Group>| group.as_ref().is_some_and(|g| g.size() > 1);
+        if split(&parallel.tensor) || split(&parallel.pipeline) {
+            weights.copy_out();
+        }
         let built = loader(&config, &mut weights)
             .and_then(|spec| Transformer::load(spec, &mut weights, parallel));
         let transformer = built.map_err(|e| match e {
