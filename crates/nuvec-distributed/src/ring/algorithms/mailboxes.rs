@@ -37,9 +37,6 @@ const MORE_RANKS_DIRECT_SUM_BYTES: usize = 8 << 10;
 /// Whether a collective of `bytes` (its input or output, the larger) on a group of `size`
 /// whose ranks all share this machine takes the mailboxes; `sum` for an all-reduce.
 pub(crate) fn uses_mailboxes(size: usize, bytes: usize, sum: bool) -> bool {
-    if let Some(limit) = tuned("NUVEC_TUNE_MAILBOX_BYTES") {
-        return bytes <= limit;
-    }
     bytes
         <= match (size, sum) {
             (2, true) => TWO_RANK_SUM_BYTES,
@@ -51,20 +48,7 @@ pub(crate) fn uses_mailboxes(size: usize, bytes: usize, sum: bool) -> bool {
 /// Whether an all-reduce of `bytes` on `size` ranks goes in two phases
 /// ([`all_reduce_in_blocks`]) rather than with every rank folding every part.
 pub(crate) fn reduces_in_blocks(size: usize, bytes: usize) -> bool {
-    if let Some(limit) = tuned("NUVEC_TUNE_DIRECT_BYTES") {
-        return bytes > limit;
-    }
     size > 2 && bytes > MORE_RANKS_DIRECT_SUM_BYTES
-}
-
-/// A limit set for tuning.
-fn tuned(name: &'static str) -> Option<usize> {
-    static LIMITS: std::sync::OnceLock<[Option<usize>; 2]> = std::sync::OnceLock::new();
-    let limits = LIMITS.get_or_init(|| {
-        ["NUVEC_TUNE_MAILBOX_BYTES", "NUVEC_TUNE_DIRECT_BYTES"]
-            .map(|name| std::env::var(name).ok().and_then(|v| v.parse().ok()))
-    });
-    limits[usize::from(name == "NUVEC_TUNE_DIRECT_BYTES")]
 }
 
 /// The pieces a payload of `bytes` is posted in (one, empty, for an empty payload: the
