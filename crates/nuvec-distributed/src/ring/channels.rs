@@ -118,10 +118,27 @@ impl Nearby {
                 _ => to[dst] = None,
             }
         }
-        let everyone = others.len() + 1 == size
+        let mine = others.len() + 1 == size
             && others
                 .iter()
                 .all(|&peer| to[peer].is_some() && from[peer].is_some());
+        // The mailbox path is open only if every rank has all its channels: a rank that
+        // could not open one (a full /dev/shm, say) must not leave the others on a path it
+        // does not take. Every rank tells every other what it has.
+        let said = [u8::from(mine)];
+        for &peer in &others {
+            connections
+                .writer("init", peer)?
+                .write_through("init", &[&said], 1, timeout)?;
+        }
+        let mut everyone = mine;
+        for &peer in &others {
+            let mut theirs = [0u8; 1];
+            connections
+                .reader("init", peer)?
+                .read_message("init", &mut theirs, timeout)?;
+            everyone &= theirs[0] == 1;
+        }
         // Where the ranks on this machine outnumber its cores, the rank a wait is for may
         // need this core: waits spin only briefly before yielding it.
         let local = 1 + others.iter().filter(|&&peer| from[peer].is_some()).count();

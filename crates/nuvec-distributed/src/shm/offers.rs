@@ -74,12 +74,15 @@ pub(crate) fn accept(src: usize, offer: &[u8; OFFER_BYTES]) -> Option<Channel> {
 }
 
 /// What a peer that offers no channel and declines every offer writes after the
-/// connections form, and how many bytes it reads back: for tests that play a rank by hand.
+/// connections form, and how many bytes it reads back (on a group of two): for tests that
+/// play a rank by hand.
 #[cfg(test)]
 pub(crate) fn declining_exchange() -> (Vec<u8>, usize) {
     let mut bytes = empty_offer().to_vec();
     bytes.extend_from_slice(NO);
-    (bytes, OFFER_BYTES + NO.len())
+    // Then: this rank does not have every channel (`ring/channels.rs`).
+    bytes.push(0);
+    (bytes, OFFER_BYTES + NO.len() + 1)
 }
 
 #[cfg(test)]
