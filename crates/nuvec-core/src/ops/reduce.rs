@@ -314,9 +314,15 @@ pub fn softmax(a: &Array, axes: impl IntoAxes) -> Array {
             dtype,
         );
     }
+    // MLX's construction, whose binary ops broadcast their operands first: the sum enters the
+    // division broadcast to the input's shape. Its derivatives see that: the division's jvp
+    // squares the broadcast sum, and a vjp after it adds the broadcast sum's cotangents at
+    // full shape before summing them over `axes`, rounding as MLX's do in half precision.
+    // (The maximum's broadcast carries no derivative, so it stays implicit.)
     let peak = crate::ops::stop_gradient(&max(&x, Axes(axes.clone()), true));
     let e = crate::ops::exp(&crate::ops::subtract(&x, &peak));
-    let out = crate::ops::divide(&e, reduce(ReduceOp::Sum, &e, axes, true));
+    let total = reduce(ReduceOp::Sum, &e, axes, true);
+    let out = crate::ops::divide(&e, crate::ops::broadcast_to(&total, x.shape()));
     if a.ndim() == 0 {
         // MLX gives a 0-d softmax (1) in the input's dtype, integer or boolean too.
         return out.astype(a.dtype());

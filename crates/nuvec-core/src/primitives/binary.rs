@@ -134,10 +134,21 @@ impl Primitive for Binary {
         argnums: &[usize],
     ) -> Result<Vec<Array>> {
         let out = &outputs[0];
+        // MLX's jvp of power computes the power again rather than reading the output: a node
+        // of its own, whose cotangents a vjp after the jvp sums apart from the output's.
+        let again = (self.0 == BinaryOp::Power).then(|| {
+            Array::build1(
+                Arc::new(self.clone()),
+                inputs.to_vec(),
+                out.shape().to_vec(),
+                out.dtype(),
+            )
+        });
+        let value = again.as_ref().unwrap_or(out);
         let terms = argnums
             .iter()
             .zip(tangents)
-            .map(|(&i, t)| self.partial(i, inputs, out, &t.astype(inputs[i].dtype())));
+            .map(|(&i, t)| self.partial(i, inputs, value, &t.astype(inputs[i].dtype())));
         Ok(vec![super::sum_of_terms(terms, out)])
     }
 

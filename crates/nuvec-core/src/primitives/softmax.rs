@@ -129,6 +129,8 @@ impl Primitive for Softmax {
         Ok(vec![through(&outputs[0], &cotangents[0])])
     }
 
+    /// MLX's: the rule of the vjp with the softmax computed again, a node of its own rather
+    /// than the output (so a vjp after the jvp sums its cotangents apart from the output's).
     fn jvp(
         &self,
         inputs: &[Array],
@@ -136,10 +138,14 @@ impl Primitive for Softmax {
         tangents: &[Array],
         _argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        Ok(vec![through(
-            &outputs[0],
-            &tangents[0].astype(inputs[0].dtype()),
-        )])
+        let x = &inputs[0];
+        let again = Array::build1(
+            Arc::new(self.clone()),
+            vec![x.clone()],
+            x.shape().to_vec(),
+            outputs[0].dtype(),
+        );
+        Ok(vec![through(&again, &tangents[0].astype(x.dtype()))])
     }
 
     fn vmap(
@@ -160,12 +166,14 @@ impl Primitive for Softmax {
 }
 
 /// `s·v − s·Σ(s·v)` over the last axis: the vjp of a cotangent `v` and the jvp of a tangent
-/// `v` alike (the Jacobian is symmetric), in MLX's order.
+/// `v` alike (the Jacobian is symmetric), in MLX's order, the sum broadcast to `s`'s shape
+/// before the product as MLX's `multiply` broadcasts it (the derivatives of this derivative
+/// add the broadcast sum's cotangents at full shape before summing them, as MLX's).
 fn through(s: &Array, v: &Array) -> Array {
-    use crate::ops::{multiply, subtract, sum};
+    use crate::ops::{broadcast_to, multiply, subtract, sum};
     let sv = multiply(s, v);
     let total = sum(&sv, -1, true);
-    subtract(&sv, multiply(s, total))
+    subtract(&sv, multiply(s, broadcast_to(&total, s.shape())))
 }
 
 /// One row's `log Σ exp(x)`: `max + log Σ exp(x - max)` computed in float32 (float64 for
@@ -242,9 +250,11 @@ impl Primitive for LogSumExp {
         cotangents: &[Array],
         _argnums: &[usize],
     ) -> Result<Vec<Array>> {
+        // MLX's `multiply` broadcasts the cotangent (an axis of 1 last) first.
+        let x = &inputs[0];
         Ok(vec![crate::ops::multiply(
-            &cotangents[0],
-            precise_softmax(&inputs[0]),
+            crate::ops::broadcast_to(&cotangents[0], x.shape()),
+            precise_softmax(x),
         )])
     }
 

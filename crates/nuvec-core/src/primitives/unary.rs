@@ -68,11 +68,25 @@ impl Primitive for Unary {
         tangents: &[Array],
         _argnums: &[usize],
     ) -> Result<Vec<Array>> {
-        Ok(vec![self.times_derivative(
-            &inputs[0],
-            &outputs[0],
-            &tangents[0],
-        )])
+        let x = &inputs[0];
+        // Where the derivative is written with the function's value, MLX's jvp computes the
+        // function again rather than reading the output: a node of its own, whose cotangents
+        // a vjp after the jvp sums apart from the output's (in another order, which rounding
+        // tells apart).
+        let again;
+        let out = match self.0 {
+            UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Sigmoid | UnaryOp::ErfInv => {
+                again = Array::build1(
+                    Arc::new(self.clone()),
+                    vec![x.clone()],
+                    x.shape().to_vec(),
+                    outputs[0].dtype(),
+                );
+                &again
+            }
+            _ => &outputs[0],
+        };
+        Ok(vec![self.times_derivative(x, out, &tangents[0])])
     }
 
     super::batching::vmap_elementwise!();
