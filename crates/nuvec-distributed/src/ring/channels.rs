@@ -11,10 +11,10 @@
 //! so in its channels.
 //!
 //! `NUVEC_RING_SHARED_MEMORY=off` keeps every payload and chunk on TCP (`auto`, the default,
-//! offers channels). Each channel takes `shm::CHANNEL_BYTES` (1.5 MiB and a page: 1 MiB of
-//! slots, two mailboxes of 256 KiB) of shared memory, allocated when the group forms, per
-//! direction between two ranks on one machine: a group of n ranks on one machine holds
-//! n(n − 1) channels (18 MiB for 4 ranks, 84 MiB for 8).
+//! offers channels). Each channel takes `shm::CHANNEL_BYTES` (1.75 MiB and a page: 1 MiB of
+//! slots, the collectives' mailbox of 256 KiB, the messages' of 512 KiB) of shared memory,
+//! allocated when the group forms, per direction between two ranks on one machine: a group
+//! of n ranks on one machine holds n(n − 1) channels (21 MiB for 4 ranks, 98 MiB for 8).
 //! Where that memory cannot be had (a small `/dev/shm`), the directions left over stay on TCP.
 //!
 //! Channels beat TCP on ping-pongs from 32 KB up, on 2 ranks and on 4; at 16 KB and below TCP
@@ -292,6 +292,26 @@ mod tests {
                 assert_eq!(next, small);
             });
         }
+    }
+
+    #[test]
+    fn both_ranks_can_send_many_small_messages_before_receiving_any() {
+        let (rank_0, rank_1) = two_ranks();
+        let count = 24;
+        let exchange = |me: &RingCommunicator, peer: usize| {
+            for i in 0..count {
+                me.send(&[i as u8; 64], DType::U8, &[64], peer).unwrap();
+            }
+            for i in 0..count {
+                let mut got = [0u8; 64];
+                me.recv(&mut got, DType::U8, &[64], peer).unwrap();
+                assert_eq!(got, [i as u8; 64], "message {i}");
+            }
+        };
+        std::thread::scope(|scope| {
+            scope.spawn(|| exchange(&rank_1, 0));
+            exchange(&rank_0, 1);
+        });
     }
 
     #[test]

@@ -10,7 +10,7 @@
 
 use super::network::Network;
 use super::transport::Transport;
-use crate::shm::{Channel, Mailbox, POST_BYTES};
+use crate::shm::{Channel, Mailbox, MESSAGE_POST_BYTES};
 use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
 use nuvec_core::{DType, Error, Result};
 
@@ -43,7 +43,7 @@ impl Network {
                 reason,
             }
         })?;
-        let inline = shape.len() + data.len() <= POST_BYTES;
+        let inline = shape.len() + data.len() <= MESSAGE_POST_BYTES;
         let parts: &[&[u8]] = if inline { &[shape, data] } else { &[shape] };
         let mut alive = || self.still_going(Kind::Send, dst);
         channel.post(

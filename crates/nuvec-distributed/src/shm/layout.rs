@@ -17,18 +17,23 @@ pub(crate) const TOKEN_BYTES: usize = 16;
 pub(crate) const HEAD_AT: usize = 128;
 pub(crate) const TAIL_AT: usize = 256;
 
-/// The mailboxes (`mailbox.rs`): posts a sender may leave unread before it waits.
+/// The collectives' mailbox (`mailbox.rs`): posts a sender may leave unread before it waits,
+/// and bytes of payload per post.
 pub(crate) const POSTS: usize = 2;
-/// Bytes of payload per post.
 pub(crate) const POST_BYTES: usize = 128 << 10;
+/// The messages' mailbox: many small posts, so a rank can send a few dozen small messages
+/// before the receiver takes the first, as a socket's buffers allowed before the mailboxes.
+pub(crate) const MESSAGE_POSTS: usize = 32;
+pub(crate) const MESSAGE_POST_BYTES: usize = 16 << 10;
 /// Where the mailboxes' buffers start, after the slots.
 pub(crate) const POSTS_AT: usize = SLOTS_AT + SLOTS * SLOT_BYTES;
 /// Where a sender that gave the group up says so (on the first mailbox's sender line).
 pub(crate) const SENDER_GAVE_UP_AT: usize = 392;
 
-/// Where one mailbox's words, headers and buffers lie. The words its sender writes (how many
-/// it posted; whether it sleeps waiting for a free buffer) and those its receiver writes (how
-/// many it took; whether it sleeps waiting for a post) are on cache lines of their own.
+/// Where one mailbox's words, headers and buffers lie, and how many posts of how many bytes
+/// it holds. The words its sender writes (how many it posted; whether it sleeps waiting for a
+/// free buffer) and those its receiver writes (how many it took; whether it sleeps waiting
+/// for a post) are on cache lines of their own.
 pub(crate) struct MailboxLayout {
     pub(crate) posted_at: usize,
     pub(crate) sender_sleeps_at: usize,
@@ -36,33 +41,53 @@ pub(crate) struct MailboxLayout {
     pub(crate) receiver_sleeps_at: usize,
     /// Post `i`'s header at `headers_at + i * POST_HEADER_STRIDE`.
     pub(crate) headers_at: usize,
-    /// Post `i`'s buffer at `buffers_at + i * POST_BYTES`.
+    /// Post `i`'s buffer at `buffers_at + i * post_bytes`.
     pub(crate) buffers_at: usize,
+    pub(crate) posts: usize,
+    pub(crate) post_bytes: usize,
 }
 
-pub(crate) const POST_HEADER_STRIDE: usize = 128;
+pub(crate) const POST_HEADER_STRIDE: usize = 64;
 
 /// The collectives' mailbox and the point-to-point messages' one: a message not yet received
 /// never stands in a collective's way.
-pub(crate) const MAILBOXES: [MailboxLayout; 2] = [mailbox(384), mailbox(1024)];
+pub(crate) const MAILBOXES: [MailboxLayout; 2] = [
+    mailbox(384, 640, (POSTS_AT, POSTS, POST_BYTES)),
+    mailbox(
+        1024,
+        1536,
+        (
+            POSTS_AT + POSTS * POST_BYTES,
+            MESSAGE_POSTS,
+            MESSAGE_POST_BYTES,
+        ),
+    ),
+];
 
-const fn mailbox(at: usize) -> MailboxLayout {
-    let index = (at - 384) / 640;
+const fn mailbox(
+    at: usize,
+    headers_at: usize,
+    (buffers_at, posts, post_bytes): (usize, usize, usize),
+) -> MailboxLayout {
     MailboxLayout {
         posted_at: at,
         sender_sleeps_at: at + 4,
         taken_at: at + 128,
         receiver_sleeps_at: at + 132,
-        headers_at: at + 256,
-        buffers_at: POSTS_AT + index * POSTS * POST_BYTES,
+        headers_at,
+        buffers_at,
+        posts,
+        post_bytes,
     }
 }
 
 /// The size of a channel's file and mapping.
-pub(crate) const CHANNEL_BYTES: usize = POSTS_AT + MAILBOXES.len() * POSTS * POST_BYTES;
+pub(crate) const CHANNEL_BYTES: usize =
+    POSTS_AT + POSTS * POST_BYTES + MESSAGE_POSTS * MESSAGE_POST_BYTES;
 
 const _: () = {
     assert!(MAILBOXES[0].headers_at + POSTS * POST_HEADER_STRIDE <= MAILBOXES[1].posted_at);
-    assert!(MAILBOXES[1].headers_at + POSTS * POST_HEADER_STRIDE <= SLOTS_AT);
-    assert!(MAILBOXES[1].buffers_at == POSTS_AT + POSTS * POST_BYTES);
+    assert!(MAILBOXES[1].headers_at >= MAILBOXES[1].taken_at + 128);
+    assert!(MAILBOXES[1].headers_at + MESSAGE_POSTS * POST_HEADER_STRIDE <= SLOTS_AT);
+    assert!(MAILBOXES[1].buffers_at + MESSAGE_POSTS * MESSAGE_POST_BYTES == CHANNEL_BYTES);
 };

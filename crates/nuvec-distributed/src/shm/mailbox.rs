@@ -1,6 +1,7 @@
 //! A channel's mailbox: the latency path of small collectives between ranks on one machine
-//! (`ring/algorithms/mailboxes.rs`). Beside its slots, a channel holds [`POSTS`] buffers of
-//! [`POST_BYTES`], each with a header: the call's header (as on TCP) and where the post's
+//! (`ring/algorithms/mailboxes.rs`) and of messages (`ring/posted_messages.rs`). Beside its
+//! slots, a channel holds two mailboxes (`layout.rs`: 2 posts of 128 KiB for collectives, 32
+//! of 16 KiB for messages), each post with a header: the call's header (as on TCP) and where the post's
 //! piece lies in the call's payload. The sender fills the next buffer and publishes it by
 //! advancing `posted`; the receiver reads it in place and frees it by advancing `taken`. No
 //! frame goes on TCP: the header travels with the payload, so the receiver checks that both
@@ -17,9 +18,7 @@
 //! at once, without a system call, and the failure authority then finds the notice.
 
 use super::channel::Channel;
-use super::layout::{
-    MailboxLayout, MAILBOXES, POSTS, POST_BYTES, POST_HEADER_STRIDE, SENDER_GAVE_UP_AT,
-};
+use super::layout::{MailboxLayout, MAILBOXES, POST_HEADER_STRIDE, SENDER_GAVE_UP_AT};
 use crate::tcp::frame::{Header, HEADER_BYTES};
 use nuvec_core::{Error, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -65,7 +64,7 @@ impl Channel {
 
     /// The header bytes and the buffer of post number `count` of `mailbox`.
     fn post_at(&self, mailbox: &MailboxLayout, count: u32) -> (*mut u8, *mut u8) {
-        let index = count as usize % POSTS;
+        let index = count as usize % mailbox.posts;
         // SAFETY: both lie inside the mapping: the headers in its first page (checked in
         // `layout.rs`), the buffers after the slots, POST_BYTES each, up to CHANNEL_BYTES.
         #[allow(unsafe_code)]
@@ -73,7 +72,8 @@ impl Channel {
             (
                 self.base
                     .add(mailbox.headers_at + index * POST_HEADER_STRIDE),
-                self.base.add(mailbox.buffers_at + index * POST_BYTES),
+                self.base
+                    .add(mailbox.buffers_at + index * mailbox.post_bytes),
             )
         }
     }
@@ -90,11 +90,12 @@ impl Channel {
     ) -> Result<()> {
         let op = header.kind.name();
         let length: usize = parts.iter().map(|part| part.len()).sum();
-        assert!(length <= POST_BYTES, "a post of {length} bytes");
         let layout = mailbox.layout();
+        assert!(length <= layout.post_bytes, "a post of {length} bytes");
         let (posted, taken) = (self.word(layout.posted_at), self.word(layout.taken_at));
         let count = posted.load(Ordering::Relaxed);
-        let free = || count.wrapping_sub(taken.load(Ordering::Acquire)) < POSTS as u32;
+        let posts = layout.posts as u32;
+        let free = || count.wrapping_sub(taken.load(Ordering::Acquire)) < posts;
         let what = "to take what this rank posted (is it busy elsewhere, or in another call?)";
         self.wait_for(
             op,
@@ -103,7 +104,7 @@ impl Channel {
             what,
             (timeout, alive),
         )?;
-        if count.wrapping_sub(taken.load(Ordering::Acquire)) > POSTS as u32 {
+        if count.wrapping_sub(taken.load(Ordering::Acquire)) > posts {
             return Err(self.corrupt(op, "its mailbox's counters ran past each other"));
         }
         let (head, buffer) = self.post_at(layout, count);
@@ -156,12 +157,12 @@ impl Channel {
         let layout = mailbox.layout();
         let count = self.word(layout.posted_at).load(Ordering::Relaxed);
         let (_, buffer) = self.post_at(layout, count.wrapping_sub(1));
-        // SAFETY: the buffer lies inside the mapping and holds POST_BYTES; only this end
+        // SAFETY: the buffer lies inside the mapping and holds `post_bytes`; only this end
         // writes it, and not while the returned borrow of `self` lives (posting needs the
         // caller to let go of it first).
         #[allow(unsafe_code)]
         unsafe {
-            std::slice::from_raw_parts(buffer, bytes.min(POST_BYTES))
+            std::slice::from_raw_parts(buffer, bytes.min(layout.post_bytes))
         }
     }
 
@@ -188,7 +189,7 @@ impl Channel {
             (timeout, alive),
         )?;
         self.gave_up(op)?;
-        if posted.load(Ordering::Acquire).wrapping_sub(count) > POSTS as u32 {
+        if posted.load(Ordering::Acquire).wrapping_sub(count) > layout.posts as u32 {
             return Err(self.corrupt(op, "its mailbox's counters ran past each other"));
         }
         let (head, buffer) = self.post_at(layout, count);
@@ -203,10 +204,10 @@ impl Channel {
             .map_err(|reason| self.corrupt(op, &format!("a post's header: {reason}")))?;
         let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
         let (offset, length) = (word(HEADER_BYTES), word(HEADER_BYTES + 8));
-        if length > POST_BYTES as u64 {
+        if length > layout.post_bytes as u64 {
             return Err(self.corrupt(op, &format!("a post claims {length} bytes")));
         }
-        // SAFETY: as for the header: the buffer holds POST_BYTES ≥ `length`, published and
+        // SAFETY: as for the header: the buffer holds `post_bytes` ≥ `length`, published and
         // left alone by the sender until released.
         #[allow(unsafe_code)]
         let piece = unsafe { std::slice::from_raw_parts(buffer, length as usize) };
@@ -375,7 +376,7 @@ mod tests {
     fn a_sender_waits_for_a_free_buffer_and_a_reader_that_never_reads_is_named() {
         let (sender, _receiver) = pair(22);
         let short = Duration::from_millis(200);
-        for round in 0..POSTS as u64 {
+        for round in 0..MAILBOXES[0].posts as u64 {
             sender
                 .post(
                     Mailbox::Collectives,
@@ -460,7 +461,7 @@ mod tests {
         let (sender, receiver) = pair(24);
         sender
             .word(MAILBOXES[0].posted_at)
-            .store(POSTS as u32 + 3, Ordering::SeqCst);
+            .store(MAILBOXES[0].posts as u32 + 3, Ordering::SeqCst);
         let error = receiver
             .next_post(
                 Mailbox::Collectives,

@@ -10,6 +10,6 @@ pub(crate) mod offers;
 mod slot_copies;
 
 pub(crate) use channel::Channel;
-pub(crate) use layout::{POST_BYTES, SLOTS, SLOT_BYTES};
+pub(crate) use layout::{MESSAGE_POST_BYTES, POST_BYTES, SLOTS, SLOT_BYTES};
 pub(crate) use mailbox::Mailbox;
 pub(crate) use slot_copies::Policy;
