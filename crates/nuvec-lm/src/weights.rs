@@ -87,11 +87,10 @@ fn copy_into<T: Element>(values: &mut Vec<T>, from: &[u8], len: usize) {
     let filled = values.len();
     let count = from.len() / width;
     assert!(filled + count <= len, "a tensor's segments exceed its size");
-    // SAFETY: `values` has room for `len ≥ filled + count` elements (checked above); `from`
-    // holds `count * width` bytes (whole values: `RELEASE_EVERY` and the segments are
-    // multiples of the width) apart from `values`; any bits are a valid value of the numeric
-    // types copied here (bool took the path above), and the file's little-endian order is
-    // this machine's.
+    // `from` holds whole values: `RELEASE_EVERY` and the segments are multiples of the width.
+    // SAFETY: `values` has room for `filled + count` elements (checked above), apart from
+    // `from`'s `count * width` bytes; any bits are a valid value of the numeric types copied
+    // here (bool took the path above), and the file's little-endian order is this machine's.
     unsafe {
         std::ptr::copy_nonoverlapping(
             from.as_ptr(),

@@ -32,7 +32,7 @@ use nuvec_core::{Error, Result};
 pub(crate) const SHARED_FROM: usize = 32 << 10;
 
 /// How long a mailbox wait spins before yielding where ranks outnumber cores
-/// (`shm::SPIN_FOR` otherwise).
+/// (20 µs otherwise, `shm/channel.rs`).
 const CROWDED_SPIN: std::time::Duration = std::time::Duration::from_micros(2);
 
 /// The channels of one rank, by peer: those it writes to, and those it reads from.

@@ -33,13 +33,9 @@ use failure::Authority;
 use network::Network;
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::{DType, Error, Result};
-use posted_messages::{Posted, Refused};
+use posted_messages::{recv_mismatch, Posted, Refused, MAX_NDIM};
 use relay::Relay;
 use transport::Transport;
-
-/// The most dimensions a received message may claim (a larger count is a corrupt frame, not a
-/// reason to allocate).
-const MAX_NDIM: usize = 64;
 
 /// What a ring group keeps between operations.
 #[derive(Debug)]
@@ -61,15 +57,6 @@ struct Counts {
 pub struct RingCommunicator {
     network: Network,
     authority: Authority<State>,
-}
-
-/// A `recv` that found another message than the one it expects from `peer`.
-fn recv_mismatch(peer: usize, reason: String) -> Error {
-    Error::Distributed {
-        op: "recv".into(),
-        rank: Some(peer),
-        reason,
-    }
 }
 
 impl RingCommunicator {

@@ -14,6 +14,19 @@ use crate::shm::{Channel, Mailbox, MESSAGE_POST_BYTES};
 use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
 use nuvec_core::{DType, Error, Result};
 
+/// The most dimensions a received message may claim (a larger count is a corrupt frame, not a
+/// reason to allocate).
+pub(crate) const MAX_NDIM: usize = 64;
+
+/// A `recv` that found another message than the one it expects from `peer`.
+pub(crate) fn recv_mismatch(peer: usize, reason: String) -> Error {
+    Error::Distributed {
+        op: "recv".into(),
+        rank: Some(peer),
+        reason,
+    }
+}
+
 /// What a post said of the message it announced.
 pub(crate) enum Posted {
     /// The payload came in the post and is in the caller's buffer.
@@ -74,7 +87,7 @@ impl Network {
         let post = channel.next_post(Mailbox::Messages, "recv", (self.timeout, &mut alive))?;
         let header = post.header;
         if header.kind != Kind::Send || header.sequence != expected {
-            return Err(super::recv_mismatch(
+            return Err(recv_mismatch(
                 src,
                 format!(
                     "expected message #{expected} from rank {src}, got {}",
@@ -82,15 +95,14 @@ impl Network {
                 ),
             ));
         }
-        let corrupt = |what: String| {
-            super::recv_mismatch(src, format!("the message posted by rank {src} {what}"))
-        };
+        let corrupt =
+            |what: String| recv_mismatch(src, format!("the message posted by rank {src} {what}"));
         let ndim = post
             .piece
             .first_chunk::<4>()
             .map(|count| u32::from_le_bytes(*count) as usize)
             .ok_or_else(|| corrupt("is too short".into()))?;
-        if ndim > super::MAX_NDIM {
+        if ndim > MAX_NDIM {
             return Err(corrupt(format!("claims {ndim} dimensions")));
         }
         let meta = 4 + 4 * ndim;

@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 
 /// How long a wait spins before it starts yielding, and yields before it starts napping.
 const SPIN_FOR: Duration = Duration::from_micros(30);
+/// How long a mailbox wait (`mailbox.rs`) spins before it yields, where ranks do not
+/// outnumber cores.
+const MAILBOX_SPIN_FOR: Duration = Duration::from_micros(20);
 const YIELD_FOR: Duration = Duration::from_micros(300);
 /// The first and the longest nap of a long wait.
 const FIRST_NAP: Duration = Duration::from_micros(20);
@@ -150,7 +153,7 @@ impl Channel {
             peer,
             path,
             stores: Stores::new(Policy::Auto),
-            spin: super::mailbox::SPIN_FOR,
+            spin: MAILBOX_SPIN_FOR,
         })
     }
 

@@ -24,8 +24,6 @@ use nuvec_core::{Error, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long a wait spins before it yields (where ranks do not outnumber cores).
-pub(crate) const SPIN_FOR: Duration = Duration::from_micros(20);
 /// How long a wait yields its core before it sleeps.
 const YIELD_FOR: Duration = Duration::from_micros(300);
 /// The longest sleep between checks that the peer is still there.
