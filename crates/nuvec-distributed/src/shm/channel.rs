@@ -33,7 +33,7 @@ const YIELD_FOR: Duration = Duration::from_micros(300);
 const FIRST_NAP: Duration = Duration::from_micros(20);
 const LONGEST_NAP: Duration = Duration::from_millis(1);
 /// How often a long wait asks whether the peer is still there.
-const CHECK_EVERY: Duration = Duration::from_millis(10);
+pub(super) const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// One end of a channel: its mapping, and the file's path while this end may still have to
 /// remove it.
@@ -347,16 +347,7 @@ impl Channel {
                 return Ok(());
             }
             if start.elapsed() >= timeout {
-                return Err(Error::Distributed {
-                    op: op.into(),
-                    rank: Some(self.peer),
-                    reason: format!(
-                        "timed out after {:.1} s (NUVEC_DISTRIBUTED_TIMEOUT) waiting through shared \
-                         memory for rank {} {what}",
-                        timeout.as_secs_f64(),
-                        self.peer
-                    ),
-                });
+                return Err(self.timed_out(op, timeout, what));
             }
             if checked.elapsed() >= CHECK_EVERY {
                 // A peer that wrote what this wait needs and then left (its process ended
@@ -366,6 +357,20 @@ impl Channel {
                 }
                 checked = Instant::now();
             }
+        }
+    }
+
+    /// A wait for rank `peer` `what` (to do something) that outlasted `timeout`.
+    pub(super) fn timed_out(&self, op: &str, timeout: Duration, what: &str) -> Error {
+        Error::Distributed {
+            op: op.into(),
+            rank: Some(self.peer),
+            reason: format!(
+                "timed out after {:.1} s (NUVEC_DISTRIBUTED_TIMEOUT) waiting through shared \
+                 memory for rank {} {what}",
+                timeout.as_secs_f64(),
+                self.peer
+            ),
         }
     }
 

@@ -17,7 +17,7 @@
 //! notice on TCP, which carries the reason): a peer taking a post made before that learns it
 //! at once, without a system call, and the failure authority then finds the notice.
 
-use super::channel::Channel;
+use super::channel::{Channel, CHECK_EVERY};
 use super::layout::{MailboxLayout, MAILBOXES, POST_HEADER_STRIDE, SENDER_GAVE_UP_AT};
 use crate::tcp::frame::{Header, HEADER_BYTES};
 use nuvec_core::{Error, Result};
@@ -26,8 +26,6 @@ use std::time::{Duration, Instant};
 
 /// How long a wait yields its core before it sleeps.
 const YIELD_FOR: Duration = Duration::from_micros(300);
-/// The longest sleep between checks that the peer is still there.
-const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// A channel's two mailboxes: a message not yet received never stands in a collective's way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,7 +74,7 @@ impl Channel {
         }
     }
 
-    /// The sending end: posts `parts`, one after the other (at most [`POST_BYTES`] in all),
+    /// The sending end: posts `parts`, one after the other (at most the mailbox's post size in all),
     /// the piece at `offset` of the payload of the call `header`, once a buffer is free.
     pub(crate) fn post(
         &self,
@@ -275,16 +273,7 @@ impl Channel {
                 return Ok(());
             }
             if start.elapsed() >= timeout {
-                return Err(Error::Distributed {
-                    op: op.into(),
-                    rank: Some(self.peer),
-                    reason: format!(
-                        "timed out after {:.1} s (NUVEC_DISTRIBUTED_TIMEOUT) waiting through shared \
-                         memory for rank {} {what}",
-                        timeout.as_secs_f64(),
-                        self.peer
-                    ),
-                });
+                return Err(self.timed_out(op, timeout, what));
             }
             if checked.elapsed() >= CHECK_EVERY {
                 // A peer that posted what this wait needs and then left has not failed it.
