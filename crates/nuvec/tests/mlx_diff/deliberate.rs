@@ -30,6 +30,9 @@ const NO_OPS_IN_MLX: [&str; 10] = [
     "expand_dims",
 ];
 
+/// Ops whose float32 results go through MLX's approximate `exp`.
+const EXP_IN_MLX: [&str; 5] = ["exp", "softmax", "logsumexp", "sigmoid", "logaddexp"];
+
 pub(crate) const DELIBERATE: &[Deliberate] = &[
     Deliberate {
         name: "integers carry no derivative",
@@ -215,6 +218,25 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         },
     },
     Deliberate {
+        name: "MLX's exp an ulp off, magnified",
+        reason: "MLX's float32 exp (inside softmax, sigmoid, logsumexp and logaddexp too) is an ulp off the correctly rounded value for some \
+                 arguments (e^-3.5: MLX 0.030197382, correctly rounded 0.030197384, nuvec's); \
+                 where a later remainder, floor or reciprocal magnifies that last bit (the \
+                 remainder of 1/p by p for a softmax value p near 0.0147), the program run in \
+                 float64 finds nuvec's result, not MLX's",
+        matches: |program, mlx, nuvec| {
+            EXP_IN_MLX.iter().any(|op| has_op(program, op))
+                && ["remainder", "floor_divide", "floor", "ceil", "reciprocal", "divide"]
+                    .iter()
+                    .any(|op| has_op(program, op))
+                && both_ok(mlx, nuvec)
+                && float64_verdicts(program, mlx, nuvec).is_some_and(|verdicts| {
+                    verdicts.contains(&Verdict::OnlyNuvecHits)
+                        && !verdicts.contains(&Verdict::OnlyMlxHits)
+                })
+        },
+    },
+    Deliberate {
         name: "the floor of a quotient a rounding from an integer",
         reason: "MLX's float32 sin and cos are an ulp off the correctly rounded value for some \
                  arguments (cos(-2): MLX -0.41614681, correctly rounded -0.41614684, nuvec's); \
@@ -271,6 +293,27 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
                 && has_empty_input(program)
                 && both_ok(mlx, nuvec)
                 && differing_outputs_all(mlx, nuvec, |a, b| equal_except(a, b, |_, y| y == 1.0))
+        },
+    },
+    Deliberate {
+        name: "any and all over several axes of an empty array",
+        reason: "like its prod, MLX's any and all over two or more axes of an array with no \
+                 elements (under vmap, or after swapaxes) return what the output buffer held \
+                 (true or false from run to run); any of nothing is false and all of nothing \
+                 true, nuvec's results",
+        matches: |program, mlx, nuvec| {
+            // nuvec's value is the reduction's identity: false for any, true for all.
+            let identity: fn(f64, f64) -> bool = match (has_op(program, "any"), has_op(program, "all")) {
+                (true, false) => |_, y| y == 0.0,
+                (false, true) => |_, y| y == 1.0,
+                (true, true) => |_, _| true,
+                (false, false) => return false,
+            };
+            has_empty_input(program)
+                && both_ok(mlx, nuvec)
+                && differing_outputs_all(mlx, nuvec, |a, b| {
+                    a["dtype"] == "bool" && equal_except(a, b, identity)
+                })
         },
     },
     Deliberate {
