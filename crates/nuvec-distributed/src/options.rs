@@ -36,6 +36,9 @@ pub struct Options {
     pub shared_memory: Option<SharedMemory>,
     /// How senders copy into shared memory; `None`: `NUVEC_RING_STREAMING_STORES`.
     pub streaming_stores: Option<StreamingStores>,
+    /// Whether this rank reads other ranks' memory for large all-gathers on one machine;
+    /// `None`: `NUVEC_RING_CROSS_MEMORY`.
+    pub cross_memory: Option<CrossMemory>,
 }
 
 /// How a ring's read waits for data before it sleeps in the kernel (`NUVEC_RING_POLL`:
@@ -62,6 +65,18 @@ pub enum SharedMemory {
     Off,
 }
 
+/// Whether a rank reads the blocks of a large all-gather straight out of the other ranks'
+/// memory on its machine (`NUVEC_RING_CROSS_MEMORY`: `auto`, `off`): one copy instead of two.
+/// Linux only, and only where the kernel lets one rank's process trace the other's (nuvec
+/// does not loosen that); where it refuses, the ranks fall back to shared memory on their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrossMemory {
+    /// Where the kernel allows it.
+    Auto,
+    /// Never: this rank receives every block through shared memory.
+    Off,
+}
+
 /// How a sender copies into shared memory (`NUVEC_RING_STREAMING_STORES`: `auto`, `on`,
 /// `off`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +97,7 @@ impl Default for Options {
             polling: None,
             shared_memory: None,
             streaming_stores: None,
+            cross_memory: None,
         }
     }
 }
@@ -109,6 +125,7 @@ pub(crate) struct RingSettings {
     pub(crate) polling: Polling,
     pub(crate) shared_memory: SharedMemory,
     pub(crate) streaming_stores: StreamingStores,
+    pub(crate) cross_memory: CrossMemory,
 }
 
 impl Options {
@@ -148,6 +165,13 @@ impl Options {
     /// Sets how senders copy into shared memory (instead of `NUVEC_RING_STREAMING_STORES`).
     pub fn streaming_stores(mut self, streaming_stores: StreamingStores) -> Options {
         self.streaming_stores = Some(streaming_stores);
+        self
+    }
+
+    /// Sets whether this rank reads other ranks' memory for large all-gathers (instead of
+    /// `NUVEC_RING_CROSS_MEMORY`).
+    pub fn cross_memory(mut self, cross_memory: CrossMemory) -> Options {
+        self.cross_memory = Some(cross_memory);
         self
     }
 
@@ -196,10 +220,19 @@ impl Options {
                 ],
             )?,
         };
+        let cross_memory = match self.cross_memory {
+            Some(choice) => choice,
+            None => choice_of(
+                "NUVEC_RING_CROSS_MEMORY",
+                read("NUVEC_RING_CROSS_MEMORY").as_deref(),
+                &[("auto", CrossMemory::Auto), ("off", CrossMemory::Off)],
+            )?,
+        };
         Ok(RingSettings {
             polling,
             shared_memory,
             streaming_stores,
+            cross_memory,
         })
     }
 
@@ -257,6 +290,7 @@ mod tests {
             polling: Polling::Auto,
             shared_memory: SharedMemory::Auto,
             streaming_stores: StreamingStores::Auto,
+            cross_memory: CrossMemory::Auto,
         };
         assert_eq!(settings(&Options::default(), &[]), Ok(auto));
         let from_env = settings(
@@ -264,11 +298,13 @@ mod tests {
             &[
                 ("NUVEC_RING_POLL", " yield "),
                 ("NUVEC_RING_SHARED_MEMORY", "off"),
+                ("NUVEC_RING_CROSS_MEMORY", "off"),
             ],
         )
         .unwrap();
         assert_eq!(from_env.polling, Polling::Yield);
         assert_eq!(from_env.shared_memory, SharedMemory::Off);
+        assert_eq!(from_env.cross_memory, CrossMemory::Off);
         // What the options set wins over the environment.
         let options = Options::default()
             .polling(Polling::Off)
@@ -286,6 +322,7 @@ mod tests {
             ("NUVEC_RING_POLL", "fast"),
             ("NUVEC_RING_SHARED_MEMORY", "yes"),
             ("NUVEC_RING_STREAMING_STORES", "maybe"),
+            ("NUVEC_RING_CROSS_MEMORY", "on"),
         ] {
             let error = settings(&Options::default(), &[(name, value)]).unwrap_err();
             assert!(

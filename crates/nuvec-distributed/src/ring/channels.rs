@@ -43,6 +43,9 @@ pub(crate) struct Nearby {
     /// Whether every other rank shares a channel each way with this one (the group is on one
     /// machine): the small collectives' mailbox path (`algorithms/mailboxes.rs`) is open.
     everyone: bool,
+    /// Whether this rank reads other ranks' memory for large all-gathers
+    /// (`algorithms/single_copy.rs`; `NUVEC_RING_CROSS_MEMORY`).
+    pub(crate) reads_memory: bool,
 }
 
 impl Nearby {
@@ -148,7 +151,12 @@ impl Nearby {
                 channel.spin_for(CROWDED_SPIN);
             }
         }
-        Ok(Nearby { to, from, everyone })
+        Ok(Nearby {
+            to,
+            from,
+            everyone,
+            reads_memory: false,
+        })
     }
 
     /// Tells every rank this one sends to through shared memory that it gave the group up.

@@ -30,7 +30,7 @@ use super::relay::{Relay, RelayStreams};
 use super::send_pieces::PieceChoice;
 use super::transport::{Incoming, Pass, Route, Transport, Window};
 use crate::hostfile::Address;
-use crate::options::{SharedMemory, StreamingStores};
+use crate::options::{CrossMemory, SharedMemory, StreamingStores};
 use crate::shm::{Policy, SLOTS, SLOT_BYTES};
 use crate::tcp::frame::{Header, Kind};
 use crate::tcp::watch::Watch;
@@ -131,10 +131,11 @@ impl Network {
             StreamingStores::On => Policy::Streaming,
             StreamingStores::Off => Policy::Plain,
         };
-        let nearby = match size {
+        let mut nearby = match size {
             1 => Nearby::default(),
             _ => Nearby::open(&connections, rank, options.timeout, (wanted, stores))?,
         };
+        nearby.reads_memory = settings.cross_memory == CrossMemory::Auto;
         let network = Network {
             rank,
             size,

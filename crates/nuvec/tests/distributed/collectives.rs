@@ -96,6 +96,54 @@ fn mailbox_collectives_on_4_ranks_match_references() {
     });
 }
 
+/// Large all-gathers on one machine read each peer's block from its memory; a rank told not
+/// to (`CrossMemory::Off`, as where the kernel refuses) gets its peers' blocks through shared
+/// memory instead, on the first call and on later ones, while the others still read its
+/// block and each other's. Three ranks as threads of this process, so one rank's options can
+/// differ.
+#[test]
+fn large_gathers_read_peers_memory_and_a_rank_that_may_not_gets_the_same_values() {
+    let ports = nuvec_test_support::ranks::free_ports(3);
+    let nodes: Vec<Vec<String>> = ports
+        .iter()
+        .map(|p| vec![format!("127.0.0.1:{p}")])
+        .collect();
+    let handles: Vec<_> = (0..3)
+        .map(|rank| {
+            let nodes = nodes.clone();
+            std::thread::spawn(move || {
+                let mut options = distributed::Options::with_timeout(Duration::from_secs(20));
+                if rank == 1 {
+                    options = options.cross_memory(distributed::CrossMemory::Off);
+                }
+                let group = distributed::init_with(&nodes, rank, &options).expect("forming");
+                for (call, elements) in [(0, 40_000), (1, 40_000), (2, 300_001), (3, 9_000)] {
+                    let part = |r: usize| {
+                        nuvec_test_support::helpers::values(
+                            &[elements],
+                            -1.0,
+                            1.0,
+                            7 * call + r as u64,
+                        )
+                        .astype(DType::F32)
+                    };
+                    let gathered = distributed::all_gather(&part(rank), Some(&group));
+                    let parts: Vec<Array> = (0..3).map(part).collect();
+                    let want = ops::concatenate(&parts, 0).to_vec::<f32>().unwrap();
+                    let got = gathered.to_vec::<f32>().unwrap();
+                    assert!(
+                        got == want,
+                        "rank {rank}, call {call}: {elements} floats a rank"
+                    );
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().expect("a rank's thread");
+    }
+}
+
 /// `all_sum`, `all_max` (float32 and bfloat16), `all_gather` and `sum_scatter` of each size
 /// in `sizes` against references computed locally.
 fn collectives_match_references_at(group: Group, sizes: &[i32]) {

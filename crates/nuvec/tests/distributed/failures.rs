@@ -186,6 +186,11 @@ fn gathers_of_sizes_on_different_paths_fail_promptly_on_3_ranks() {
 }
 
 #[test]
+fn gathers_of_different_sizes_read_from_memory_fail_promptly_on_2_ranks() {
+    run_mismatched_sizes(test_name!(), "all_gather", &[1 << 14, 1 << 16]);
+}
+
+#[test]
 fn scatters_of_sizes_on_different_paths_fail_promptly_on_2_ranks() {
     run_mismatched_sizes(test_name!(), "sum_scatter", &[16, 1 << 18]);
 }

@@ -53,16 +53,16 @@ pub(crate) fn reduces_in_blocks(size: usize, bytes: usize) -> bool {
 
 /// The pieces a payload of `bytes` is posted in (one, empty, for an empty payload: the
 /// ranks still meet).
-fn pieces(bytes: usize) -> impl Iterator<Item = Range<usize>> {
+pub(super) fn pieces(bytes: usize) -> impl Iterator<Item = Range<usize>> {
     let count = bytes.div_ceil(POST_BYTES).max(1);
     (0..count).map(move |k| k * POST_BYTES..((k + 1) * POST_BYTES).min(bytes))
 }
 
 /// One call's view of the mailboxes: posting to a peer, taking a peer's next piece.
-struct Call<'a, T: ?Sized> {
-    t: &'a T,
-    near: &'a Nearby,
-    ours: Header,
+pub(super) struct Call<'a, T: ?Sized> {
+    pub(super) t: &'a T,
+    pub(super) near: &'a Nearby,
+    pub(super) ours: Header,
 }
 
 impl<'a, T: Transport + ?Sized> Call<'a, T> {
@@ -87,7 +87,7 @@ impl<'a, T: Transport + ?Sized> Call<'a, T> {
     }
 
     /// Posts `piece`, at `offset` in this rank's part, to `peer`.
-    fn post(&self, peer: usize, offset: usize, piece: &[u8]) -> Result<()> {
+    pub(super) fn post(&self, peer: usize, offset: usize, piece: &[u8]) -> Result<()> {
         let (t, kind) = (self.t, self.ours.kind);
         let mut alive = || t.still_going(kind, peer);
         self.to(peer)?.post(
@@ -101,7 +101,7 @@ impl<'a, T: Transport + ?Sized> Call<'a, T> {
 
     /// Takes `peer`'s next piece, which must belong to this call, lie at `offset` and hold
     /// `bytes`; in place until [`Call::release`].
-    fn take(&self, peer: usize, offset: usize, bytes: usize) -> Result<&'a [u8]> {
+    pub(super) fn take(&self, peer: usize, offset: usize, bytes: usize) -> Result<&'a [u8]> {
         let (t, kind) = (self.t, self.ours.kind);
         let mut alive = || t.still_going(kind, peer);
         let post = self.from(peer)?.next_post(
@@ -128,12 +128,12 @@ impl<'a, T: Transport + ?Sized> Call<'a, T> {
         Ok(post.piece)
     }
 
-    fn release(&self, peer: usize) -> Result<()> {
+    pub(super) fn release(&self, peer: usize) -> Result<()> {
         self.from(peer)?.release(Mailbox::Collectives);
         Ok(())
     }
 
-    fn others(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(super) fn others(&self) -> impl Iterator<Item = usize> + '_ {
         let rank = self.t.rank();
         (0..self.t.size()).filter(move |&peer| peer != rank)
     }
@@ -168,7 +168,7 @@ impl<'a, T: Transport + ?Sized> Call<'a, T> {
 }
 
 /// Starts the call `kind` on the mailboxes.
-fn start<'a, T: Transport + ?Sized>(
+pub(super) fn start<'a, T: Transport + ?Sized>(
     t: &'a T,
     near: &'a Nearby,
     calls: &mut Calls,

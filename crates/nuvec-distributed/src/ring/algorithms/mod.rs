@@ -2,7 +2,8 @@
 //! two phases chunk by chunk (`ring_phases.rs`, `reduce_scatter.rs`), the outbox that paces
 //! their sends (`outbox.rs`), large all-reduces split over lanes (`lanes.rs`), and the latency
 //! paths for small collectives, through every rank's mailbox where the group shares one
-//! machine (`mailboxes.rs`), through rank 0 (`star.rs`) or by recursive doubling
+//! machine (`mailboxes.rs`; large all-gathers there read each other's memory,
+//! `single_copy.rs`), through rank 0 (`star.rs`) or by recursive doubling
 //! (`doubling.rs`). This file picks the path for each call. `../README.md` has the glossary of
 //! the words for pieces of a buffer.
 
@@ -12,6 +13,7 @@ mod mailboxes;
 pub(crate) mod outbox;
 mod reduce_scatter;
 mod ring_phases;
+mod single_copy;
 pub(crate) mod star;
 
 use super::transport::{Link, Transport};
@@ -53,12 +55,14 @@ pub(crate) fn kind_of(op: ReduceOp) -> Kind {
 }
 
 /// What the collectives of one group keep between calls: how many ran (each call's sequence
-/// number) and the scratch buffers chunks are received into.
+/// number), the scratch buffers chunks are received into, and which ranks may read each
+/// other's memory.
 #[derive(Debug, Default)]
 pub(crate) struct Calls {
     collectives: u64,
     scratch: Vec<u8>,
     lane_scratch: Vec<Vec<u8>>,
+    cross_memory: single_copy::CrossMemory,
 }
 
 impl Calls {
@@ -144,6 +148,9 @@ pub(crate) fn all_gather<T: Transport + ?Sized>(
         return Ok(());
     }
     let near = t.mailboxes();
+    if let Some(near) = near.filter(|_| single_copy::gathers_in_one_copy(input.len())) {
+        return single_copy::all_gather(t, near, calls, (input, output), dtype);
+    }
     if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), output.len(), false)) {
         return mailboxes::all_gather(t, near, calls, (input, output), dtype);
     }

@@ -1,0 +1,143 @@
+//! Large all-gathers of a group on one machine in one copy: each rank reads every other
+//! rank's block straight out of that rank's memory into its output (Linux's cross-memory
+//! attach, `platform::read_process`), where the mailboxes and the ring copy every byte twice
+//! (into shared memory, then out of it). The ranks only exchange two small posts through
+//! their mailboxes:
+//!
+//! 1. every rank posts to every other where its block lies (process, address, length);
+//! 2. every rank reads each peer's block, then posts whether it could;
+//! 3. every rank waits until every peer has read its block, so that the block stays alive
+//!    and unchanged until then (it is the call's input, which the call holds).
+//!
+//! The kernel allows the read only where one process may trace the other (the same user, and
+//! no Yama or container rule against it); nuvec does not loosen that, as Open MPI does with
+//! `PR_SET_PTRACER_ANY`. A refused read is not an error: the pair falls back to posting that
+//! block in pieces through the mailboxes, and both ranks remember it for later calls (the
+//! reader says so in step 2), so each later call goes straight to the posts for that pair.
+
+use super::mailboxes::{pieces, start, Call};
+use super::Calls;
+use crate::platform;
+use crate::ring::channels::Nearby;
+use crate::ring::transport::Transport;
+use crate::tcp::frame::Kind;
+use nuvec_core::{DType, Error, Result};
+use std::collections::BTreeSet;
+
+/// The smallest block (bytes one rank contributes) gathered by reading peers' memory: below
+/// it the mailboxes' one exchange costs less than two (`docs/performance.md`, "Tuning
+/// measurements").
+const SINGLE_COPY_FROM: usize = 32 << 10;
+
+/// Where a post that says where a block lies claims to be (no piece of a block lies there).
+const WHERE_AT: usize = usize::MAX - 1;
+/// Where a post that says a block was read claims to be.
+const READ_AT: usize = usize::MAX - 2;
+/// A "where" post: process id (4 bytes), address (8), length (8), little-endian.
+const WHERE_BYTES: usize = 20;
+
+/// What the ranks of a group learned about reading each other's memory.
+#[derive(Debug, Default)]
+pub(crate) struct CrossMemory {
+    /// Peers whose memory this rank may not read.
+    cannot_read: BTreeSet<usize>,
+    /// Peers that may not read this rank's memory.
+    not_read_by: BTreeSet<usize>,
+}
+
+/// Whether an all-gather of `block` bytes per rank goes by reading peers' memory (on a group
+/// whose ranks share this machine).
+pub(crate) fn gathers_in_one_copy(block: usize) -> bool {
+    cfg!(target_os = "linux") && block >= SINGLE_COPY_FROM
+}
+
+/// The "where" post for `block`.
+fn where_post(block: &[u8]) -> [u8; WHERE_BYTES] {
+    let mut post = [0u8; WHERE_BYTES];
+    post[..4].copy_from_slice(&std::process::id().to_le_bytes());
+    post[4..12].copy_from_slice(&(block.as_ptr() as u64).to_le_bytes());
+    post[12..].copy_from_slice(&(block.len() as u64).to_le_bytes());
+    post
+}
+
+/// Reads `peer`'s block into `into`, as its "where" post says: whether this rank may
+/// (`NUVEC_RING_CROSS_MEMORY`) and the kernel allowed it.
+fn read_block<T: Transport + ?Sized>(
+    call: &Call<'_, T>,
+    peer: usize,
+    into: &mut [u8],
+) -> Result<bool> {
+    let post = call.take(peer, WHERE_AT, WHERE_BYTES)?;
+    let word = |range: std::ops::Range<usize>| {
+        let mut bytes = [0u8; 8];
+        bytes[..range.len()].copy_from_slice(&post[range]);
+        u64::from_le_bytes(bytes)
+    };
+    let (pid, address, length) = (word(0..4) as u32, word(4..12), word(12..20));
+    call.release(peer)?;
+    if length != into.len() as u64 {
+        return Err(Error::Distributed {
+            op: call.ours.kind.name().into(),
+            rank: Some(peer),
+            reason: format!(
+                "rank {peer} offered a block of {length} bytes for {}, where rank {} expected {}",
+                call.ours.describe(),
+                call.t.rank(),
+                into.len()
+            ),
+        });
+    }
+    Ok(call.near.reads_memory && platform::read_process(pid, address, into).is_ok())
+}
+
+/// All-gather of every rank's `input` into `output` (rank `r`'s at block `r`), each peer's
+/// block read from its memory.
+pub(crate) fn all_gather<T: Transport + ?Sized>(
+    t: &T,
+    near: &Nearby,
+    calls: &mut Calls,
+    (input, output): (&[u8], &mut [u8]),
+    dtype: DType,
+) -> Result<()> {
+    let call = start(t, near, calls, (Kind::AllGather, dtype, input.len()));
+    let known = &mut calls.cross_memory;
+    let block = input.len();
+    output[t.rank() * block..(t.rank() + 1) * block].copy_from_slice(input);
+    let peers: Vec<usize> = call.others().collect();
+    let unless = |set: &BTreeSet<usize>| -> Vec<usize> {
+        peers.iter().copied().filter(|p| !set.contains(p)).collect()
+    };
+    let (readable, reading_ours) = (unless(&known.cannot_read), unless(&known.not_read_by));
+    let here = where_post(input);
+    for &peer in &reading_ours {
+        call.post(peer, WHERE_AT, &here)?;
+    }
+    for &peer in &readable {
+        let into = &mut output[peer * block..(peer + 1) * block];
+        let read = read_block(&call, peer, into)?;
+        call.post(peer, READ_AT, &[u8::from(read)])?;
+        if !read {
+            known.cannot_read.insert(peer);
+        }
+    }
+    for &peer in &reading_ours {
+        let read = call.take(peer, READ_AT, 1)?[0] == 1;
+        call.release(peer)?;
+        if !read {
+            known.not_read_by.insert(peer);
+        }
+    }
+    // The blocks no read could fetch go through the mailboxes.
+    for piece in pieces(block) {
+        for &peer in &known.not_read_by {
+            call.post(peer, piece.start, &input[piece.clone()])?;
+        }
+        for &peer in &known.cannot_read {
+            let at = peer * block + piece.start;
+            let part = call.take(peer, piece.start, piece.len())?;
+            output[at..at + piece.len()].copy_from_slice(part);
+            call.release(peer)?;
+        }
+    }
+    Ok(())
+}
