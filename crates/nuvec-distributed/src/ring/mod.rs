@@ -10,6 +10,7 @@
 mod algorithms;
 mod channels;
 mod connections;
+mod cross_memory;
 mod failure;
 #[cfg(test)]
 mod hostile_peer_tests;

@@ -76,6 +76,8 @@ pub(crate) struct Network {
     pub(crate) pieces: Vec<PieceChoice>,
     /// Shared-memory channels with ranks on this machine.
     pub(crate) nearby: Nearby,
+    /// The ranks that may not read this rank's memory, as they answered a large message.
+    pub(crate) unread_by: Vec<std::sync::atomic::AtomicBool>,
 }
 
 impl Network {
@@ -147,6 +149,7 @@ impl Network {
             full_mesh,
             relay,
             nearby,
+            unread_by: (0..size).map(|_| Default::default()).collect(),
         };
         for peer in network.connections.all() {
             peer.join_watch(network.watch.clone());

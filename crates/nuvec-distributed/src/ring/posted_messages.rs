@@ -4,19 +4,35 @@
 //! payload through the channel's slots. `recv` waits on the mailbox alone, so a small
 //! message costs no system call on either side, and reads what the post says follows.
 //!
+//! A payload larger than the channel's slots hold goes in one copy instead (Linux): the post
+//! says where it lies in the sender's memory, the receiver reads it from there
+//! (`cross_memory.rs`) and answers before it releases the post, and the sender waits for the
+//! answer. Such a send waited for its receiver before too (the slots fill), so nothing new
+//! waits. Where the receiver may not read it (the kernel refuses, or
+//! `NUVEC_RING_CROSS_MEMORY=off`), it answers so and the payload follows on the connection;
+//! the sender remembers, and later messages to that rank go that way from the start.
+//!
 //! Every message to a rank on this machine is posted, whatever its size, so sender and
 //! receiver never look in different places: a receiver expecting another size or type
 //! learns it from the post and drains the message before it reports the mismatch.
 
+use super::cross_memory::{Location, LOCATION_BYTES};
 use super::network::Network;
 use super::transport::Transport;
-use crate::shm::{Channel, Mailbox, MESSAGE_POST_BYTES};
+use crate::shm::{Answer, Channel, Mailbox, MESSAGE_POST_BYTES, SLOTS, SLOT_BYTES};
 use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
 use nuvec_core::{DType, Error, Result};
+use std::sync::atomic::Ordering;
 
 /// The most dimensions a received message may claim (a larger count is a corrupt frame, not a
 /// reason to allocate).
 pub(crate) const MAX_NDIM: usize = 64;
+
+/// Payloads larger than this (what a channel's slots hold) are read from the sender's memory.
+const READ_FROM_MEMORY_ABOVE: usize = SLOTS * SLOT_BYTES;
+/// The offset a post gives to say that its payload is to be read from the sender's memory
+/// (every other message post has offset 0).
+const IN_MEMORY: u64 = 1;
 
 /// A `recv` that found another message than the one it expects from `peer`.
 pub(crate) fn recv_mismatch(peer: usize, reason: String) -> Error {
@@ -57,8 +73,31 @@ impl Network {
             }
         })?;
         let inline = shape.len() + data.len() <= MESSAGE_POST_BYTES;
-        let parts: &[&[u8]] = if inline { &[shape, data] } else { &[shape] };
         let mut alive = || self.still_going(Kind::Send, dst);
+        if cfg!(target_os = "linux")
+            && data.len() > READ_FROM_MEMORY_ABOVE
+            && !self.unread_by[dst].load(Ordering::Relaxed)
+        {
+            let location = Location::of(data).encode();
+            let parts: &[&[u8]] = &[shape, &location];
+            let timing = (self.timeout, &mut alive as &mut dyn FnMut() -> Result<()>);
+            channel.post(
+                Mailbox::Messages,
+                &header,
+                IN_MEMORY as usize,
+                parts,
+                timing,
+            )?;
+            let timing = (self.timeout, &mut alive as &mut dyn FnMut() -> Result<()>);
+            match channel.await_answer(Mailbox::Messages, "send", timing)? {
+                Answer::Read | Answer::Dropped => return Ok(()),
+                Answer::Unread => {
+                    self.unread_by[dst].store(true, Ordering::Relaxed);
+                    return self.write_message(dst, meta, data);
+                }
+            }
+        }
+        let parts: &[&[u8]] = if inline { &[shape, data] } else { &[shape] };
         channel.post(
             Mailbox::Messages,
             &header,
@@ -106,11 +145,18 @@ impl Network {
             return Err(corrupt(format!("claims {ndim} dimensions")));
         }
         let meta = 4 + 4 * ndim;
-        let inline = (meta as u64).checked_add(header.bytes) == Some(post.piece.len() as u64);
-        if post.piece.len() < meta || (!inline && post.piece.len() != meta) {
+        let in_memory = post.offset == IN_MEMORY;
+        let inline =
+            !in_memory && (meta as u64).checked_add(header.bytes) == Some(post.piece.len() as u64);
+        let expected_length = match (in_memory, inline) {
+            (true, _) => meta + LOCATION_BYTES,
+            (false, true) => post.piece.len(),
+            (false, false) => meta,
+        };
+        if post.piece.len() < meta || post.piece.len() != expected_length {
             return Err(corrupt(format!("holds {} bytes", post.piece.len())));
         }
-        if !inline {
+        if !inline && !in_memory {
             channel.release(Mailbox::Messages);
             return Ok(Ok(Posted::OnConnection));
         }
@@ -119,11 +165,28 @@ impl Network {
             .map(|d| i32::from_le_bytes([d[0], d[1], d[2], d[3]]))
             .collect();
         if header.dtype != dtype || their_shape != shape || header.bytes as usize != data.len() {
+            if in_memory {
+                channel.answer(Mailbox::Messages, Answer::Dropped);
+            }
             channel.release(Mailbox::Messages);
             return Ok(Err(Refused(format!(
                 "rank {src} sent {} {their_shape:?}, this rank (rank {}) expected {dtype} {shape:?}",
                 header.dtype, self.rank
             ))));
+        }
+        if in_memory {
+            let location = Location::decode(&post.piece[meta..])
+                .filter(|l| l.bytes == header.bytes)
+                .ok_or_else(|| corrupt("gives a place of another size".into()))?;
+            let read = location.read_into(data, self.nearby.reads_memory);
+            let answer = if read { Answer::Read } else { Answer::Unread };
+            channel.answer(Mailbox::Messages, answer);
+            channel.release(Mailbox::Messages);
+            return Ok(Ok(if read {
+                Posted::Received
+            } else {
+                Posted::OnConnection
+            }));
         }
         data.copy_from_slice(&post.piece[meta..]);
         channel.release(Mailbox::Messages);

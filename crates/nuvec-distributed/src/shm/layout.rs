@@ -39,6 +39,8 @@ pub(crate) struct MailboxLayout {
     pub(crate) sender_sleeps_at: usize,
     pub(crate) taken_at: usize,
     pub(crate) receiver_sleeps_at: usize,
+    /// The receiver's answer to a post it was asked to answer (`Channel::answer`).
+    pub(crate) answer_at: usize,
     /// Post `i`'s header at `headers_at + i * POST_HEADER_STRIDE`.
     pub(crate) headers_at: usize,
     /// Post `i`'s buffer at `buffers_at + i * post_bytes`.
@@ -74,6 +76,7 @@ const fn mailbox(
         sender_sleeps_at: at + 4,
         taken_at: at + 128,
         receiver_sleeps_at: at + 132,
+        answer_at: at + 136,
         headers_at,
         buffers_at,
         posts,

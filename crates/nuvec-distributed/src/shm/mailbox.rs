@@ -42,6 +42,19 @@ impl Mailbox {
 
 /// A post as its receiver sees it: the call's header, the piece's offset in the call's
 /// payload, and the piece, in place in the channel until [`Channel::release`].
+/// What a receiver answered to a post that asked it to read the payload straight from the
+/// sender's memory (`ring/posted_messages.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// It read the payload.
+    Read = 1,
+    /// It may not read it (the kernel refused, or it reads no peer's memory): the payload
+    /// must come another way.
+    Unread = 2,
+    /// It refused the message (another type or size): nothing more follows.
+    Dropped = 3,
+}
+
 pub(crate) struct Post<'a> {
     pub(crate) header: Header,
     pub(crate) offset: u64,
@@ -212,6 +225,44 @@ impl Channel {
             offset,
             piece,
         })
+    }
+
+    /// The receiving end: answers the post [`Channel::next_post`] returned, before releasing
+    /// it (the answer is stamped with the post's number).
+    pub(crate) fn answer(&self, mailbox: Mailbox, answer: Answer) {
+        let layout = mailbox.layout();
+        let taken = self.word(layout.taken_at).load(Ordering::Relaxed);
+        let stamp = (taken.wrapping_add(1) << 2) | answer as u32;
+        self.word(layout.answer_at).store(stamp, Ordering::SeqCst);
+    }
+
+    /// The sending end: waits until the receiver has released every post of `mailbox`, the
+    /// last of which asked for an answer, and returns that answer.
+    pub(crate) fn await_answer(
+        &self,
+        mailbox: Mailbox,
+        op: &str,
+        (timeout, alive): (Duration, &mut dyn FnMut() -> Result<()>),
+    ) -> Result<Answer> {
+        let layout = mailbox.layout();
+        let posted = self.word(layout.posted_at).load(Ordering::Relaxed);
+        let taken = self.word(layout.taken_at);
+        let done = || taken.load(Ordering::Acquire) == posted;
+        let what = "to receive the message this rank posted";
+        self.wait_for(
+            op,
+            (layout.taken_at, layout.sender_sleeps_at),
+            &done,
+            what,
+            (timeout, alive),
+        )?;
+        let stamp = self.word(layout.answer_at).load(Ordering::Acquire);
+        match (stamp >> 2 == posted & (u32::MAX >> 2), stamp & 3) {
+            (true, 1) => Ok(Answer::Read),
+            (true, 2) => Ok(Answer::Unread),
+            (true, 3) => Ok(Answer::Dropped),
+            _ => Err(self.corrupt(op, "its receiver's answer does not match the post")),
+        }
     }
 
     /// The receiving end: frees the post [`Channel::next_post`] returned.

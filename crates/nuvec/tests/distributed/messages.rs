@@ -171,6 +171,52 @@ fn messages_of_16_mib_arrive_whole_in_both_ways_of_sending_them() {
     });
 }
 
+/// Large messages between ranks on one machine are read from the sender's memory; to a rank
+/// that may not read it (`CrossMemory::Off`, as where the kernel refuses), the payload follows
+/// on the connection, on the first message and on later ones, while that rank's own large
+/// messages are still read. Two ranks as threads of this process, so their options differ.
+#[test]
+fn large_messages_to_a_rank_that_may_not_read_memory_arrive_another_way() {
+    const ELEMENTS: usize = (3 << 20) / 4 + 5;
+    let ports = nuvec_test_support::ranks::free_ports(2);
+    let nodes: Vec<Vec<String>> = ports
+        .iter()
+        .map(|p| vec![format!("127.0.0.1:{p}")])
+        .collect();
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            let nodes = nodes.clone();
+            std::thread::spawn(move || {
+                let mut options = distributed::Options::with_timeout(Duration::from_secs(20));
+                if rank == 1 {
+                    options = options.cross_memory(distributed::CrossMemory::Off);
+                }
+                let group = distributed::init_with(&nodes, rank, &options).expect("forming");
+                let other = 1 - rank;
+                for k in 0..3 {
+                    // Rank 0 sends first, then rank 1 answers.
+                    let send = |shift: usize| {
+                        let x = message(ELEMENTS, shift as f32);
+                        distributed::send(&x, other, Some(&group)).check().unwrap();
+                    };
+                    if rank == 0 {
+                        send(10 * k);
+                    }
+                    let got = distributed::recv_like(&message(ELEMENTS, 0.0), other, Some(&group));
+                    let want = (10 * k + other) as f32;
+                    assert!(is_message(&got, ELEMENTS, want), "rank {rank}, message {k}");
+                    if rank == 1 {
+                        send(10 * k + 1);
+                    }
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().expect("a rank's thread");
+    }
+}
+
 #[test]
 fn a_large_message_of_another_shape_is_refused_and_the_next_one_arrives() {
     // Over TCP (in two halves) and through shared memory.

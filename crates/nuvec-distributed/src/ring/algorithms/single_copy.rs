@@ -17,8 +17,8 @@
 
 use super::mailboxes::{pieces, start, Call};
 use super::Calls;
-use crate::platform;
 use crate::ring::channels::Nearby;
+use crate::ring::cross_memory::{Location, LOCATION_BYTES};
 use crate::ring::transport::Transport;
 use crate::tcp::frame::Kind;
 use nuvec_core::{DType, Error, Result};
@@ -33,8 +33,6 @@ const SINGLE_COPY_FROM: usize = 32 << 10;
 const WHERE_AT: usize = usize::MAX - 1;
 /// Where a post that says a block was read claims to be.
 const READ_AT: usize = usize::MAX - 2;
-/// A "where" post: process id (4 bytes), address (8), length (8), little-endian.
-const WHERE_BYTES: usize = 20;
 
 /// What the ranks of a group learned about reading each other's memory.
 #[derive(Debug, Default)]
@@ -51,15 +49,6 @@ pub(crate) fn gathers_in_one_copy(block: usize) -> bool {
     cfg!(target_os = "linux") && block >= SINGLE_COPY_FROM
 }
 
-/// The "where" post for `block`.
-fn where_post(block: &[u8]) -> [u8; WHERE_BYTES] {
-    let mut post = [0u8; WHERE_BYTES];
-    post[..4].copy_from_slice(&std::process::id().to_le_bytes());
-    post[4..12].copy_from_slice(&(block.as_ptr() as u64).to_le_bytes());
-    post[12..].copy_from_slice(&(block.len() as u64).to_le_bytes());
-    post
-}
-
 /// Reads `peer`'s block into `into`, as its "where" post says: whether this rank may
 /// (`NUVEC_RING_CROSS_MEMORY`) and the kernel allowed it.
 fn read_block<T: Transport + ?Sized>(
@@ -67,27 +56,23 @@ fn read_block<T: Transport + ?Sized>(
     peer: usize,
     into: &mut [u8],
 ) -> Result<bool> {
-    let post = call.take(peer, WHERE_AT, WHERE_BYTES)?;
-    let word = |range: std::ops::Range<usize>| {
-        let mut bytes = [0u8; 8];
-        bytes[..range.len()].copy_from_slice(&post[range]);
-        u64::from_le_bytes(bytes)
-    };
-    let (pid, address, length) = (word(0..4) as u32, word(4..12), word(12..20));
+    let post = call.take(peer, WHERE_AT, LOCATION_BYTES)?;
+    let location = Location::decode(post).expect("a post of LOCATION_BYTES");
     call.release(peer)?;
-    if length != into.len() as u64 {
+    if location.bytes != into.len() as u64 {
         return Err(Error::Distributed {
             op: call.ours.kind.name().into(),
             rank: Some(peer),
             reason: format!(
-                "rank {peer} offered a block of {length} bytes for {}, where rank {} expected {}",
+                "rank {peer} offered a block of {} bytes for {}, where rank {} expected {}",
+                location.bytes,
                 call.ours.describe(),
                 call.t.rank(),
                 into.len()
             ),
         });
     }
-    Ok(call.near.reads_memory && platform::read_process(pid, address, into).is_ok())
+    Ok(location.read_into(into, call.near.reads_memory))
 }
 
 /// All-gather of every rank's `input` into `output` (rank `r`'s at block `r`), each peer's
@@ -108,7 +93,7 @@ pub(crate) fn all_gather<T: Transport + ?Sized>(
         peers.iter().copied().filter(|p| !set.contains(p)).collect()
     };
     let (readable, reading_ours) = (unless(&known.cannot_read), unless(&known.not_read_by));
-    let here = where_post(input);
+    let here = Location::of(input).encode();
     for &peer in &reading_ours {
         call.post(peer, WHERE_AT, &here)?;
     }
