@@ -633,3 +633,19 @@ fn the_spec_example_runs_over_real_rdma_hardware_when_there_is_some() {
     );
     assert!(stdout.contains("rank 0 of"), "{stdout}");
 }
+
+#[test]
+fn broadcast_on_the_mesh_gives_every_rank_the_roots_array_and_differentiates() {
+    run(test_name!(), 3, &mesh(), |group| {
+        common::broadcast::broadcast_gives_every_rank_the_roots_array(group);
+        common::broadcast::broadcast_under_transforms(group);
+    });
+}
+
+#[test]
+fn broadcast_on_the_ring_gives_every_rank_the_roots_array_and_differentiates() {
+    run(test_name!(), 3, &ring(1), |group| {
+        common::broadcast::broadcast_gives_every_rank_the_roots_array(group);
+        common::broadcast::broadcast_under_transforms(group);
+    });
+}

@@ -256,3 +256,12 @@ fn mpi_compiled_collectives_communicate_on_every_call() {
         collectives::compiled_collectives_communicate_every_call,
     );
 }
+
+#[test]
+fn mpi_broadcast_gives_every_rank_the_roots_array_and_differentiates() {
+    mpi_ranks(test_name!(), 3, TIMEOUT, |group| {
+        common::broadcast::broadcast_gives_every_rank_the_roots_array(group);
+        common::broadcast::broadcast_under_transforms(group);
+        common::broadcast::broadcast_with_different_roots_fails_naming_them(group);
+    });
+}

@@ -27,7 +27,7 @@ fn along_first_axis(
 }
 
 /// Resolves `None` to the default group.
-fn group_or_default(group: Option<&Group>) -> Group {
+pub(super) fn group_or_default(group: Option<&Group>) -> Group {
     group.copied().unwrap_or_else(super::default_group)
 }
 

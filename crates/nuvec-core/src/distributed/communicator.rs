@@ -84,6 +84,16 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
     fn send(&self, data: &[u8], dtype: DType, shape: &[i32], dst: usize) -> Result<()>;
     /// Receives an array of `dtype` and `shape` from rank `src` into `data`.
     fn recv(&self, data: &mut [u8], dtype: DType, shape: &[i32], src: usize) -> Result<()>;
+    /// Replaces `data` (elements of `dtype`) on every rank with rank `root`'s. The default
+    /// gathers every rank's data and keeps the root's (checking every rank named the same
+    /// root and type); a backend can send the root's alone.
+    fn broadcast(&self, data: &mut [u8], dtype: DType, root: usize) -> Result<()> {
+        super::broadcast::broadcast_by_gathering(self, data, dtype, root)
+    }
+    /// Waits until every rank has called it. The default is one small all-reduce.
+    fn barrier(&self) -> Result<()> {
+        super::broadcast::barrier_by_reducing(self)
+    }
     /// Splits the group: ranks that pass the same `color` form a new group, ordered by `key`
     /// (a negative key keeps this rank's order). Every rank must call it. Backends that cannot
     /// split (the ring, as MLX's) keep this default, an error saying so.

@@ -12,6 +12,7 @@ mod common;
 use common::collectives::{self as references, check_collectives};
 use std::time::Duration;
 
+mod broadcast;
 mod collectives;
 mod failures;
 mod messages;

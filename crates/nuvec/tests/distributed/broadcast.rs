@@ -1,0 +1,87 @@
+//! `broadcast` and `barrier` on the ring: every dtype and root on 1–4 ranks, roots that
+//! differ, the transforms, and a rank that leaves before a barrier.
+
+use super::*;
+use common::broadcast as bodies;
+
+#[test]
+fn broadcast_gives_every_rank_the_roots_array_on_2_ranks() {
+    run_ranks(
+        test_name!(),
+        2,
+        TIMEOUT,
+        bodies::broadcast_gives_every_rank_the_roots_array,
+    );
+}
+
+#[test]
+fn broadcast_gives_every_rank_the_roots_array_on_3_ranks() {
+    run_ranks(
+        test_name!(),
+        3,
+        TIMEOUT,
+        bodies::broadcast_gives_every_rank_the_roots_array,
+    );
+}
+
+#[test]
+fn broadcast_gives_every_rank_the_roots_array_on_4_ranks() {
+    run_ranks(
+        test_name!(),
+        4,
+        TIMEOUT,
+        bodies::broadcast_gives_every_rank_the_roots_array,
+    );
+}
+
+#[test]
+fn broadcast_on_a_group_of_one_is_the_identity() {
+    let group = distributed::default_group();
+    assert_eq!(group.size(), 1);
+    let x = array![1.0f32, 2.0];
+    let got = distributed::broadcast(&x, 0, Some(&group));
+    assert_eq!(got.to_vec::<f32>().unwrap(), [1.0, 2.0]);
+    distributed::barrier(Some(&group)).unwrap();
+    let refused = distributed::broadcast(&x, 1, Some(&group))
+        .check()
+        .unwrap_err();
+    assert!(refused.to_string().contains("root rank 1"), "{refused}");
+}
+
+#[test]
+fn broadcasts_with_different_roots_fail_on_every_rank_naming_them() {
+    run_ranks(
+        test_name!(),
+        3,
+        TIMEOUT,
+        bodies::broadcast_with_different_roots_fails_naming_them,
+    );
+}
+
+#[test]
+fn broadcast_differentiates_and_batches() {
+    run_ranks(test_name!(), 3, TIMEOUT, bodies::broadcast_under_transforms);
+}
+
+#[test]
+fn a_barrier_that_a_rank_leaves_fails_naming_it() {
+    let launch = Launch {
+        group_timeout: Some(Duration::from_secs(20)),
+        ..Launch::default()
+    };
+    launch_ranks(test_name!(), 3, TIMEOUT, &launch, |group| {
+        let group = group.unwrap();
+        distributed::barrier(Some(&group)).expect("the first barrier");
+        if group.rank() == 2 {
+            group.close();
+            return;
+        }
+        let start = std::time::Instant::now();
+        let error = distributed::barrier(Some(&group)).unwrap_err().to_string();
+        assert!(
+            error.starts_with("[barrier]") && error.contains('2'),
+            "{error}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(15), "{error}");
+    });
+}
