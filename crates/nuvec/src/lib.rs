@@ -74,8 +74,8 @@ pub mod transforms {
 /// ```
 pub mod distributed {
     pub use nuvec_core::distributed::{
-        all_gather, all_max, all_min, all_sum, barrier, broadcast, default_group, recv, recv_like,
-        send, sum_gradients, sum_scatter, Communicator, Group, ReduceOp,
+        all_gather, all_max, all_min, all_sum, all_to_all, barrier, broadcast, default_group, recv,
+        recv_like, send, sum_gradients, sum_scatter, Communicator, Group, ReduceOp,
     };
     /// MLX's JACCL backend (the `jaccl` feature): RDMA over ibverbs, or the emulated fabric.
     #[cfg(feature = "jaccl")]

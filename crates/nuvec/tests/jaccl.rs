@@ -635,17 +635,21 @@ fn the_spec_example_runs_over_real_rdma_hardware_when_there_is_some() {
 }
 
 #[test]
-fn broadcast_on_the_mesh_gives_every_rank_the_roots_array_and_differentiates() {
+fn broadcast_and_all_to_all_on_the_mesh_match_references_and_differentiate() {
     run(test_name!(), 3, &mesh(), |group| {
         common::broadcast::broadcast_gives_every_rank_the_roots_array(group);
         common::broadcast::broadcast_under_transforms(group);
+        common::all_to_all::all_to_all_sends_each_rank_its_blocks(group);
+        common::all_to_all::all_to_all_under_transforms(group);
     });
 }
 
 #[test]
-fn broadcast_on_the_ring_gives_every_rank_the_roots_array_and_differentiates() {
+fn broadcast_and_all_to_all_on_the_ring_match_references_and_differentiate() {
     run(test_name!(), 3, &ring(1), |group| {
         common::broadcast::broadcast_gives_every_rank_the_roots_array(group);
         common::broadcast::broadcast_under_transforms(group);
+        common::all_to_all::all_to_all_sends_each_rank_its_blocks(group);
+        common::all_to_all::all_to_all_under_transforms(group);
     });
 }

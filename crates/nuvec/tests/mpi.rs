@@ -265,3 +265,12 @@ fn mpi_broadcast_gives_every_rank_the_roots_array_and_differentiates() {
         common::broadcast::broadcast_with_different_roots_fails_naming_them(group);
     });
 }
+
+#[test]
+fn mpi_all_to_all_sends_each_rank_its_blocks_and_differentiates() {
+    mpi_ranks(test_name!(), 3, TIMEOUT, |group| {
+        common::all_to_all::all_to_all_sends_each_rank_its_blocks(group);
+        common::all_to_all::all_to_all_under_transforms(group);
+        common::all_to_all::all_to_all_refuses_an_uneven_first_axis(group);
+    });
+}

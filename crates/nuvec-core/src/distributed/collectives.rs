@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 /// The batching rule of a collective along axis 0 (all_gather, sum_scatter): the batch axis
 /// goes second, so the collective's axis stays first, whichever axis was batched.
-fn along_first_axis(
+pub(super) fn along_first_axis(
     x: &Array,
     axis: Option<usize>,
     collective: impl Fn(&Array) -> Array,
@@ -31,7 +31,7 @@ pub(super) fn group_or_default(group: Option<&Group>) -> Group {
     group.copied().unwrap_or_else(super::default_group)
 }
 
-fn bytes_of(input: &Input) -> &[u8] {
+pub(super) fn bytes_of(input: &Input) -> &[u8] {
     &input.buffer().as_bytes()[..input.size() * input.dtype.size()]
 }
 

@@ -90,6 +90,12 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
     fn broadcast(&self, data: &mut [u8], dtype: DType, root: usize) -> Result<()> {
         super::broadcast::broadcast_by_gathering(self, data, dtype, root)
     }
+    /// Sends block `j` of `input` (`size` equal blocks) to rank `j`, and puts the block rank
+    /// `j` sent this one at block `j` of `output` (as long as `input`). The default gathers
+    /// every rank's input and keeps this rank's blocks.
+    fn all_to_all(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {
+        super::all_to_all::all_to_all_by_gathering(self, input, output, dtype)
+    }
     /// Waits until every rank has called it. The default is one small all-reduce.
     fn barrier(&self) -> Result<()> {
         super::broadcast::barrier_by_reducing(self)

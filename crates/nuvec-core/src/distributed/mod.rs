@@ -4,12 +4,14 @@
 //! Backends (the TCP ring, later JACCL and MPI) live in `nuvec-distributed`, which registers
 //! a communicator and gets back a [`Group`]; everything here is backend-agnostic.
 
+mod all_to_all;
 mod broadcast;
 mod collectives;
 mod communicator;
 mod group;
 pub(crate) mod worker;
 
+pub use all_to_all::all_to_all;
 pub use broadcast::{barrier, broadcast};
 pub use collectives::{
     all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_gradients, sum_scatter,

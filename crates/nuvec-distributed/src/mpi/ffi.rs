@@ -375,14 +375,22 @@ impl Mpi {
         datatype: Handle,
         comm: Handle,
     ) -> Result<(), c_int> {
-        // SAFETY: `input` holds `count` elements and `output` `count` per rank; `count` fits
-        // an int (the caller chunks).
+        // Open MPI refuses a send buffer equal to the receive buffer, which two empty slices
+        // can be: with nothing to move, point at two distinct spare bytes.
+        let mut spare = [0u8; 2];
+        let (from, into) = match count {
+            0 => (spare.as_ptr(), spare[1..].as_mut_ptr()),
+            _ => (input.as_ptr(), output.as_mut_ptr()),
+        };
+        // SAFETY: `input` holds `count` elements and `output` `count` per rank (or, for no
+        // elements, two live spare bytes that nothing reads or writes); `count` fits an int
+        // (the caller chunks).
         check(unsafe {
             (self.allgather)(
-                input.as_ptr().cast(),
+                from.cast(),
                 count as c_int,
                 datatype,
-                output.as_mut_ptr().cast(),
+                into.cast(),
                 count as c_int,
                 datatype,
                 comm,

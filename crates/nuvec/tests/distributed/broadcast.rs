@@ -1,8 +1,58 @@
-//! `broadcast` and `barrier` on the ring: every dtype and root on 1–4 ranks, roots that
-//! differ, the transforms, and a rank that leaves before a barrier.
+//! `broadcast`, `barrier` and `all_to_all` on the ring: every dtype (and root) on 1–4
+//! ranks, roots or sizes that differ, the transforms, and a rank that leaves before a
+//! barrier.
 
 use super::*;
+use common::all_to_all as exchanges;
 use common::broadcast as bodies;
+
+#[test]
+fn all_to_all_sends_each_rank_its_blocks_on_2_ranks() {
+    run_ranks(
+        test_name!(),
+        2,
+        TIMEOUT,
+        exchanges::all_to_all_sends_each_rank_its_blocks,
+    );
+}
+
+#[test]
+fn all_to_all_sends_each_rank_its_blocks_on_3_ranks() {
+    run_ranks(
+        test_name!(),
+        3,
+        TIMEOUT,
+        exchanges::all_to_all_sends_each_rank_its_blocks,
+    );
+}
+
+#[test]
+fn all_to_all_sends_each_rank_its_blocks_on_4_ranks() {
+    run_ranks(
+        test_name!(),
+        4,
+        TIMEOUT,
+        exchanges::all_to_all_sends_each_rank_its_blocks,
+    );
+}
+
+#[test]
+fn all_to_all_refuses_uneven_or_mismatched_sizes() {
+    run_ranks(test_name!(), 3, TIMEOUT, |group| {
+        exchanges::all_to_all_refuses_an_uneven_first_axis(group);
+        exchanges::all_to_all_of_different_sizes_fails_everywhere(group);
+    });
+}
+
+#[test]
+fn all_to_all_differentiates_and_batches() {
+    run_ranks(
+        test_name!(),
+        3,
+        TIMEOUT,
+        exchanges::all_to_all_under_transforms,
+    );
+}
 
 #[test]
 fn broadcast_gives_every_rank_the_roots_array_on_2_ranks() {

@@ -222,13 +222,25 @@ pub(crate) const DELIBERATE: &[Deliberate] = &[
         reason: "MLX's float32 exp (inside softmax, sigmoid, logsumexp and logaddexp too) is an ulp off the correctly rounded value for some \
                  arguments (e^-3.5: MLX 0.030197382, correctly rounded 0.030197384, nuvec's); \
                  where a later remainder, floor or reciprocal magnifies that last bit (the \
-                 remainder of 1/p by p for a softmax value p near 0.0147), the program run in \
-                 float64 finds nuvec's result, not MLX's",
+                 remainder of 1/p by p for a softmax value p near 0.0147), or an argsort, \
+                 argmax or argmin orders values that are equal in exact arithmetic (e^-2 to \
+                 the -2 and e^2 squared), the program run in float64 finds nuvec's result, \
+                 not MLX's",
         matches: |program, mlx, nuvec| {
             EXP_IN_MLX.iter().any(|op| has_op(program, op))
-                && ["remainder", "floor_divide", "floor", "ceil", "reciprocal", "divide"]
-                    .iter()
-                    .any(|op| has_op(program, op))
+                && [
+                    "remainder",
+                    "floor_divide",
+                    "floor",
+                    "ceil",
+                    "reciprocal",
+                    "divide",
+                    "argsort",
+                    "argmax",
+                    "argmin",
+                ]
+                .iter()
+                .any(|op| has_op(program, op))
                 && both_ok(mlx, nuvec)
                 && float64_verdicts(program, mlx, nuvec).is_some_and(|verdicts| {
                     verdicts.contains(&Verdict::OnlyNuvecHits)
