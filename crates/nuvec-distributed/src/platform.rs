@@ -326,6 +326,46 @@ pub(crate) fn read_process(pid: u32, address: u64, into: &mut [u8]) -> std::io::
     Ok(())
 }
 
+/// Copies `from` to `address` in process `pid` in one copy (`process_vm_writev`), under the
+/// same rule as [`read_process`].
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub(crate) fn write_process(pid: u32, address: u64, from: &[u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < from.len() {
+        let rest = &from[done..];
+        let local = libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: (address + done as u64) as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        // SAFETY: `local` describes `rest`, memory of ours live for the call, which the kernel
+        // only reads; it checks `remote` against the other process's writable mappings.
+        let copied =
+            unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        match copied {
+            n if n > 0 => done += n as usize,
+            0 => return Err(std::io::ErrorKind::WriteZero.into()),
+            _ => {
+                let error = std::io::Error::last_os_error();
+                if error.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Copies memory into another process: not available outside Linux.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn write_process(_pid: u32, _address: u64, _from: &[u8]) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
 /// Copies memory of another process: not available outside Linux.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn read_process(_pid: u32, _address: u64, _into: &mut [u8]) -> std::io::Result<()> {
@@ -339,13 +379,17 @@ mod tests {
 
     #[test]
     #[cfg(target_os = "linux")]
-    fn another_process_memory_is_read_in_one_copy_and_a_bad_address_is_an_error() {
+    fn another_process_memory_is_read_and_written_in_one_copy_and_a_bad_address_is_an_error() {
         let source: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let mut into = vec![0u8; source.len()];
         read_process(std::process::id(), source.as_ptr() as u64, &mut into).unwrap();
         assert_eq!(into, source);
         let mut small = [0u8; 16];
         assert!(read_process(std::process::id(), 8, &mut small).is_err());
+        let mut target = vec![0u8; source.len()];
+        write_process(std::process::id(), target.as_mut_ptr() as u64, &source).unwrap();
+        assert_eq!(target, source);
+        assert!(write_process(std::process::id(), 8, &small).is_err());
     }
 
     #[test]

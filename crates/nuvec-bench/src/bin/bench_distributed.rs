@@ -2,7 +2,8 @@
 //! conventions and prints one JSON line per (op, size) on rank 0.
 //!
 //! - bytes is the big buffer: all_sum's input (= output), all_gather's output, sum_scatter's
-//!   input; pingpong sends `bytes` each way between ranks 0 and 1 (time: half the round trip).
+//!   and all_to_all's input, broadcast's array (from rank 0); pingpong sends `bytes` each way
+//!   between ranks 0 and 1 (time: half the round trip).
 //! - each iteration starts after a barrier (a one-element all_sum); its time is the slowest
 //!   rank's; the median and minimum over iterations are reported.
 //! - iterations adapt to the size: warm-up time decides how many fit in `--budget` seconds.
@@ -17,7 +18,14 @@ use nuvec::prelude::*;
 use std::time::Instant;
 
 /// The ops this benchmark times.
-const OPS: [&str; 4] = ["all_sum", "all_gather", "sum_scatter", "pingpong"];
+const OPS: [&str; 6] = [
+    "all_sum",
+    "all_gather",
+    "sum_scatter",
+    "pingpong",
+    "broadcast",
+    "all_to_all",
+];
 
 struct Settings {
     ops: Vec<String>,
@@ -28,7 +36,7 @@ struct Settings {
     max_iters: usize,
 }
 
-const USAGE: &str = "usage: bench_distributed [--ops all_sum,all_gather,sum_scatter,pingpong] \
+const USAGE: &str = "usage: bench_distributed [--ops all_sum,all_gather,sum_scatter,pingpong,broadcast,all_to_all] \
 [--sizes 4K,64K,1M,16M,64M,256M] [--dtype float32|bfloat16] [--budget SECONDS] \
 [--min-iters N] [--max-iters N] (started on every rank by `nuvec launch`)";
 
@@ -119,6 +127,8 @@ fn step(op: &str, x: &Array, group: &Group) -> Result<Array> {
         "all_sum" => distributed::all_sum(x, Some(group)),
         "all_gather" => distributed::all_gather(x, Some(group)),
         "sum_scatter" => distributed::sum_scatter(x, Some(group)),
+        "broadcast" => distributed::broadcast(x, 0, Some(group)),
+        "all_to_all" => distributed::all_to_all(x, Some(group)),
         "pingpong" => match group.rank() {
             0 => {
                 distributed::send(x, 1, Some(group)).eval()?;
@@ -144,7 +154,7 @@ fn input(op: &str, bytes: usize, dtype: DType, group: &Group) -> Array {
     let elements = bytes / dtype.size();
     let elements = match op {
         "all_gather" => elements / n,
-        "sum_scatter" => elements / n * n,
+        "sum_scatter" | "all_to_all" => elements / n * n,
         _ => elements,
     };
     let x = ops::full(&[elements as i32], (group.rank() + 1) as f64, dtype);
@@ -162,7 +172,8 @@ fn correct(op: &str, out: &Array, group: &Group) -> Result<bool> {
             let total = n * (n + 1.0) / 2.0;
             first == total && last == total
         }
-        "all_gather" => first == 1.0 && last == n,
+        "all_gather" | "all_to_all" => first == 1.0 && last == n,
+        "broadcast" => first == 1.0 && last == 1.0,
         "pingpong" => group.rank() > 1 || (first == 1.0 && last == 1.0),
         _ => false,
     })
@@ -182,7 +193,7 @@ fn bus_factor(op: &str, n: usize) -> f64 {
     let n = n as f64;
     match op {
         "all_sum" => 2.0 * (n - 1.0) / n,
-        "all_gather" | "sum_scatter" => (n - 1.0) / n,
+        "all_gather" | "sum_scatter" | "all_to_all" => (n - 1.0) / n,
         _ => 1.0,
     }
 }

@@ -62,6 +62,9 @@ type Allreduce =
     unsafe extern "C" fn(*const c_void, *mut c_void, c_int, Handle, Handle, Handle) -> c_int;
 type Allgather =
     unsafe extern "C" fn(*const c_void, c_int, Handle, *mut c_void, c_int, Handle, Handle) -> c_int;
+type Bcast = unsafe extern "C" fn(*mut c_void, c_int, Handle, c_int, Handle) -> c_int;
+type Alltoall = Allgather;
+type Barrier = unsafe extern "C" fn(Handle) -> c_int;
 type ReduceScatterBlock =
     unsafe extern "C" fn(*const c_void, *mut c_void, c_int, Handle, Handle, Handle) -> c_int;
 type SendFn = unsafe extern "C" fn(*const c_void, c_int, Handle, c_int, c_int, Handle) -> c_int;
@@ -114,6 +117,9 @@ pub(crate) struct Mpi {
     comm_set_errhandler: CommSetErrhandler,
     allreduce: Allreduce,
     allgather: Allgather,
+    bcast: Bcast,
+    alltoall: Alltoall,
+    barrier: Barrier,
     reduce_scatter_block: ReduceScatterBlock,
     send: SendFn,
     recv: Recv,
@@ -221,6 +227,9 @@ impl Mpi {
             comm_set_errhandler: function(l, "MPI_Comm_set_errhandler")?,
             allreduce: function(l, "MPI_Allreduce")?,
             allgather: function(l, "MPI_Allgather")?,
+            bcast: function(l, "MPI_Bcast")?,
+            alltoall: function(l, "MPI_Alltoall")?,
+            barrier: function(l, "MPI_Barrier")?,
             reduce_scatter_block: function(l, "MPI_Reduce_scatter_block")?,
             send: function(l, "MPI_Send")?,
             recv: function(l, "MPI_Recv")?,
@@ -396,6 +405,64 @@ impl Mpi {
                 comm,
             )
         })
+    }
+
+    /// `MPI_Bcast` of `count` elements of `data` from rank `root`.
+    pub(crate) fn bcast(
+        &self,
+        data: &mut [u8],
+        count: usize,
+        datatype: Handle,
+        root: usize,
+        comm: Handle,
+    ) -> Result<(), c_int> {
+        // SAFETY: `data` holds `count` elements (`count` fits an int: the caller chunks); MPI
+        // reads it on the root and writes it elsewhere.
+        check(unsafe {
+            (self.bcast)(
+                data.as_mut_ptr().cast(),
+                count as c_int,
+                datatype,
+                root as c_int,
+                comm,
+            )
+        })
+    }
+
+    /// `MPI_Alltoall` of `count` elements to and from every rank.
+    pub(crate) fn alltoall(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        count: usize,
+        datatype: Handle,
+        comm: Handle,
+    ) -> Result<(), c_int> {
+        // As for `allgather`: two empty slices may share an address, which MPI refuses.
+        let mut spare = [0u8; 2];
+        let (from, into) = match count {
+            0 => (spare.as_ptr(), spare[1..].as_mut_ptr()),
+            _ => (input.as_ptr(), output.as_mut_ptr()),
+        };
+        // SAFETY: `input` and `output` hold `count` elements per rank (or, for none, two live
+        // spare bytes nothing touches); `count` fits an int (the caller chunks).
+        check(unsafe {
+            (self.alltoall)(
+                from.cast(),
+                count as c_int,
+                datatype,
+                into.cast(),
+                count as c_int,
+                datatype,
+                comm,
+            )
+        })
+    }
+
+    /// `MPI_Barrier`.
+    pub(crate) fn barrier(&self, comm: Handle) -> Result<(), c_int> {
+        // SAFETY: a communicator handle MPI gave us; the call touches no memory of ours.
+        check(unsafe { (self.barrier)(comm) })
     }
 
     /// `MPI_Reduce_scatter_block`: `count` elements of the reduction land on each rank.

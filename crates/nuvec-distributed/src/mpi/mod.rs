@@ -266,6 +266,59 @@ impl Communicator for MpiCommunicator {
         })
     }
 
+    /// Open MPI's `MPI_Bcast`. Ranks that name different roots are MPI's undefined
+    /// behaviour, as mismatched calls of the other collectives are.
+    fn broadcast(&self, data: &mut [u8], dtype: DType, root: usize) -> Result<()> {
+        if root >= self.size {
+            let reason = format!(
+                "root rank {root} is not a rank of the group (0..{})",
+                self.size
+            );
+            return Err(self.error("broadcast", reason));
+        }
+        let (width, count) = (dtype.size(), data.len() / dtype.size());
+        self.run("broadcast", |mpi| {
+            let kind = datatype(mpi, dtype);
+            for range in ranges(count, max_count()) {
+                let piece = &mut data[range.start * width..range.end * width];
+                mpi.bcast(piece, range.len(), kind, root, self.comm)
+                    .map_err(named("MPI_Bcast"))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Open MPI's `MPI_Alltoall`, in chunks of at most the int count per rank.
+    fn all_to_all(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {
+        let width = dtype.size();
+        let block = input.len() / width / self.size;
+        self.run("all_to_all", |mpi| {
+            let kind = datatype(mpi, dtype);
+            let max = max_count();
+            if block <= max {
+                return mpi
+                    .alltoall(input, output, block, kind, self.comm)
+                    .map_err(named("MPI_Alltoall"));
+            }
+            let (mut packed, mut received) = (Vec::new(), Vec::new());
+            for range in ranges(block, max) {
+                pack(input, block, &range, width, &mut packed);
+                received.resize(packed.len(), 0);
+                mpi.alltoall(&packed, &mut received, range.len(), kind, self.comm)
+                    .map_err(named("MPI_Alltoall"))?;
+                unpack(&received, block, &range, width, output);
+            }
+            Ok(())
+        })
+    }
+
+    /// Open MPI's `MPI_Barrier`.
+    fn barrier(&self) -> Result<()> {
+        self.run("barrier", |mpi| {
+            mpi.barrier(self.comm).map_err(named("MPI_Barrier"))
+        })
+    }
+
     fn reduce_scatter(
         &self,
         input: &[u8],

@@ -46,6 +46,22 @@ impl Location {
         })
     }
 
+    /// The `bytes` bytes from `offset` of this payload (within it).
+    pub(crate) fn part(&self, offset: u64, bytes: u64) -> Location {
+        Location {
+            pid: self.pid,
+            address: self.address + offset,
+            bytes,
+        }
+    }
+
+    /// Copies `from` (as long as this place) into this place, in its process: whether the
+    /// kernel let it.
+    pub(crate) fn write_from(&self, from: &[u8]) -> bool {
+        self.bytes == from.len() as u64
+            && platform::write_process(self.pid, self.address, from).is_ok()
+    }
+
     /// Copies the payload into `into` (as long as the payload), if `allowed` (this rank reads
     /// other ranks' memory, `NUVEC_RING_CROSS_MEMORY`) and the kernel lets it: whether it did.
     pub(crate) fn read_into(&self, into: &mut [u8], allowed: bool) -> bool {
@@ -74,6 +90,13 @@ mod tests {
         if cfg!(target_os = "linux") {
             assert!(location.read_into(&mut into, true));
             assert_eq!(into, payload);
+            let mut target = vec![0u8; 1000];
+            let place = Location::of(&target).part(100, 800);
+            assert!(place.write_from(&payload[..800]));
+            assert!(!place.write_from(&payload[..799]), "a length that differs");
+            assert_eq!(&target[100..900], &payload[..800]);
+            assert_eq!(target[..100], [0u8; 100]);
+            target[0] = 1;
         }
     }
 }

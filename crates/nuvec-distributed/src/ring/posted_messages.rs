@@ -19,7 +19,7 @@
 use super::cross_memory::{Location, LOCATION_BYTES};
 use super::network::Network;
 use super::transport::Transport;
-use crate::shm::{Answer, Channel, Mailbox, MESSAGE_POST_BYTES, SLOTS, SLOT_BYTES};
+use crate::shm::{Answer, Channel, Mailbox, Reply, MESSAGE_POST_BYTES, SLOTS, SLOT_BYTES};
 use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
 use nuvec_core::{DType, Error, Result};
 use std::sync::atomic::Ordering;
@@ -30,6 +30,9 @@ pub(crate) const MAX_NDIM: usize = 64;
 
 /// Payloads larger than this (what a channel's slots hold) are read from the sender's memory.
 const READ_FROM_MEMORY_ABOVE: usize = SLOTS * SLOT_BYTES;
+/// Payloads of at least this many bytes are copied by both ends at once: the receiver reads
+/// the first half while the sender writes the second into the receiver's memory.
+const BOTH_COPY_FROM: usize = 4 << 20;
 /// The offset a post gives to say that its payload is to be read from the sender's memory
 /// (every other message post has offset 0).
 const IN_MEMORY: u64 = 1;
@@ -88,8 +91,28 @@ impl Network {
                 parts,
                 timing,
             )?;
+            let splits = data.len() >= BOTH_COPY_FROM;
             let timing = (self.timeout, &mut alive as &mut dyn FnMut() -> Result<()>);
-            match channel.await_answer(Mailbox::Messages, "send", timing)? {
+            let mut reply = channel.await_reply(Mailbox::Messages, "send", splits, timing)?;
+            if let Reply::Write(place) = reply {
+                // The receiver reads the first part meanwhile; this end writes the rest.
+                let place = Location::decode(&place).filter(|p| p.bytes <= data.len() as u64);
+                let written = place.is_some_and(|place| {
+                    place.write_from(&data[data.len() - place.bytes as usize..])
+                });
+                channel.wrote(Mailbox::Messages, written);
+                let timing = (self.timeout, &mut alive as &mut dyn FnMut() -> Result<()>);
+                reply = channel.await_reply(Mailbox::Messages, "send", false, timing)?;
+            }
+            let Reply::Answered(answer) = reply else {
+                let reason = format!("rank {dst} asked twice to write part of a message");
+                return Err(Error::Distributed {
+                    op: "send".into(),
+                    rank: Some(dst),
+                    reason,
+                });
+            };
+            match answer {
                 Answer::Read | Answer::Dropped => return Ok(()),
                 Answer::Unread => {
                     self.unread_by[dst].store(true, Ordering::Relaxed);
@@ -178,7 +201,7 @@ impl Network {
             let location = Location::decode(&post.piece[meta..])
                 .filter(|l| l.bytes == header.bytes)
                 .ok_or_else(|| corrupt("gives a place of another size".into()))?;
-            let read = location.read_into(data, self.nearby.reads_memory);
+            let read = self.read_from_memory(channel, src, location, data)?;
             let answer = if read { Answer::Read } else { Answer::Unread };
             channel.answer(Mailbox::Messages, answer);
             channel.release(Mailbox::Messages);
@@ -191,5 +214,30 @@ impl Network {
         data.copy_from_slice(&post.piece[meta..]);
         channel.release(Mailbox::Messages);
         Ok(Ok(Posted::Received))
+    }
+
+    /// Reads the payload at `location` (the sender's) into `data`: whole, or for a large one
+    /// the first half while the sender writes the second (asked through the channel). Whether
+    /// all of it arrived.
+    fn read_from_memory(
+        &self,
+        channel: &Channel,
+        src: usize,
+        location: Location,
+        data: &mut [u8],
+    ) -> Result<bool> {
+        let allowed = self.nearby.reads_memory;
+        if !allowed || data.len() < BOTH_COPY_FROM {
+            return Ok(location.read_into(data, allowed));
+        }
+        let half = data.len() / 2;
+        let (first, second) = data.split_at_mut(half);
+        channel.ask_to_write(Mailbox::Messages, &Location::of(second).encode());
+        let read = location.part(0, half as u64).read_into(first, true);
+        let mut alive = || self.still_going(Kind::Send, src);
+        let written =
+            channel.await_written(Mailbox::Messages, "recv", (self.timeout, &mut alive))?;
+        let rest = location.part(half as u64, second.len() as u64);
+        Ok(read && (written || rest.read_into(second, true)))
     }
 }

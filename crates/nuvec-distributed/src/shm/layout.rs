@@ -41,6 +41,11 @@ pub(crate) struct MailboxLayout {
     pub(crate) receiver_sleeps_at: usize,
     /// The receiver's answer to a post it was asked to answer (`Channel::answer`).
     pub(crate) answer_at: usize,
+    /// A receiver's request that the sender write part of a payload itself, and where
+    /// (`Channel::ask_to_write`): the stamp, then a posted location's 20 bytes.
+    pub(crate) split_at: usize,
+    /// The sender's word that it wrote that part (`Channel::wrote`).
+    pub(crate) written_at: usize,
     /// Post `i`'s header at `headers_at + i * POST_HEADER_STRIDE`.
     pub(crate) headers_at: usize,
     /// Post `i`'s buffer at `buffers_at + i * post_bytes`.
@@ -77,6 +82,8 @@ const fn mailbox(
         taken_at: at + 128,
         receiver_sleeps_at: at + 132,
         answer_at: at + 136,
+        split_at: at + 140,
+        written_at: at + 12,
         headers_at,
         buffers_at,
         posts,
@@ -89,6 +96,11 @@ pub(crate) const CHANNEL_BYTES: usize =
     POSTS_AT + POSTS * POST_BYTES + MESSAGE_POSTS * MESSAGE_POST_BYTES;
 
 const _: () = {
+    // The split request's stamp and location stay on the receiver's line, the written word
+    // on the sender's, clear of the word that says the sender gave up.
+    assert!(MAILBOXES[0].split_at + 4 + 20 <= MAILBOXES[0].headers_at);
+    assert!(MAILBOXES[1].split_at + 4 + 20 <= MAILBOXES[1].taken_at + 128);
+    assert!(MAILBOXES[0].written_at != SENDER_GAVE_UP_AT);
     assert!(MAILBOXES[0].headers_at + POSTS * POST_HEADER_STRIDE <= MAILBOXES[1].posted_at);
     assert!(MAILBOXES[1].headers_at >= MAILBOXES[1].taken_at + 128);
     assert!(MAILBOXES[1].headers_at + MESSAGE_POSTS * POST_HEADER_STRIDE <= SLOTS_AT);

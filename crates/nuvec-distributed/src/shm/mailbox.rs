@@ -35,26 +35,13 @@ pub(crate) enum Mailbox {
 }
 
 impl Mailbox {
-    fn layout(self) -> &'static MailboxLayout {
+    pub(super) fn layout(self) -> &'static MailboxLayout {
         &MAILBOXES[self as usize]
     }
 }
 
 /// A post as its receiver sees it: the call's header, the piece's offset in the call's
 /// payload, and the piece, in place in the channel until [`Channel::release`].
-/// What a receiver answered to a post that asked it to read the payload straight from the
-/// sender's memory (`ring/posted_messages.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Answer {
-    /// It read the payload.
-    Read = 1,
-    /// It may not read it (the kernel refused, or it reads no peer's memory): the payload
-    /// must come another way.
-    Unread = 2,
-    /// It refused the message (another type or size): nothing more follows.
-    Dropped = 3,
-}
-
 pub(crate) struct Post<'a> {
     pub(crate) header: Header,
     pub(crate) offset: u64,
@@ -62,7 +49,7 @@ pub(crate) struct Post<'a> {
 }
 
 impl Channel {
-    fn word(&self, at: usize) -> &AtomicU32 {
+    pub(super) fn word(&self, at: usize) -> &AtomicU32 {
         // SAFETY: `at` is 4-aligned inside the mapping's first page, which lives as long as
         // `self`; both processes touch the word only atomically.
         #[allow(unsafe_code)]
@@ -149,7 +136,7 @@ impl Channel {
     }
 
     /// The receiving end: the error for a sender that gave the group up.
-    fn gave_up(&self, op: &str) -> Result<()> {
+    pub(super) fn gave_up(&self, op: &str) -> Result<()> {
         if self.word(SENDER_GAVE_UP_AT).load(Ordering::Acquire) == 0 {
             return Ok(());
         }
@@ -227,44 +214,6 @@ impl Channel {
         })
     }
 
-    /// The receiving end: answers the post [`Channel::next_post`] returned, before releasing
-    /// it (the answer is stamped with the post's number).
-    pub(crate) fn answer(&self, mailbox: Mailbox, answer: Answer) {
-        let layout = mailbox.layout();
-        let taken = self.word(layout.taken_at).load(Ordering::Relaxed);
-        let stamp = (taken.wrapping_add(1) << 2) | answer as u32;
-        self.word(layout.answer_at).store(stamp, Ordering::SeqCst);
-    }
-
-    /// The sending end: waits until the receiver has released every post of `mailbox`, the
-    /// last of which asked for an answer, and returns that answer.
-    pub(crate) fn await_answer(
-        &self,
-        mailbox: Mailbox,
-        op: &str,
-        (timeout, alive): (Duration, &mut dyn FnMut() -> Result<()>),
-    ) -> Result<Answer> {
-        let layout = mailbox.layout();
-        let posted = self.word(layout.posted_at).load(Ordering::Relaxed);
-        let taken = self.word(layout.taken_at);
-        let done = || taken.load(Ordering::Acquire) == posted;
-        let what = "to receive the message this rank posted";
-        self.wait_for(
-            op,
-            (layout.taken_at, layout.sender_sleeps_at),
-            &done,
-            what,
-            (timeout, alive),
-        )?;
-        let stamp = self.word(layout.answer_at).load(Ordering::Acquire);
-        match (stamp >> 2 == posted & (u32::MAX >> 2), stamp & 3) {
-            (true, 1) => Ok(Answer::Read),
-            (true, 2) => Ok(Answer::Unread),
-            (true, 3) => Ok(Answer::Dropped),
-            _ => Err(self.corrupt(op, "its receiver's answer does not match the post")),
-        }
-    }
-
     /// The receiving end: frees the post [`Channel::next_post`] returned.
     pub(crate) fn release(&self, mailbox: Mailbox) {
         let layout = mailbox.layout();
@@ -281,7 +230,7 @@ impl Channel {
     /// Waits until `ready`, which turns true when the word at `word_at` changes: spinning,
     /// yielding, then sleeping on the word with this end's `sleeps_at` word set, at most
     /// `timeout`, asking `alive` every [`CHECK_EVERY`] once sleeping.
-    fn wait_for(
+    pub(super) fn wait_for(
         &self,
         op: &str,
         (word_at, sleeps_at): (usize, usize),

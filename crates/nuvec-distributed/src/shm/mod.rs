@@ -7,9 +7,11 @@ mod channel;
 mod layout;
 mod mailbox;
 pub(crate) mod offers;
+mod replies;
 mod slot_copies;
 
 pub(crate) use channel::Channel;
 pub(crate) use layout::{MESSAGE_POST_BYTES, POST_BYTES, SLOTS, SLOT_BYTES};
-pub(crate) use mailbox::{Answer, Mailbox};
+pub(crate) use mailbox::Mailbox;
+pub(crate) use replies::{Answer, Reply};
 pub(crate) use slot_copies::Policy;

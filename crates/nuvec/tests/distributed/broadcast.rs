@@ -100,12 +100,10 @@ fn broadcast_on_a_group_of_one_is_the_identity() {
 
 #[test]
 fn broadcasts_with_different_roots_fail_on_every_rank_naming_them() {
-    run_ranks(
-        test_name!(),
-        3,
-        TIMEOUT,
-        bodies::broadcast_with_different_roots_fails_naming_them,
-    );
+    run_ranks(test_name!(), 3, TIMEOUT, |group| {
+        bodies::broadcast_refuses_a_root_outside_the_group(group);
+        bodies::broadcast_with_different_roots_fails_naming_them(group);
+    });
 }
 
 #[test]

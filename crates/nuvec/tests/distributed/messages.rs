@@ -177,7 +177,8 @@ fn messages_of_16_mib_arrive_whole_in_both_ways_of_sending_them() {
 /// messages are still read. Two ranks as threads of this process, so their options differ.
 #[test]
 fn large_messages_to_a_rank_that_may_not_read_memory_arrive_another_way() {
-    const ELEMENTS: usize = (3 << 20) / 4 + 5;
+    // Past 4 MiB: rank 0 reads half of rank 1's messages while rank 1 writes the rest.
+    const ELEMENTS: usize = (5 << 20) / 4 + 5;
     let ports = nuvec_test_support::ranks::free_ports(2);
     let nodes: Vec<Vec<String>> = ports
         .iter()
