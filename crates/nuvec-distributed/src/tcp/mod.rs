@@ -8,6 +8,7 @@ mod connection;
 #[cfg(test)]
 pub(crate) mod connection_tests;
 mod form;
+mod formed;
 pub(crate) mod frame;
 pub(crate) mod handshake;
 pub(crate) mod pairs;
@@ -16,6 +17,7 @@ pub(crate) mod watch;
 pub(crate) mod wire;
 
 pub(crate) use connection::{Connection, SEND_PIECE};
+pub(crate) use form::form_mesh;
 #[cfg(feature = "jaccl")]
 pub(crate) use form::form_star;
-pub(crate) use form::{connections_between, form_mesh};
+pub(crate) use pairs::connections_between;

@@ -10,6 +10,8 @@
 //! whose other pairs cannot connect forms as a ring, and messages between ranks without a
 //! connection go round it (`ring/relay.rs`).
 
+use crate::hostfile::Address;
+
 /// Whether ranks `a` and `b` are neighbours on the ring of `size` ranks.
 pub(crate) fn neighbours(size: usize, a: usize, b: usize) -> bool {
     a != b && ((a + 1) % size == b || (b + 1) % size == a)
@@ -30,6 +32,17 @@ pub(crate) fn opener(size: usize, a: usize, b: usize) -> usize {
 /// every pair is a pair of neighbours).
 pub(crate) fn has_optional_pairs(size: usize) -> bool {
     size >= 4
+}
+
+/// How many connections ranks `a` and `b` share: one per address both list (MLX's hostfile
+/// gives each rank one or more addresses to spread large transfers over) between ring
+/// neighbours; one between other ranks, whose connections carry only point-to-point messages
+/// and the latency paths of small collectives.
+pub(crate) fn connections_between(nodes: &[Vec<Address>], a: usize, b: usize) -> usize {
+    if nodes.len() > 2 && !neighbours(nodes.len(), a, b) {
+        return 1;
+    }
+    nodes[a].len().min(nodes[b].len()).max(1)
 }
 
 #[cfg(test)]
