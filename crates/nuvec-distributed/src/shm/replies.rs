@@ -142,3 +142,87 @@ impl Channel {
         Ok(written.load(Ordering::Acquire) & 3 == 1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::layout::TOKEN_BYTES;
+    use crate::tcp::frame::{Header, Kind};
+    use nuvec_core::DType;
+
+    fn fine() -> Result<()> {
+        Ok(())
+    }
+
+    /// A posted place: process id, address, length (as `ring/cross_memory.rs` lays it out).
+    fn place(address: u64, bytes: u64) -> [u8; 20] {
+        let mut place = [0u8; 20];
+        place[..4].copy_from_slice(&std::process::id().to_le_bytes());
+        place[4..12].copy_from_slice(&address.to_le_bytes());
+        place[12..].copy_from_slice(&bytes.to_le_bytes());
+        place
+    }
+
+    #[test]
+    fn a_sender_asked_to_write_part_says_whether_it_could_then_hears_the_answer() {
+        let token = [31; TOKEN_BYTES];
+        let name = format!("nuvec-ring-test-{}-replies", std::process::id());
+        let path = crate::platform::shared_memory_dir().join(name);
+        let sender = Channel::create(path.clone(), &token, 1).unwrap();
+        let receiver = Channel::open(&path, &token, 0).unwrap();
+        let timeout = Duration::from_secs(10);
+        let payload: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        // A place the receiver owns, then one the kernel refuses (address 8).
+        for writable in [true, false] {
+            let mut target = vec![0u8; payload.len()];
+            let address = if writable {
+                target.as_mut_ptr() as u64
+            } else {
+                8
+            };
+            let header = Header {
+                kind: Kind::Send,
+                dtype: DType::U8,
+                sequence: u64::from(writable),
+                bytes: payload.len() as u64,
+            };
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    sender
+                        .post(Mailbox::Messages, &header, 1, &[b"x"], (timeout, &mut fine))
+                        .unwrap();
+                    let reply = sender
+                        .await_reply(Mailbox::Messages, "send", true, (timeout, &mut fine))
+                        .unwrap();
+                    let Reply::Write(place) = reply else {
+                        panic!("expected a request to write, got {reply:?}");
+                    };
+                    let word =
+                        |at: usize| u64::from_le_bytes(place[at..at + 8].try_into().unwrap());
+                    let pid = u32::from_le_bytes(place[..4].try_into().unwrap());
+                    let written = word(12) == payload.len() as u64
+                        && crate::platform::write_process(pid, word(4), &payload).is_ok();
+                    sender.wrote(Mailbox::Messages, written);
+                    let answer = sender
+                        .await_reply(Mailbox::Messages, "send", false, (timeout, &mut fine))
+                        .unwrap();
+                    assert_eq!(answer, Reply::Answered(Answer::Read));
+                });
+                let post = receiver
+                    .next_post(Mailbox::Messages, "recv", (timeout, &mut fine))
+                    .unwrap();
+                assert_eq!((post.header, post.offset), (header, 1));
+                receiver.ask_to_write(Mailbox::Messages, &place(address, payload.len() as u64));
+                let written = receiver
+                    .await_written(Mailbox::Messages, "recv", (timeout, &mut fine))
+                    .unwrap();
+                assert_eq!(written, writable && cfg!(target_os = "linux"));
+                receiver.answer(Mailbox::Messages, Answer::Read);
+                receiver.release(Mailbox::Messages);
+            });
+            if writable && cfg!(target_os = "linux") {
+                assert_eq!(target, payload);
+            }
+        }
+    }
+}
