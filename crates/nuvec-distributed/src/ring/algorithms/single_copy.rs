@@ -24,9 +24,11 @@ use crate::tcp::frame::Kind;
 use nuvec_core::{DType, Error, Result};
 use std::collections::BTreeSet;
 
-/// The smallest block (bytes one rank contributes) gathered by reading peers' memory: below
-/// it the mailboxes' one exchange costs less than two (`docs/performance.md`, "Tuning
-/// measurements").
+/// The smallest block (bytes one rank contributes) gathered by reading peers' memory. A
+/// reasoned choice, not yet a measured one: from here a block's second copy (a few
+/// microseconds) outweighs the second exchange of posts (about one on two ranks), and the
+/// 2-rank all-gathers of 64 KB and up measured even with or ahead of Open MPI's single copy
+/// (`docs/performance.md`).
 const SINGLE_COPY_FROM: usize = 32 << 10;
 
 /// Where a post that says where a block lies claims to be (no piece of a block lies there).
