@@ -3,7 +3,7 @@
 //! derivative and batching rules. A backend without one of its own gets one built on its
 //! all-gather ([`all_to_all_by_gathering`]).
 
-use super::collectives::{along_first_axis, bytes_of, group_or_default};
+use super::collectives::{along_first_axis, bytes_of, dims, group_or_default};
 use super::{Communicator, Group};
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, DType, Error, Result};
@@ -13,6 +13,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq)]
 struct AllToAll {
     group: Group,
+    at: &'static std::panic::Location<'static>,
 }
 
 impl Primitive for AllToAll {
@@ -21,9 +22,12 @@ impl Primitive for AllToAll {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let communicator = self.group.require("all_to_all")?;
         let mut out = outputs[0].alloc();
-        communicator.all_to_all(bytes_of(&inputs[0]), out.as_mut_bytes(), outputs[0].dtype)?;
+        let (input, dtype) = (&inputs[0], outputs[0].dtype);
+        let what = (dtype, &dims(&input.shape)[..], None);
+        self.group.communicate("all_to_all", what, self.at, |c| {
+            c.all_to_all(bytes_of(input), out.as_mut_bytes(), dtype)
+        })?;
         Ok(vec![Arc::new(out)])
     }
 
@@ -101,7 +105,10 @@ pub fn all_to_all(x: &Array, group: Option<&Group>) -> Array {
         return x.clone();
     }
     Array::from_primitive(
-        Arc::new(AllToAll { group }),
+        Arc::new(AllToAll {
+            group,
+            at: std::panic::Location::caller(),
+        }),
         vec![x.clone()],
         x.shape().to_vec(),
         x.dtype(),

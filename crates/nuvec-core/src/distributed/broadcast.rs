@@ -4,7 +4,7 @@
 //! ([`broadcast_by_gathering`]), which also checks that every rank named the same root and
 //! passed an array of the same type and size.
 
-use super::collectives::{all_sum, group_or_default};
+use super::collectives::{all_sum, dims, group_or_default};
 use super::{Communicator, Group, ReduceOp};
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, DType, Error, Result};
@@ -15,6 +15,7 @@ use std::sync::Arc;
 struct Broadcast {
     group: Group,
     root: usize,
+    at: &'static std::panic::Location<'static>,
 }
 
 impl Primitive for Broadcast {
@@ -23,7 +24,6 @@ impl Primitive for Broadcast {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let communicator = self.group.require("broadcast")?;
         let (bytes, dtype) = (outputs[0].bytes(), outputs[0].dtype);
         let mut data = match inputs[0].take_owned(bytes) {
             Some(data) => data,
@@ -34,7 +34,10 @@ impl Primitive for Broadcast {
                 data
             }
         };
-        communicator.broadcast(data.as_mut_bytes(), dtype, self.root)?;
+        let what = (dtype, &dims(&outputs[0].shape)[..], Some(self.root));
+        self.group.communicate("broadcast", what, self.at, |c| {
+            c.broadcast(data.as_mut_bytes(), dtype, self.root)
+        })?;
         Ok(vec![Arc::new(data)])
     }
 
@@ -120,7 +123,11 @@ pub fn broadcast(x: &Array, root: usize, group: Option<&Group>) -> Array {
         return x.clone();
     }
     Array::from_primitive(
-        Arc::new(Broadcast { group, root }),
+        Arc::new(Broadcast {
+            group,
+            root,
+            at: std::panic::Location::caller(),
+        }),
         vec![x.clone()],
         x.shape().to_vec(),
         x.dtype(),
@@ -134,12 +141,14 @@ pub fn broadcast(x: &Array, root: usize, group: Option<&Group>) -> Array {
 /// nuvec_core::distributed::barrier(None)?;
 /// # Ok::<(), nuvec_core::Error>(())
 /// ```
+#[track_caller]
 pub fn barrier(group: Option<&Group>) -> Result<()> {
     let group = group_or_default(group);
     if group.size() == 1 {
         return Ok(());
     }
-    group.require("barrier")?.barrier()
+    let at = std::panic::Location::caller();
+    group.communicate("barrier", (DType::U8, &[], None), at, |c| c.barrier())
 }
 
 /// Bytes before each rank's block in [`broadcast_by_gathering`]: the root it named and its

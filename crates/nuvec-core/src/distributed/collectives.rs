@@ -5,6 +5,7 @@ use super::{Group, ReduceOp};
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, DType, Result};
 use nuvec_cpu::Buffer;
+use std::panic::Location;
 use std::sync::Arc;
 
 /// The batching rule of a collective along axis 0 (all_gather, sum_scatter): the batch axis
@@ -26,6 +27,11 @@ pub(super) fn along_first_axis(
     (vec![collective(&second)], vec![Some(1)])
 }
 
+/// An array's dims as MLX's `i32`s, for the trace and the wire.
+pub(super) fn dims(shape: &[usize]) -> Vec<i32> {
+    shape.iter().map(|&d| d as i32).collect()
+}
+
 /// Resolves `None` to the default group.
 pub(super) fn group_or_default(group: Option<&Group>) -> Group {
     group.copied().unwrap_or_else(super::default_group)
@@ -39,6 +45,7 @@ pub(super) fn bytes_of(input: &Input) -> &[u8] {
 struct AllReduce {
     group: Group,
     op: ReduceOp,
+    at: &'static Location<'static>,
 }
 
 impl Primitive for AllReduce {
@@ -47,15 +54,21 @@ impl Primitive for AllReduce {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let communicator = self.group.require(self.name())?;
         let (bytes, dtype) = (outputs[0].bytes(), outputs[0].dtype);
+        let shape = dims(&outputs[0].shape);
+        let what = (dtype, &shape[..], None);
+        let name = self.op.collective_name();
         if let Some(mut data) = inputs[0].take_owned(bytes) {
-            communicator.all_reduce(data.as_mut_bytes(), dtype, self.op)?;
+            self.group.communicate(name, what, self.at, |c| {
+                c.all_reduce(data.as_mut_bytes(), dtype, self.op)
+            })?;
             return Ok(vec![Arc::new(data)]);
         }
         let mut data = Buffer::for_output(bytes);
         let input = &inputs[0].buffer().as_bytes()[..bytes];
-        communicator.all_reduce_into(input, data.as_mut_bytes(), dtype, self.op)?;
+        self.group.communicate(name, what, self.at, |c| {
+            c.all_reduce_into(input, data.as_mut_bytes(), dtype, self.op)
+        })?;
         Ok(vec![Arc::new(data)])
     }
 
@@ -99,6 +112,7 @@ impl Primitive for AllReduce {
 #[derive(Debug, Clone, PartialEq)]
 struct AllGather {
     group: Group,
+    at: &'static Location<'static>,
 }
 
 impl Primitive for AllGather {
@@ -107,9 +121,12 @@ impl Primitive for AllGather {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let communicator = self.group.require("all_gather")?;
         let mut out = outputs[0].alloc();
-        communicator.all_gather(bytes_of(&inputs[0]), out.as_mut_bytes(), outputs[0].dtype)?;
+        let (input, dtype) = (&inputs[0], outputs[0].dtype);
+        let what = (dtype, &dims(&input.shape)[..], None);
+        self.group.communicate("all_gather", what, self.at, |c| {
+            c.all_gather(bytes_of(input), out.as_mut_bytes(), dtype)
+        })?;
         Ok(vec![Arc::new(out)])
     }
 
@@ -166,6 +183,7 @@ impl Primitive for AllGather {
 #[derive(Debug, Clone, PartialEq)]
 struct ReduceScatter {
     group: Group,
+    at: &'static Location<'static>,
 }
 
 impl Primitive for ReduceScatter {
@@ -174,14 +192,12 @@ impl Primitive for ReduceScatter {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let communicator = self.group.require("sum_scatter")?;
         let mut out = outputs[0].alloc();
-        communicator.reduce_scatter(
-            bytes_of(&inputs[0]),
-            out.as_mut_bytes(),
-            outputs[0].dtype,
-            ReduceOp::Sum,
-        )?;
+        let (input, dtype) = (&inputs[0], outputs[0].dtype);
+        let what = (dtype, &dims(&input.shape)[..], None);
+        self.group.communicate("sum_scatter", what, self.at, |c| {
+            c.reduce_scatter(bytes_of(input), out.as_mut_bytes(), dtype, ReduceOp::Sum)
+        })?;
         Ok(vec![Arc::new(out)])
     }
 
@@ -241,6 +257,7 @@ impl Primitive for ReduceScatter {
 struct Send {
     group: Group,
     dst: usize,
+    at: &'static Location<'static>,
 }
 
 impl Primitive for Send {
@@ -249,10 +266,12 @@ impl Primitive for Send {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], _outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let communicator = self.group.require("send")?;
         let input = &inputs[0];
-        let shape: Vec<i32> = input.shape.iter().map(|&d| d as i32).collect();
-        communicator.send(bytes_of(input), input.dtype, &shape, self.dst)?;
+        let shape = dims(&input.shape);
+        let what = (input.dtype, &shape[..], Some(self.dst));
+        self.group.communicate("send", what, self.at, |c| {
+            c.send(bytes_of(input), input.dtype, &shape, self.dst)
+        })?;
         Ok(vec![input.buffer().clone()])
     }
 
@@ -325,6 +344,7 @@ fn point_to_point_not_differentiable(transform: &'static str, op: &str) -> crate
 struct Recv {
     group: Group,
     src: usize,
+    at: &'static Location<'static>,
 }
 
 impl Primitive for Recv {
@@ -333,17 +353,19 @@ impl Primitive for Recv {
     }
 
     fn eval_cpu(&self, _inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let communicator = self.group.require("recv")?;
         let spec = &outputs[0];
-        let shape: Vec<i32> = spec.shape.iter().map(|&d| d as i32).collect();
+        let shape = dims(&spec.shape);
         let mut out = spec.alloc();
         let bytes = spec.bytes();
-        communicator.recv(
-            &mut out.as_mut_bytes()[..bytes],
-            spec.dtype,
-            &shape,
-            self.src,
-        )?;
+        let what = (spec.dtype, &shape[..], Some(self.src));
+        self.group.communicate("recv", what, self.at, |c| {
+            c.recv(
+                &mut out.as_mut_bytes()[..bytes],
+                spec.dtype,
+                &shape,
+                self.src,
+            )
+        })?;
         Ok(vec![Arc::new(out)])
     }
 
@@ -363,7 +385,11 @@ fn all_reduce(op: ReduceOp, x: &Array, group: Option<&Group>) -> Array {
         return x.clone();
     }
     Array::from_primitive(
-        Arc::new(AllReduce { group, op }),
+        Arc::new(AllReduce {
+            group,
+            op,
+            at: Location::caller(),
+        }),
         vec![x.clone()],
         x.shape().to_vec(),
         x.dtype(),
@@ -415,7 +441,15 @@ pub fn all_gather(x: &Array, group: Option<&Group>) -> Array {
     let mut shape = source.shape().to_vec();
     shape[0] *= group.size() as i32;
     let dtype = source.dtype();
-    Array::from_primitive(Arc::new(AllGather { group }), vec![source], shape, dtype)
+    Array::from_primitive(
+        Arc::new(AllGather {
+            group,
+            at: Location::caller(),
+        }),
+        vec![source],
+        shape,
+        dtype,
+    )
 }
 
 /// The sum of `x` over every rank, of which each rank keeps its slice of axis 0 (rank `r`
@@ -442,7 +476,10 @@ pub fn sum_scatter(x: &Array, group: Option<&Group>) -> Array {
     let mut shape = x.shape().to_vec();
     shape[0] /= size;
     Array::from_primitive(
-        Arc::new(ReduceScatter { group }),
+        Arc::new(ReduceScatter {
+            group,
+            at: Location::caller(),
+        }),
         vec![x.clone()],
         shape,
         x.dtype(),
@@ -463,7 +500,11 @@ pub fn send(x: &Array, dst: usize, group: Option<&Group>) -> Array {
         );
     }
     Array::from_primitive(
-        Arc::new(Send { group, dst }),
+        Arc::new(Send {
+            group,
+            dst,
+            at: Location::caller(),
+        }),
         vec![x.clone()],
         x.shape().to_vec(),
         x.dtype(),
@@ -487,7 +528,16 @@ pub fn recv(shape: &[i32], dtype: DType, src: usize, group: Option<&Group>) -> A
     if shape.iter().any(|&d| d < 0) {
         return Array::invalid("recv", format!("invalid shape {shape:?}"));
     }
-    Array::from_primitive(Arc::new(Recv { group, src }), vec![], shape.to_vec(), dtype)
+    Array::from_primitive(
+        Arc::new(Recv {
+            group,
+            src,
+            at: Location::caller(),
+        }),
+        vec![],
+        shape.to_vec(),
+        dtype,
+    )
 }
 
 /// Receives an array shaped and typed like `like` from rank `src`.

@@ -1,5 +1,6 @@
 //! [`Group`]: a small value naming a registered communicator.
 
+use super::trace::{self, Record, Trace};
 use super::worker::Worker;
 use super::Communicator;
 use crate::{Error, Result};
@@ -23,6 +24,7 @@ pub struct Group {
 struct Entry {
     communicator: Arc<dyn Communicator>,
     worker: Option<Arc<Worker>>,
+    trace: Arc<Trace>,
 }
 
 fn registry() -> &'static Mutex<HashMap<u64, Entry>> {
@@ -54,6 +56,7 @@ impl Group {
         let entry = Entry {
             communicator,
             worker: None,
+            trace: Arc::new(Trace::from_env()),
         };
         crate::array::lock(registry()).insert(id, entry);
         group
@@ -92,6 +95,53 @@ impl Group {
             entry.worker = Worker::start(self.id).map(Arc::new);
         }
         entry.worker.clone()
+    }
+
+    /// The last communication records of this group on this rank, oldest first (see
+    /// [`Record`]; `NUVEC_DISTRIBUTED_TRACE_SIZE` of them, 256 by default); empty for
+    /// [`Group::single`] or a closed group.
+    ///
+    /// ```
+    /// use nuvec_core::distributed::Group;
+    /// assert!(Group::single().trace().is_empty());
+    /// ```
+    pub fn trace(&self) -> Vec<Record> {
+        let trace = crate::array::lock(registry())
+            .get(&self.id)
+            .map(|entry| entry.trace.clone());
+        trace.map_or_else(Vec::new, |trace| trace.records())
+    }
+
+    /// Runs `run` on the group's communicator as the operation `op` on an array of `dtype`
+    /// and `shape` (with `peer`, called at `location`), recorded in the group's trace; on a
+    /// failure the trace is written out where `NUVEC_DISTRIBUTED_TRACE` asks.
+    pub(crate) fn communicate(
+        &self,
+        op: &'static str,
+        (dtype, shape, peer): (crate::DType, &[i32], Option<usize>),
+        location: &'static std::panic::Location<'static>,
+        run: impl FnOnce(&dyn Communicator) -> Result<()>,
+    ) -> Result<()> {
+        let found = crate::array::lock(registry())
+            .get(&self.id)
+            .map(|entry| (entry.communicator.clone(), entry.trace.clone()));
+        let Some((communicator, trace)) = found else {
+            return Err(self
+                .require(op)
+                .err()
+                .unwrap_or_else(|| Error::Distributed {
+                    op: op.to_string(),
+                    rank: None,
+                    reason: format!("group {} was closed", self.id),
+                }));
+        };
+        let sequence = trace.begin(op, (dtype, shape), peer, location);
+        let outcome = run(&*communicator);
+        trace.end(sequence, &outcome);
+        if outcome.is_err() {
+            trace::dump_if_asked(self.rank, self.size, &trace.records());
+        }
+        outcome
     }
 
     /// The communicator, or an error saying the group was closed.

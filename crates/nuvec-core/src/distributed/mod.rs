@@ -9,6 +9,7 @@ mod broadcast;
 mod collectives;
 mod communicator;
 mod group;
+mod trace;
 pub(crate) mod worker;
 
 pub use all_to_all::all_to_all;
@@ -18,3 +19,4 @@ pub use collectives::{
 };
 pub use communicator::{Communicator, LinkTraffic, ReduceOp};
 pub use group::{default_group, initialized_default, set_default_group, Group};
+pub use trace::{records_json, Record, State};

@@ -233,3 +233,48 @@ fn rank_0_leaving_a_small_sum_on_4_ranks_is_named_by_every_other_rank() {
         a_rank_leaving_a_small_sum_is_named(group, 0)
     });
 }
+
+/// A rank that calls another collective than its peer: both fail, each rank's trace holds the
+/// call with how it ended and where the program made it, and with `NUVEC_DISTRIBUTED_TRACE`
+/// set each rank writes its records there as JSON.
+#[test]
+fn a_failed_collective_is_in_every_rank_s_trace_and_written_where_asked() {
+    let dir = std::env::temp_dir().join(format!("nuvec-trace-test-{}", std::process::id()));
+    let launch = Launch {
+        env: vec![("NUVEC_DISTRIBUTED_TRACE".into(), dir.display().to_string())],
+        group_timeout: Some(Duration::from_secs(20)),
+        ..Launch::default()
+    };
+    launch_ranks(test_name!(), 2, TIMEOUT, &launch, |group| {
+        let group = group.unwrap();
+        let rank = group.rank();
+        distributed::all_sum(&array![1.0f32], Some(&group))
+            .eval()
+            .unwrap();
+        let x = ops::ones(&[8], DType::F32);
+        let call = match rank {
+            0 => distributed::all_sum(&x, Some(&group)),
+            _ => distributed::all_gather(&x, Some(&group)),
+        };
+        call.check().unwrap_err();
+        let trace = group.trace();
+        let ops: Vec<&str> = trace.iter().map(|r| r.op).collect();
+        let mine = if rank == 0 { "all_sum" } else { "all_gather" };
+        assert_eq!(ops, ["all_sum", mine], "rank {rank}");
+        assert_eq!(trace[0].state, distributed::State::Done);
+        assert!(matches!(trace[1].state, distributed::State::Failed(_)));
+        assert_eq!((trace[1].sequence, trace[1].shape.clone()), (1, vec![8]));
+        assert!(
+            trace[1].location.file().ends_with("failures.rs"),
+            "{}",
+            trace[1]
+        );
+        let dir = std::env::var("NUVEC_DISTRIBUTED_TRACE").unwrap();
+        let written = std::fs::read_to_string(format!("{dir}/rank-{rank}.json")).unwrap();
+        assert!(
+            written.contains(&format!("\"op\": \"{mine}\"")) && written.contains("\"failed\""),
+            "{written}"
+        );
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,228 @@
+//! The flight recorder: every group keeps the last records of its communication on this rank
+//! (`NUVEC_DISTRIBUTED_TRACE_SIZE`, default 256; 0 keeps none), each a collective or message
+//! with its number, type, shape, the line of the program that called it and how it ended.
+//! [`Group::trace`](super::Group::trace) returns them; when a collective fails and
+//! `NUVEC_DISTRIBUTED_TRACE` names a folder, the rank writes them there as
+//! `rank-N.json`, so that the ranks' last steps can be read side by side.
+
+use crate::{DType, Result};
+use std::collections::VecDeque;
+use std::fmt;
+use std::panic::Location;
+use std::sync::Mutex;
+
+/// How a recorded operation ended, if it has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Still running (or the rank stopped inside it).
+    Running,
+    /// Finished.
+    Done,
+    /// Failed, with the error's text.
+    Failed(String),
+}
+
+/// One communication of a group on this rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Its number among the group's recorded operations on this rank, from 0: every rank
+    /// numbers the same program's collectives alike.
+    pub sequence: u64,
+    /// The operation (`all_sum`, `send`, …).
+    pub op: &'static str,
+    /// The element type.
+    pub dtype: DType,
+    /// The array's shape (the input's; a `recv`'s expected shape).
+    pub shape: Vec<i32>,
+    /// The other rank of a `send` or `recv`, or a broadcast's root.
+    pub peer: Option<usize>,
+    /// Where the program called it.
+    pub location: &'static Location<'static>,
+    /// How it ended.
+    pub state: State,
+}
+
+impl fmt::Display for Record {
+    /// `all_sum #41 (float32 [1024], src/train.rs:88)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} #{} ({} {:?}",
+            self.op, self.sequence, self.dtype, self.shape
+        )?;
+        if let Some(peer) = self.peer {
+            write!(f, ", rank {peer}")?;
+        }
+        write!(f, ", {}:{})", self.location.file(), self.location.line())
+    }
+}
+
+/// A group's records on this rank: a ring of the last `capacity`.
+#[derive(Debug)]
+pub(crate) struct Trace {
+    capacity: usize,
+    state: Mutex<(u64, VecDeque<Record>)>,
+}
+
+impl Trace {
+    /// A trace keeping `NUVEC_DISTRIBUTED_TRACE_SIZE` records (default 256).
+    pub(crate) fn from_env() -> Trace {
+        let capacity = std::env::var("NUVEC_DISTRIBUTED_TRACE_SIZE")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(256);
+        Trace {
+            capacity,
+            state: Mutex::new((0, VecDeque::with_capacity(capacity.min(4096)))),
+        }
+    }
+
+    /// Records the start of `op`; returns its number.
+    pub(crate) fn begin(
+        &self,
+        op: &'static str,
+        (dtype, shape): (DType, &[i32]),
+        peer: Option<usize>,
+        location: &'static Location<'static>,
+    ) -> u64 {
+        let mut state = crate::array::lock(&self.state);
+        let sequence = state.0;
+        state.0 += 1;
+        if self.capacity == 0 {
+            return sequence;
+        }
+        if state.1.len() == self.capacity {
+            state.1.pop_front();
+        }
+        state.1.push_back(Record {
+            sequence,
+            op,
+            dtype,
+            shape: shape.to_vec(),
+            peer,
+            location,
+            state: State::Running,
+        });
+        sequence
+    }
+
+    /// Records how operation `sequence` ended.
+    pub(crate) fn end(&self, sequence: u64, outcome: &Result<()>) {
+        let mut state = crate::array::lock(&self.state);
+        let Some(record) = state.1.iter_mut().rev().find(|r| r.sequence == sequence) else {
+            return;
+        };
+        record.state = match outcome {
+            Ok(()) => State::Done,
+            Err(error) => State::Failed(error.to_string()),
+        };
+    }
+
+    /// The records kept, oldest first.
+    pub(crate) fn records(&self) -> Vec<Record> {
+        crate::array::lock(&self.state).1.iter().cloned().collect()
+    }
+}
+
+/// The records as JSON: `{"rank": R, "size": S, "records": [{...}, ...]}`.
+pub fn records_json(rank: usize, size: usize, records: &[Record]) -> String {
+    let text = |s: &str| {
+        let mut out = String::with_capacity(s.len() + 2);
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    };
+    let rows: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let (state, error) = match &r.state {
+                State::Running => ("running", None),
+                State::Done => ("done", None),
+                State::Failed(reason) => ("failed", Some(reason.as_str())),
+            };
+            format!(
+                "{{\"sequence\": {}, \"op\": {}, \"dtype\": {}, \"shape\": {:?}, \"peer\": {}, \"file\": {}, \"line\": {}, \"state\": {}, \"error\": {}}}",
+                r.sequence,
+                text(r.op),
+                text(&r.dtype.to_string()),
+                r.shape,
+                r.peer.map_or_else(|| "null".to_string(), |p| p.to_string()),
+                text(r.location.file()),
+                r.location.line(),
+                text(state),
+                error.map_or_else(|| "null".to_string(), text),
+            )
+        })
+        .collect();
+    format!(
+        "{{\"rank\": {rank}, \"size\": {size}, \"records\": [\n  {}\n]}}\n",
+        rows.join(",\n  ")
+    )
+}
+
+/// Writes the records to `NUVEC_DISTRIBUTED_TRACE`/`rank-N.json` when that variable names a
+/// folder (created if missing); errors writing are reported on stderr, never in place of the
+/// failure that called for the dump.
+pub(crate) fn dump_if_asked(rank: usize, size: usize, records: &[Record]) {
+    let Some(dir) = std::env::var_os("NUVEC_DISTRIBUTED_TRACE").filter(|d| !d.is_empty()) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let path = dir.join(format!("rank-{rank}.json"));
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&path, records_json(rank, size, records)));
+    if let Err(error) = written {
+        eprintln!(
+            "nuvec: writing the communication trace to {} failed: {error}",
+            path.display()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_keeps_the_last_records_with_how_each_ended() {
+        let trace = Trace {
+            capacity: 2,
+            state: Mutex::new((0, VecDeque::new())),
+        };
+        let here = Location::caller();
+        for _ in 0..3 {
+            let n = trace.begin("all_sum", (DType::F32, &[4]), None, here);
+            trace.end(n, &Ok(()));
+        }
+        let last = trace.begin("recv", (DType::BF16, &[2, 3]), Some(1), here);
+        let failed = Err(crate::Error::Distributed {
+            op: "recv".into(),
+            rank: Some(1),
+            reason: "the peer \"left\"".into(),
+        });
+        trace.end(last, &failed);
+        let records = trace.records();
+        assert_eq!(records.len(), 2);
+        assert_eq!((records[0].sequence, records[1].sequence), (2, 3));
+        assert_eq!(records[0].state, State::Done);
+        assert!(matches!(&records[1].state, State::Failed(e) if e.contains("left")));
+        let shown = records[1].to_string();
+        assert!(
+            shown.starts_with("recv #3 (bfloat16 [2, 3], rank 1, ") && shown.contains("trace.rs:"),
+            "{shown}"
+        );
+        let json = records_json(0, 2, &records);
+        assert!(
+            json.contains("\"state\": \"failed\"") && json.contains("\\\"left\\\""),
+            "{json}"
+        );
+    }
+}
