@@ -5,13 +5,15 @@
 //! environment mlx.launch writes. See [docs/launch.md](https://github.com/nuvec/nuvec/blob/main/docs/launch.md). `nuvec generate` and `nuvec chat` run
 //! a language model folder through nuvec-lm ([docs/lm.md](https://github.com/nuvec/nuvec/blob/main/docs/lm.md)). `nuvec config` checks
 //! the hosts, finds how they are joined and writes the hostfile
-//! ([docs/config.md](https://github.com/nuvec/nuvec/blob/main/docs/config.md)).
+//! ([docs/config.md](https://github.com/nuvec/nuvec/blob/main/docs/config.md)). `nuvec trace`
+//! reads the flight recorder's files.
 
 mod config;
 mod group;
 mod launch;
 mod lm;
 mod os;
+mod trace;
 
 use clap::{Parser, Subcommand};
 
@@ -33,6 +35,8 @@ enum Commands {
     /// Check the hosts, find how they are joined, and write a hostfile (as
     /// mlx.distributed_config).
     Config(config::ConfigArgs),
+    /// Show the ranks' flight-recorder files side by side and where they first diverge.
+    Trace(trace::TraceArgs),
     /// One end of a link measurement (run on the hosts by `nuvec config`).
     #[command(hide = true)]
     Probe(config::probe::ProbeArgs),
@@ -134,6 +138,10 @@ fn main() {
         }),
         Commands::Config(args) => config::run(args).unwrap_or_else(|error| {
             eprintln!("nuvec config: {error}");
+            1
+        }),
+        Commands::Trace(args) => trace::run(args).unwrap_or_else(|error| {
+            eprintln!("nuvec trace: {error}");
             1
         }),
         Commands::Probe(args) => config::probe::run(args),

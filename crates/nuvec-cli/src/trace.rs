@@ -1,0 +1,154 @@
+//! `nuvec trace DIR`: the flight recorder's files (`rank-N.json`, written on a failure where
+//! `NUVEC_DISTRIBUTED_TRACE` pointed), shown side by side, one row per operation number, with
+//! the first number at which the ranks did different things (or where some stopped) pointed
+//! out.
+
+use clap::Args;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Debug)]
+pub(crate) struct TraceArgs {
+    /// The folder the ranks wrote their records to.
+    dir: PathBuf,
+    /// Rows to show before the first divergence (all of them after it).
+    #[arg(long, default_value_t = 8)]
+    context: usize,
+}
+
+/// One rank's file: its rank and its records by number.
+struct RankTrace {
+    rank: u64,
+    records: BTreeMap<u64, String>,
+}
+
+/// A record as a cell: `all_sum float32 [8] (train.rs:88) failed`.
+fn cell(record: &Value) -> String {
+    let text = |key: &str| record[key].as_str().unwrap_or("?").to_string();
+    let file = text("file");
+    let file = Path::new(&file)
+        .file_name()
+        .map_or_else(|| file.clone(), |f| f.to_string_lossy().into_owned());
+    let peer = match record["peer"].as_u64() {
+        Some(peer) => format!(" rank {peer}"),
+        None => String::new(),
+    };
+    let shape = record["shape"].to_string().replace(',', ", ");
+    let state = match text("state").as_str() {
+        "done" => String::new(),
+        other => format!(" {other}"),
+    };
+    format!(
+        "{} {} {shape}{peer} ({file}:{}){state}",
+        text("op"),
+        text("dtype"),
+        record["line"]
+    )
+}
+
+fn read(path: &Path) -> Result<RankTrace, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a trace file: {e}", path.display()))?;
+    let rank = value["rank"]
+        .as_u64()
+        .ok_or_else(|| format!("{} names no rank", path.display()))?;
+    let records = value["records"]
+        .as_array()
+        .ok_or_else(|| format!("{} has no records list", path.display()))?
+        .iter()
+        .filter_map(|r| Some((r["sequence"].as_u64()?, cell(r))))
+        .collect();
+    Ok(RankTrace { rank, records })
+}
+
+/// What the operation cells say without where they were called and how they ended: two
+/// ranks agree at a number when these are equal.
+fn what(cell: &str) -> &str {
+    cell.split(" (").next().unwrap_or(cell)
+}
+
+pub(crate) fn run(args: TraceArgs) -> Result<i32, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&args.dir)
+        .map_err(|e| format!("reading {}: {e}", args.dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            name.is_some_and(|n| n.starts_with("rank-") && n.ends_with(".json"))
+        })
+        .collect();
+    if files.is_empty() {
+        return Err(format!(
+            "no rank-N.json in {} (the ranks write them there on a failure when \
+             NUVEC_DISTRIBUTED_TRACE names the folder)",
+            args.dir.display()
+        ));
+    }
+    files.sort();
+    let mut ranks = files
+        .iter()
+        .map(|f| read(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    ranks.sort_by_key(|r| r.rank);
+    let numbers: Vec<u64> = {
+        let mut all: Vec<u64> = ranks
+            .iter()
+            .flat_map(|r| r.records.keys().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    };
+    // The first number where a rank has no record while others do, or where they differ.
+    let first_kept = ranks
+        .iter()
+        .filter_map(|r| r.records.keys().next().copied())
+        .max();
+    let diverges = numbers.iter().copied().find(|n| {
+        if first_kept.is_some_and(|first| *n < first) {
+            return false;
+        }
+        let cells: Vec<Option<&str>> = ranks
+            .iter()
+            .map(|r| r.records.get(n).map(|c| what(c)))
+            .collect();
+        cells.iter().any(|c| *c != cells[0])
+    });
+    let start = diverges.map_or(0, |d| {
+        numbers
+            .iter()
+            .position(|n| *n == d)
+            .unwrap_or(0)
+            .saturating_sub(args.context)
+    });
+    let header: Vec<String> = ranks.iter().map(|r| format!("rank {}", r.rank)).collect();
+    println!("#\t{}", header.join("\t"));
+    for &n in &numbers[start..] {
+        let cells: Vec<&str> = ranks
+            .iter()
+            .map(|r| r.records.get(&n).map_or("-", String::as_str))
+            .collect();
+        let mark = if Some(n) == diverges {
+            "  <- first divergence"
+        } else {
+            ""
+        };
+        println!("{n}\t{}{mark}", cells.join("\t"));
+    }
+    match diverges {
+        Some(n) => {
+            let at: Vec<String> = ranks
+                .iter()
+                .map(|r| match r.records.get(&n) {
+                    Some(cell) => format!("rank {} in {cell}", r.rank),
+                    None => format!("rank {} never reached #{n}", r.rank),
+                })
+                .collect();
+            println!("the ranks diverge at #{n}: {}", at.join("; "));
+        }
+        None => println!("the ranks agree on every operation recorded"),
+    }
+    Ok(0)
+}
