@@ -74,6 +74,15 @@ pub fn init(strict: bool) -> Result<Group> {
 
 /// [`init`] with a named backend, as MLX's `init(backend=...)`.
 pub fn init_backend(strict: bool, backend: Backend) -> Result<Group> {
+    let group = init_serially(strict, backend)?;
+    if group.size() > 1 && std::env::var_os("NUVEC_DISTRIBUTED_TRACE").is_some() {
+        // A job that looks stuck but has not failed writes its records on `SIGUSR1`.
+        crate::platform::write_trace_on_signal();
+    }
+    Ok(group)
+}
+
+fn init_serially(strict: bool, backend: Backend) -> Result<Group> {
     let _serial = INIT.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(group) = initialized_default() {
         // Never hand back a group that failed or was closed: form a new one instead.

@@ -372,6 +372,38 @@ pub(crate) fn read_process(_pid: u32, _address: u64, _into: &mut [u8]) -> std::i
     Err(std::io::ErrorKind::Unsupported.into())
 }
 
+/// Starts (once) a thread that writes the default group's flight-recorder records
+/// (`Group::write_trace`) each time the process gets `SIGUSR1`. Unix only.
+#[cfg(unix)]
+pub(crate) fn write_trace_on_signal() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        let mut signals = match signal_hook::iterator::Signals::new([libc::SIGUSR1]) {
+            Ok(signals) => signals,
+            Err(error) => {
+                eprintln!("nuvec: cannot watch for SIGUSR1 to write the trace: {error}");
+                return;
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("nuvec-trace-signal".into())
+            .spawn(move || {
+                for _ in signals.forever() {
+                    if let Some(group) = nuvec_core::distributed::initialized_default() {
+                        group.write_trace();
+                    }
+                }
+            });
+        if let Err(error) = spawned {
+            eprintln!("nuvec: cannot start the thread that writes the trace on SIGUSR1: {error}");
+        }
+    });
+}
+
+/// No signals to watch outside Unix.
+#[cfg(not(unix))]
+pub(crate) fn write_trace_on_signal() {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

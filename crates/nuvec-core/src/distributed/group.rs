@@ -112,6 +112,13 @@ impl Group {
         trace.map_or_else(Vec::new, |trace| trace.records())
     }
 
+    /// Writes this rank's records ([`Group::trace`]) to `NUVEC_DISTRIBUTED_TRACE/rank-N.json`
+    /// when that variable names a folder (what a failure does by itself, and `SIGUSR1` asks
+    /// of a job that looks stuck).
+    pub fn write_trace(&self) {
+        trace::dump_if_asked(self.rank, self.size, &self.trace());
+    }
+
     /// Runs `run` on the group's communicator as the operation `op` on an array of `dtype`
     /// and `shape` (with `peer`, called at `location`), recorded in the group's trace; on a
     /// failure the trace is written out where `NUVEC_DISTRIBUTED_TRACE` asks.

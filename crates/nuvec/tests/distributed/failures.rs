@@ -278,3 +278,45 @@ fn a_failed_collective_is_in_every_rank_s_trace_and_written_where_asked() {
     });
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A job that looks stuck but has not failed: with `NUVEC_DISTRIBUTED_TRACE` set, `SIGUSR1`
+/// makes a rank write its records, and the rank goes on.
+#[test]
+fn sigusr1_makes_a_rank_write_its_trace_and_go_on() {
+    let dir = std::env::temp_dir().join(format!("nuvec-trace-signal-{}", std::process::id()));
+    let launch = Launch {
+        env: vec![("NUVEC_DISTRIBUTED_TRACE".into(), dir.display().to_string())],
+        ..Launch::default()
+    };
+    launch_ranks(test_name!(), 2, TIMEOUT, &launch, |group| {
+        let group = group.unwrap();
+        let rank = group.rank();
+        distributed::all_sum(&array![1.0f32, 2.0], Some(&group))
+            .eval()
+            .unwrap();
+        let dir = std::env::var("NUVEC_DISTRIBUTED_TRACE").unwrap();
+        let path = std::path::Path::new(&dir).join(format!("rank-{rank}.json"));
+        let status = std::process::Command::new("kill")
+            .args(["-USR1", &std::process::id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success());
+        let start = std::time::Instant::now();
+        let written = loop {
+            match std::fs::read_to_string(&path) {
+                Ok(text) if text.contains("\"records\"") => break text,
+                _ if start.elapsed() > Duration::from_secs(10) => {
+                    panic!("rank {rank}: no trace at {} after SIGUSR1", path.display())
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        assert!(
+            written.contains("\"op\": \"all_sum\"") && written.contains("\"done\""),
+            "{written}"
+        );
+        let sum = distributed::all_sum(&array![1.0f32], Some(&group));
+        assert_eq!(sum.to_vec::<f32>().unwrap(), [2.0]);
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}
