@@ -641,6 +641,7 @@ fn broadcast_and_all_to_all_on_the_mesh_match_references_and_differentiate() {
         common::broadcast::broadcast_under_transforms(group);
         common::all_to_all::all_to_all_sends_each_rank_its_blocks(group);
         common::all_to_all::all_to_all_under_transforms(group);
+        common::all_to_all::all_to_all_v_sends_rows_by_count(group);
     });
 }
 
@@ -651,5 +652,6 @@ fn broadcast_and_all_to_all_on_the_ring_match_references_and_differentiate() {
         common::broadcast::broadcast_under_transforms(group);
         common::all_to_all::all_to_all_sends_each_rank_its_blocks(group);
         common::all_to_all::all_to_all_under_transforms(group);
+        common::all_to_all::all_to_all_v_sends_rows_by_count(group);
     });
 }

@@ -96,6 +96,19 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
     fn all_to_all(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {
         super::all_to_all::all_to_all_by_gathering(self, input, output, dtype)
     }
+    /// Sends `send[j]` rows (of `row_bytes` each, in order) of `input` to rank `j` and puts
+    /// the `recv[j]` rows from rank `j` into `output`, in rank order. The default gathers the
+    /// counts, checks them, then every rank's input padded to the longest.
+    fn all_to_all_v(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        (send, recv, row_bytes): (&[usize], &[usize], usize),
+        dtype: DType,
+    ) -> Result<()> {
+        let counts = (send, recv, row_bytes);
+        super::all_to_all::all_to_all_v_by_gathering(self, (input, output), counts, dtype)
+    }
     /// Waits until every rank has called it. The default is one small all-reduce.
     fn barrier(&self) -> Result<()> {
         super::broadcast::barrier_by_reducing(self)

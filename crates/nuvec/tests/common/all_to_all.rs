@@ -113,3 +113,62 @@ pub(crate) fn all_to_all_under_transforms(group: Group) {
         "a batch",
     );
 }
+
+/// Rank `from`'s rows for rank `to` in [`all_to_all_v_sends_rows_by_count`]: `count(from,
+/// to)` rows of two floats, each naming both ranks and its place.
+fn rows_for(from: usize, to: usize, size: usize) -> Vec<f32> {
+    (0..(from + to) % 3)
+        .flat_map(|i| {
+            [
+                from as f32 * 100.0 + to as f32,
+                i as f32 + size as f32 / 10.0,
+            ]
+        })
+        .collect()
+}
+
+/// Rank `r` sends `(r + j) % 3` rows (some none) to rank `j`: the counts exchange tells each
+/// rank how many it gets, the rows arrive in rank order, the gradient goes back by the
+/// swapped counts, and counts that disagree fail naming the other rank.
+pub(crate) fn all_to_all_v_sends_rows_by_count(group: Group) {
+    use nuvec::transforms::grad;
+    let (rank, size) = (group.rank(), group.size());
+    let send: Vec<usize> = (0..size).map(|to| (rank + to) % 3).collect();
+    let recv = distributed::all_to_all_counts(&send, Some(&group)).unwrap();
+    let expected: Vec<usize> = (0..size).map(|from| (from + rank) % 3).collect();
+    assert_eq!(recv, expected, "rank {rank}");
+    let mine: Vec<f32> = (0..size).flat_map(|to| rows_for(rank, to, size)).collect();
+    let x = Array::from_vec(mine.clone(), &[send.iter().sum::<usize>() as i32, 2]);
+    let got = distributed::all_to_all_v(&x, &send, &recv, Some(&group));
+    let want: Vec<f32> = (0..size)
+        .flat_map(|from| rows_for(from, rank, size))
+        .collect();
+    assert_eq!(got.to_vec::<f32>().unwrap(), want, "rank {rank}");
+    let weights = ops::multiply(&got, rank as f32 + 1.0);
+    let gradient = grad(|v: &[Array]| {
+        let moved = distributed::all_to_all_v(&v[0], &send, &recv, Some(&group));
+        ops::sum(&(moved * &weights), None, false)
+    })(std::slice::from_ref(&x))
+    .unwrap();
+    let back = distributed::all_to_all_v(&weights, &recv, &send, Some(&group));
+    assert_same(&gradient[0], &back, "the gradient");
+    // Rank 0 expects one row too many from the last rank.
+    let mut wrong = recv.clone();
+    if rank == 0 {
+        wrong[size - 1] += 1;
+    }
+    // Every rank learns it from the counts, before any row moves.
+    let error = distributed::all_to_all_v(&x, &send, &wrong, Some(&group))
+        .check()
+        .unwrap_err()
+        .to_string();
+    let last = size - 1;
+    assert!(
+        error.starts_with("[all_to_all_v]") && error.contains("sends rank 0"),
+        "rank {rank}: {error}"
+    );
+    assert!(
+        error.contains(&format!("rank {last}")),
+        "rank {rank}: {error}"
+    );
+}

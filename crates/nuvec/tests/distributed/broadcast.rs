@@ -37,6 +37,16 @@ fn all_to_all_sends_each_rank_its_blocks_on_4_ranks() {
 }
 
 #[test]
+fn all_to_all_v_sends_rows_by_count_on_3_ranks() {
+    run_ranks(
+        test_name!(),
+        3,
+        TIMEOUT,
+        exchanges::all_to_all_v_sends_rows_by_count,
+    );
+}
+
+#[test]
 fn all_to_all_refuses_uneven_or_mismatched_sizes() {
     run_ranks(test_name!(), 3, TIMEOUT, |group| {
         exchanges::all_to_all_refuses_an_uneven_first_axis(group);
