@@ -5,7 +5,7 @@
 //! without its own gets them built on its all-gather ([`all_to_all_by_gathering`],
 //! [`all_to_all_v_by_gathering`]).
 
-use super::collectives::{along_first_axis, bytes_of, dims, group_or_default};
+use super::collectives::{along_first_axis, bytes_of, group_or_default};
 use super::{Communicator, Group};
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, DType, Error, Result};
@@ -26,7 +26,7 @@ impl Primitive for AllToAll {
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let mut out = outputs[0].alloc();
         let (input, dtype) = (&inputs[0], outputs[0].dtype);
-        let what = (dtype, &dims(&input.shape)[..], None);
+        let what = (dtype, &input.shape[..], None);
         self.group.communicate("all_to_all", what, self.at, |c| {
             c.all_to_all(bytes_of(input), out.as_mut_bytes(), dtype)
         })?;
@@ -171,7 +171,7 @@ impl Primitive for AllToAllV {
         let mut out = outputs[0].alloc();
         let (input, dtype) = (&inputs[0], outputs[0].dtype);
         let row_bytes = input.shape[1..].iter().product::<usize>() * dtype.size();
-        let what = (dtype, &dims(&input.shape)[..], None);
+        let what = (dtype, &input.shape[..], None);
         self.group.communicate("all_to_all_v", what, self.at, |c| {
             let counts = (&self.send[..], &self.recv[..], row_bytes);
             c.all_to_all_v(bytes_of(input), out.as_mut_bytes(), counts, dtype)

@@ -4,7 +4,7 @@
 //! ([`broadcast_by_gathering`]), which also checks that every rank named the same root and
 //! passed an array of the same type and size.
 
-use super::collectives::{all_sum, dims, group_or_default};
+use super::collectives::{all_sum, group_or_default};
 use super::{Communicator, Group, ReduceOp};
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, DType, Error, Result};
@@ -34,7 +34,7 @@ impl Primitive for Broadcast {
                 data
             }
         };
-        let what = (dtype, &dims(&outputs[0].shape)[..], Some(self.root));
+        let what = (dtype, &outputs[0].shape[..], Some(self.root));
         self.group.communicate("broadcast", what, self.at, |c| {
             c.broadcast(data.as_mut_bytes(), dtype, self.root)
         })?;

@@ -55,8 +55,7 @@ impl Primitive for AllReduce {
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let (bytes, dtype) = (outputs[0].bytes(), outputs[0].dtype);
-        let shape = dims(&outputs[0].shape);
-        let what = (dtype, &shape[..], None);
+        let what = (dtype, &outputs[0].shape[..], None);
         let name = self.op.collective_name();
         if let Some(mut data) = inputs[0].take_owned(bytes) {
             self.group.communicate(name, what, self.at, |c| {
@@ -123,7 +122,7 @@ impl Primitive for AllGather {
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let mut out = outputs[0].alloc();
         let (input, dtype) = (&inputs[0], outputs[0].dtype);
-        let what = (dtype, &dims(&input.shape)[..], None);
+        let what = (dtype, &input.shape[..], None);
         self.group.communicate("all_gather", what, self.at, |c| {
             c.all_gather(bytes_of(input), out.as_mut_bytes(), dtype)
         })?;
@@ -194,7 +193,7 @@ impl Primitive for ReduceScatter {
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let mut out = outputs[0].alloc();
         let (input, dtype) = (&inputs[0], outputs[0].dtype);
-        let what = (dtype, &dims(&input.shape)[..], None);
+        let what = (dtype, &input.shape[..], None);
         self.group.communicate("sum_scatter", what, self.at, |c| {
             c.reduce_scatter(bytes_of(input), out.as_mut_bytes(), dtype, ReduceOp::Sum)
         })?;
@@ -268,7 +267,7 @@ impl Primitive for Send {
     fn eval_cpu(&self, inputs: &mut [Input], _outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let input = &inputs[0];
         let shape = dims(&input.shape);
-        let what = (input.dtype, &shape[..], Some(self.dst));
+        let what = (input.dtype, &input.shape[..], Some(self.dst));
         self.group.communicate("send", what, self.at, |c| {
             c.send(bytes_of(input), input.dtype, &shape, self.dst)
         })?;
@@ -357,7 +356,7 @@ impl Primitive for Recv {
         let shape = dims(&spec.shape);
         let mut out = spec.alloc();
         let bytes = spec.bytes();
-        let what = (spec.dtype, &shape[..], Some(self.src));
+        let what = (spec.dtype, &spec.shape[..], Some(self.src));
         self.group.communicate("recv", what, self.at, |c| {
             c.recv(
                 &mut out.as_mut_bytes()[..bytes],

@@ -125,7 +125,7 @@ impl Group {
     pub(crate) fn communicate(
         &self,
         op: &'static str,
-        (dtype, shape, peer): (crate::DType, &[i32], Option<usize>),
+        (dtype, shape, peer): (crate::DType, &[usize], Option<usize>),
         location: &'static std::panic::Location<'static>,
         run: impl FnOnce(&dyn Communicator) -> Result<()>,
     ) -> Result<()> {

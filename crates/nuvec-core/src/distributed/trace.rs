@@ -6,7 +6,6 @@
 //! `rank-N.json`, so that the ranks' last steps can be read side by side.
 
 use crate::{DType, Result};
-use std::collections::VecDeque;
 use std::fmt;
 use std::panic::Location;
 use std::sync::Mutex;
@@ -57,11 +56,58 @@ impl fmt::Display for Record {
     }
 }
 
-/// A group's records on this rank: a ring of the last `capacity`.
+/// A record's dims as kept: inline for up to six (no allocation on the path of every call).
+#[derive(Debug)]
+enum Dims {
+    Inline([usize; 6], u8),
+    Heap(Vec<usize>),
+}
+
+impl Dims {
+    fn of(shape: &[usize]) -> Dims {
+        match shape.len() {
+            n if n <= 6 => {
+                let mut dims = [0; 6];
+                dims[..n].copy_from_slice(shape);
+                Dims::Inline(dims, n as u8)
+            }
+            _ => Dims::Heap(shape.to_vec()),
+        }
+    }
+
+    fn to_vec(&self) -> Vec<i32> {
+        let dims = match self {
+            Dims::Inline(dims, n) => &dims[..*n as usize],
+            Dims::Heap(dims) => &dims[..],
+        };
+        dims.iter().map(|&d| d as i32).collect()
+    }
+}
+
+/// One kept record.
+#[derive(Debug)]
+struct Slot {
+    sequence: u64,
+    op: &'static str,
+    dtype: DType,
+    dims: Dims,
+    peer: Option<usize>,
+    location: &'static Location<'static>,
+    state: State,
+}
+
+/// A group's records on this rank: a ring of the last `capacity`, slot `n % capacity` holding
+/// record `n`.
 #[derive(Debug)]
 pub(crate) struct Trace {
     capacity: usize,
-    state: Mutex<(u64, VecDeque<Record>)>,
+    state: Mutex<Ring>,
+}
+
+#[derive(Debug, Default)]
+struct Ring {
+    next: u64,
+    slots: Vec<Option<Slot>>,
 }
 
 impl Trace {
@@ -71,9 +117,14 @@ impl Trace {
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
             .unwrap_or(256);
+        Trace::with_capacity(capacity)
+    }
+
+    fn with_capacity(capacity: usize) -> Trace {
+        let slots = (0..capacity.min(1 << 20)).map(|_| None).collect();
         Trace {
-            capacity,
-            state: Mutex::new((0, VecDeque::with_capacity(capacity.min(4096)))),
+            capacity: capacity.min(1 << 20),
+            state: Mutex::new(Ring { next: 0, slots }),
         }
     }
 
@@ -81,46 +132,58 @@ impl Trace {
     pub(crate) fn begin(
         &self,
         op: &'static str,
-        (dtype, shape): (DType, &[i32]),
+        (dtype, shape): (DType, &[usize]),
         peer: Option<usize>,
         location: &'static Location<'static>,
     ) -> u64 {
-        let mut state = crate::array::lock(&self.state);
-        let sequence = state.0;
-        state.0 += 1;
-        if self.capacity == 0 {
-            return sequence;
+        let mut ring = crate::array::lock(&self.state);
+        let sequence = ring.next;
+        ring.next += 1;
+        if self.capacity > 0 {
+            ring.slots[(sequence % self.capacity as u64) as usize] = Some(Slot {
+                sequence,
+                op,
+                dtype,
+                dims: Dims::of(shape),
+                peer,
+                location,
+                state: State::Running,
+            });
         }
-        if state.1.len() == self.capacity {
-            state.1.pop_front();
-        }
-        state.1.push_back(Record {
-            sequence,
-            op,
-            dtype,
-            shape: shape.to_vec(),
-            peer,
-            location,
-            state: State::Running,
-        });
         sequence
     }
 
     /// Records how operation `sequence` ended.
     pub(crate) fn end(&self, sequence: u64, outcome: &Result<()>) {
-        let mut state = crate::array::lock(&self.state);
-        let Some(record) = state.1.iter_mut().rev().find(|r| r.sequence == sequence) else {
+        if self.capacity == 0 {
             return;
-        };
-        record.state = match outcome {
-            Ok(()) => State::Done,
-            Err(error) => State::Failed(error.to_string()),
-        };
+        }
+        let mut ring = crate::array::lock(&self.state);
+        let at = (sequence % self.capacity as u64) as usize;
+        if let Some(slot) = ring.slots[at].as_mut().filter(|s| s.sequence == sequence) {
+            slot.state = match outcome {
+                Ok(()) => State::Done,
+                Err(error) => State::Failed(error.to_string()),
+            };
+        }
     }
 
     /// The records kept, oldest first.
     pub(crate) fn records(&self) -> Vec<Record> {
-        crate::array::lock(&self.state).1.iter().cloned().collect()
+        let ring = crate::array::lock(&self.state);
+        let first = ring.next.saturating_sub(self.capacity as u64);
+        (first..ring.next)
+            .filter_map(|n| ring.slots[(n % self.capacity as u64) as usize].as_ref())
+            .map(|slot| Record {
+                sequence: slot.sequence,
+                op: slot.op,
+                dtype: slot.dtype,
+                shape: slot.dims.to_vec(),
+                peer: slot.peer,
+                location: slot.location,
+                state: slot.state.clone(),
+            })
+            .collect()
     }
 }
 
@@ -193,13 +256,14 @@ mod tests {
 
     #[test]
     fn a_trace_keeps_the_last_records_with_how_each_ended() {
-        let trace = Trace {
-            capacity: 2,
-            state: Mutex::new((0, VecDeque::new())),
-        };
+        let trace = Trace::with_capacity(2);
         let here = Location::caller();
         for _ in 0..3 {
             let n = trace.begin("all_sum", (DType::F32, &[4]), None, here);
+            assert!(trace
+                .records()
+                .last()
+                .is_some_and(|r| r.state == State::Running));
             trace.end(n, &Ok(()));
         }
         let last = trace.begin("recv", (DType::BF16, &[2, 3]), Some(1), here);
