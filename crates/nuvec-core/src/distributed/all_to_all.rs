@@ -129,9 +129,12 @@ pub(crate) fn all_to_all_by_gathering<C: Communicator + ?Sized>(
     let (rank, size) = (communicator.rank(), communicator.size());
     let block = input.len() / size;
     // Still gathered when empty: every rank meets, and a size that differs is caught.
-    let mut all = vec![0u8; input.len() * size];
+    // Scratch from nuvec's recycled output memory: a fresh allocation of this size would
+    // fault in every page on every call.
+    let mut all = Buffer::for_output(input.len() * size);
+    let all = &mut all.as_mut_bytes()[..input.len() * size];
     communicator
-        .all_gather(input, &mut all, dtype)
+        .all_gather(input, all, dtype)
         .map_err(|error| match error {
             Error::Distributed {
                 op,
@@ -375,11 +378,14 @@ pub(crate) fn all_to_all_v_by_gathering<C: Communicator + ?Sized>(
         .max()
         .unwrap_or(0)
         * row_bytes;
-    let mut padded = input.to_vec();
-    padded.resize(longest, 0);
-    let mut all = vec![0u8; longest * size];
+    let mut padded = Buffer::for_output(longest);
+    let padded = &mut padded.as_mut_bytes()[..longest];
+    padded[..input.len()].copy_from_slice(input);
+    padded[input.len()..].fill(0);
+    let mut all = Buffer::for_output(longest * size);
+    let all = &mut all.as_mut_bytes()[..longest * size];
     communicator
-        .all_gather(&padded, &mut all, dtype)
+        .all_gather(padded, all, dtype)
         .map_err(renamed)?;
     let mut at = 0;
     for from in 0..size {

@@ -168,13 +168,17 @@ pub(crate) fn broadcast_by_gathering<C: Communicator + ?Sized>(
     let (rank, size) = (communicator.rank(), communicator.size());
     let block = PREFIX + data.len();
     let code = DType::ALL.iter().position(|&d| d == dtype).unwrap_or(0) as u32;
-    let mut mine = Vec::with_capacity(block);
-    mine.extend_from_slice(&(root as u32).to_le_bytes());
-    mine.extend_from_slice(&code.to_le_bytes());
-    mine.extend_from_slice(data);
-    let mut all = vec![0u8; block * size];
+    // Scratch from nuvec's recycled output memory: fresh allocations of this size would
+    // fault in every page on every call.
+    let mut mine = Buffer::for_output(block);
+    let mine = &mut mine.as_mut_bytes()[..block];
+    mine[..4].copy_from_slice(&(root as u32).to_le_bytes());
+    mine[4..PREFIX].copy_from_slice(&code.to_le_bytes());
+    mine[PREFIX..].copy_from_slice(data);
+    let mut all = Buffer::for_output(block * size);
+    let all = &mut all.as_mut_bytes()[..block * size];
     communicator
-        .all_gather(&mine, &mut all, DType::U8)
+        .all_gather(mine, all, DType::U8)
         .map_err(|error| match error {
             Error::Distributed {
                 op,
