@@ -5,7 +5,7 @@
 //! without its own gets them built on its all-gather ([`all_to_all_by_gathering`],
 //! [`all_to_all_v_by_gathering`]).
 
-use super::collectives::{along_first_axis, bytes_of, group_or_default};
+use super::shared::{along_first_axis, as_op, bytes_of, group_or_default};
 use super::{Communicator, Group};
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, DType, Error, Result};
@@ -135,18 +135,7 @@ pub(crate) fn all_to_all_by_gathering<C: Communicator + ?Sized>(
     let all = &mut all.as_mut_bytes()[..input.len() * size];
     communicator
         .all_gather(input, all, dtype)
-        .map_err(|error| match error {
-            Error::Distributed {
-                op,
-                rank: peer,
-                reason,
-            } if op == "all_gather" => Error::Distributed {
-                op: "all_to_all".into(),
-                rank: peer,
-                reason,
-            },
-            other => other,
-        })?;
+        .map_err(|error| as_op(error, "all_gather", "all_to_all"))?;
     if block == 0 {
         return Ok(());
     }
@@ -322,18 +311,7 @@ pub(crate) fn all_to_all_v_by_gathering<C: Communicator + ?Sized>(
     dtype: DType,
 ) -> Result<()> {
     let (rank, size) = (communicator.rank(), communicator.size());
-    let renamed = |error: Error| match error {
-        Error::Distributed {
-            op,
-            rank: peer,
-            reason,
-        } if op == "all_gather" => Error::Distributed {
-            op: "all_to_all_v".into(),
-            rank: peer,
-            reason,
-        },
-        other => other,
-    };
+    let renamed = |error: Error| as_op(error, "all_gather", "all_to_all_v");
     // Every rank's send and receive counts, so that every rank finds a disagreement (and
     // none goes on to the exchange without the others).
     let mine: Vec<u8> = send

@@ -4,7 +4,8 @@
 //! ([`broadcast_by_gathering`]), which also checks that every rank named the same root and
 //! passed an array of the same type and size.
 
-use super::collectives::{all_sum, group_or_default};
+use super::collectives::all_sum;
+use super::shared::{as_op, group_or_default};
 use super::{Communicator, Group, ReduceOp};
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, DType, Error, Result};
@@ -179,18 +180,7 @@ pub(crate) fn broadcast_by_gathering<C: Communicator + ?Sized>(
     let all = &mut all.as_mut_bytes()[..block * size];
     communicator
         .all_gather(mine, all, DType::U8)
-        .map_err(|error| match error {
-            Error::Distributed {
-                op,
-                rank: peer,
-                reason,
-            } if op == "all_gather" => Error::Distributed {
-                op: "broadcast".into(),
-                rank: peer,
-                reason,
-            },
-            other => other,
-        })?;
+        .map_err(|error| as_op(error, "all_gather", "broadcast"))?;
     for (peer, theirs) in all.chunks_exact(block).enumerate() {
         let word = |at: usize| u32::from_le_bytes(theirs[at..at + 4].try_into().expect("4 bytes"));
         let their_dtype = DType::ALL.get(word(4) as usize).copied();
@@ -216,16 +206,5 @@ pub(crate) fn barrier_by_reducing<C: Communicator + ?Sized>(communicator: &C) ->
     let mut one = 1u32.to_le_bytes();
     communicator
         .all_reduce(&mut one, DType::U32, ReduceOp::Sum)
-        .map_err(|error| match error {
-            Error::Distributed {
-                op,
-                rank: peer,
-                reason,
-            } if op == "all_sum" => Error::Distributed {
-                op: "barrier".into(),
-                rank: peer,
-                reason,
-            },
-            other => other,
-        })
+        .map_err(|error| as_op(error, "all_sum", "barrier"))
 }

@@ -1,45 +1,13 @@
 //! The collectives as graph primitives: they run when their result is evaluated, on the
 //! group's communicator, and are effects (compile never merges or folds them).
 
+use super::shared::{along_first_axis, bytes_of, dims, group_or_default};
 use super::{Group, ReduceOp};
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, DType, Result};
 use nuvec_cpu::Buffer;
 use std::panic::Location;
 use std::sync::Arc;
-
-/// The batching rule of a collective along axis 0 (all_gather, sum_scatter): the batch axis
-/// goes second, so the collective's axis stays first, whichever axis was batched.
-pub(super) fn along_first_axis(
-    x: &Array,
-    axis: Option<usize>,
-    collective: impl Fn(&Array) -> Array,
-) -> (Vec<Array>, Vec<Option<usize>>) {
-    let Some(axis) = axis else {
-        return (vec![collective(x)], vec![None]);
-    };
-    let second = if x.ndim() == 1 {
-        // A batch of 0-d arrays: each rank contributes one row of the batch.
-        crate::ops::expand_dims(x, &[0])
-    } else {
-        crate::ops::moveaxis(x, axis as i32, 1)
-    };
-    (vec![collective(&second)], vec![Some(1)])
-}
-
-/// An array's dims as MLX's `i32`s, for the trace and the wire.
-pub(super) fn dims(shape: &[usize]) -> Vec<i32> {
-    shape.iter().map(|&d| d as i32).collect()
-}
-
-/// Resolves `None` to the default group.
-pub(super) fn group_or_default(group: Option<&Group>) -> Group {
-    group.copied().unwrap_or_else(super::default_group)
-}
-
-pub(super) fn bytes_of(input: &Input) -> &[u8] {
-    &input.buffer().as_bytes()[..input.size() * input.dtype.size()]
-}
 
 #[derive(Debug, Clone, PartialEq)]
 struct AllReduce {

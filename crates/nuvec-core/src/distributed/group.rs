@@ -133,14 +133,7 @@ impl Group {
             .get(&self.id)
             .map(|entry| (entry.communicator.clone(), entry.trace.clone()));
         let Some((communicator, trace)) = found else {
-            return Err(self
-                .require(op)
-                .err()
-                .unwrap_or_else(|| Error::Distributed {
-                    op: op.to_string(),
-                    rank: None,
-                    reason: format!("group {} was closed", self.id),
-                }));
+            return Err(self.closed(op));
         };
         let sequence = trace.begin(op, (dtype, shape), peer, location);
         let outcome = run(&*communicator);
@@ -153,14 +146,19 @@ impl Group {
 
     /// The communicator, or an error saying the group was closed.
     pub(crate) fn require(&self, op: &str) -> Result<Arc<dyn Communicator>> {
-        self.communicator().ok_or_else(|| Error::Distributed {
+        self.communicator().ok_or_else(|| self.closed(op))
+    }
+
+    /// The error of `op` on this group once closed.
+    fn closed(&self, op: &str) -> Error {
+        Error::Distributed {
             op: op.to_string(),
             rank: None,
             reason: format!(
                 "group {} (rank {} of {}) was closed",
                 self.id, self.rank, self.size
             ),
-        })
+        }
     }
 
     /// Splits the group: ranks that pass the same `color` form a new group, ordered by `key`

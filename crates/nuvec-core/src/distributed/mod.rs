@@ -9,6 +9,7 @@ mod broadcast;
 mod collectives;
 mod communicator;
 mod group;
+mod shared;
 mod trace;
 pub(crate) mod worker;
 

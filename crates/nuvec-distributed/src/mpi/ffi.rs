@@ -104,6 +104,23 @@ pub(crate) const OP_SYMBOLS: [&str; 5] = [
     "ompi_mpi_op_land",
 ];
 
+/// The send and receive buffers of a collective of `count` elements each way. Open MPI
+/// refuses a send buffer equal to the receive buffer, which two empty slices can be: with
+/// nothing to move, two distinct bytes of `spare`.
+fn distinct_buffers(
+    (input, output): (&[u8], &mut [u8]),
+    count: usize,
+    spare: &mut [u8; 2],
+) -> (*const u8, *mut u8) {
+    match count {
+        0 => {
+            let (first, second) = spare.split_at_mut(1);
+            (first.as_ptr(), second.as_mut_ptr())
+        }
+        _ => (input.as_ptr(), output.as_mut_ptr()),
+    }
+}
+
 /// The loaded library: its functions and predefined handles.
 pub(crate) struct Mpi {
     init_thread: InitThread,
@@ -384,13 +401,8 @@ impl Mpi {
         datatype: Handle,
         comm: Handle,
     ) -> Result<(), c_int> {
-        // Open MPI refuses a send buffer equal to the receive buffer, which two empty slices
-        // can be: with nothing to move, point at two distinct spare bytes.
         let mut spare = [0u8; 2];
-        let (from, into) = match count {
-            0 => (spare.as_ptr(), spare[1..].as_mut_ptr()),
-            _ => (input.as_ptr(), output.as_mut_ptr()),
-        };
+        let (from, into) = distinct_buffers((input, output), count, &mut spare);
         // SAFETY: `input` holds `count` elements and `output` `count` per rank (or, for no
         // elements, two live spare bytes that nothing reads or writes); `count` fits an int
         // (the caller chunks).
@@ -438,12 +450,8 @@ impl Mpi {
         datatype: Handle,
         comm: Handle,
     ) -> Result<(), c_int> {
-        // As for `allgather`: two empty slices may share an address, which MPI refuses.
         let mut spare = [0u8; 2];
-        let (from, into) = match count {
-            0 => (spare.as_ptr(), spare[1..].as_mut_ptr()),
-            _ => (input.as_ptr(), output.as_mut_ptr()),
-        };
+        let (from, into) = distinct_buffers((input, output), count, &mut spare);
         // SAFETY: `input` and `output` hold `count` elements per rank (or, for none, two live
         // spare bytes nothing touches); `count` fits an int (the caller chunks).
         check(unsafe {

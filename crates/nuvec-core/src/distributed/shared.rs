@@ -1,0 +1,57 @@
+//! What every collective primitive shares: the default group, an input's bytes and dims, the
+//! batching rule along the first axis, and the renaming of an error of the collective a
+//! backend's default is built on.
+
+use super::Group;
+use crate::primitive::Input;
+use crate::{Array, Error};
+
+/// The batching rule of a collective along axis 0 (all_gather, sum_scatter): the batch axis
+/// goes second, so the collective's axis stays first, whichever axis was batched.
+pub(super) fn along_first_axis(
+    x: &Array,
+    axis: Option<usize>,
+    collective: impl Fn(&Array) -> Array,
+) -> (Vec<Array>, Vec<Option<usize>>) {
+    let Some(axis) = axis else {
+        return (vec![collective(x)], vec![None]);
+    };
+    let second = if x.ndim() == 1 {
+        // A batch of 0-d arrays: each rank contributes one row of the batch.
+        crate::ops::expand_dims(x, &[0])
+    } else {
+        crate::ops::moveaxis(x, axis as i32, 1)
+    };
+    (vec![collective(&second)], vec![Some(1)])
+}
+
+/// An array's dims as MLX's `i32`s, for the trace and the wire.
+pub(super) fn dims(shape: &[usize]) -> Vec<i32> {
+    shape.iter().map(|&d| d as i32).collect()
+}
+
+/// Resolves `None` to the default group.
+pub(super) fn group_or_default(group: Option<&Group>) -> Group {
+    group.copied().unwrap_or_else(super::default_group)
+}
+
+pub(super) fn bytes_of(input: &Input) -> &[u8] {
+    &input.buffer().as_bytes()[..input.size() * input.dtype.size()]
+}
+
+/// `error` as the error of `op` when it is `underlying`'s (a default built on another
+/// collective reports under the name the caller used); the peer's rank and the reason stay.
+pub(super) fn as_op(error: Error, underlying: &str, op: &str) -> Error {
+    match error {
+        Error::Distributed {
+            op: failed,
+            rank,
+            reason,
+        } if failed == underlying => Error::Distributed {
+            op: op.into(),
+            rank,
+            reason,
+        },
+        other => other,
+    }
+}
