@@ -1,7 +1,8 @@
 //! `nuvec trace DIR`: the flight recorder's files (`rank-N.json`, written on a failure where
-//! `NUVEC_DISTRIBUTED_TRACE` pointed), shown side by side, one row per operation number, with
-//! the first number at which the ranks did different things (or where some stopped) pointed
-//! out.
+//! `NUVEC_DISTRIBUTED_TRACE` pointed), shown side by side, one row per collective number (every
+//! rank numbers the same program's collectives alike), with the first number at which the
+//! ranks did different things (or where some stopped) pointed out. A rank's messages (`send`,
+//! `recv`, numbered per peer) sit in rows `n.k` under the collective `n` they followed.
 
 use clap::Args;
 use serde_json::Value;
@@ -17,10 +18,48 @@ pub(crate) struct TraceArgs {
     context: usize,
 }
 
-/// One rank's file: its rank and its records by number.
+/// Where a record sits: `(n + 1, 0)` for collective `n`, `(n + 1, k)` for the `k`th message
+/// after it (`(first, k)` before the first collective kept, numbered `first`).
+type Row = (u64, u64);
+
+/// One rank's file: its rank and its records by row.
 struct RankTrace {
     rank: u64,
-    records: BTreeMap<u64, String>,
+    records: BTreeMap<Row, String>,
+}
+
+fn is_message(record: &Value) -> bool {
+    matches!(record["op"].as_str(), Some("send" | "recv"))
+}
+
+/// Each record's row, in the order the rank made them.
+fn rows(records: &[Value]) -> Vec<(Row, String)> {
+    let first = records
+        .iter()
+        .find(|r| !is_message(r))
+        .and_then(|r| r["sequence"].as_u64())
+        .unwrap_or(0);
+    let mut at = (first, 0);
+    records
+        .iter()
+        .filter_map(|r| {
+            let n = r["sequence"].as_u64()?;
+            at = match is_message(r) {
+                true => (at.0, at.1 + 1),
+                false => (n + 1, 0),
+            };
+            Some((at, cell(r)))
+        })
+        .collect()
+}
+
+/// A row's label: `n` for collective `n`, `n.k` for a message after it (`-.k` before any).
+fn label((base, sub): Row) -> String {
+    match (base, sub) {
+        (base, 0) => (base - 1).to_string(),
+        (0, sub) => format!("-.{sub}"),
+        (base, sub) => format!("{}.{sub}", base - 1),
+    }
 }
 
 /// A record as a cell: `all_sum float32 [8] (train.rs:88) failed`.
@@ -34,13 +73,17 @@ fn cell(record: &Value) -> String {
         Some(peer) => format!(" rank {peer}"),
         None => String::new(),
     };
+    let number = match is_message(record) {
+        true => format!(" #{}", record["sequence"]),
+        false => String::new(),
+    };
     let shape = record["shape"].to_string().replace(',', ", ");
     let state = match text("state").as_str() {
         "done" => String::new(),
         other => format!(" {other}"),
     };
     format!(
-        "{} {} {shape}{peer} ({file}:{}){state}",
+        "{}{number} {} {shape}{peer} ({file}:{}){state}",
         text("op"),
         text("dtype"),
         record["line"]
@@ -57,11 +100,11 @@ fn read(path: &Path) -> Result<RankTrace, String> {
         .ok_or_else(|| format!("{} names no rank", path.display()))?;
     let records = value["records"]
         .as_array()
-        .ok_or_else(|| format!("{} has no records list", path.display()))?
-        .iter()
-        .filter_map(|r| Some((r["sequence"].as_u64()?, cell(r))))
-        .collect();
-    Ok(RankTrace { rank, records })
+        .ok_or_else(|| format!("{} has no records list", path.display()))?;
+    Ok(RankTrace {
+        rank,
+        records: rows(records).into_iter().collect(),
+    })
 }
 
 /// What the operation cells say without where they were called and how they ended: two
@@ -92,8 +135,8 @@ pub(crate) fn run(args: TraceArgs) -> Result<i32, String> {
         .map(|f| read(f))
         .collect::<Result<Vec<_>, _>>()?;
     ranks.sort_by_key(|r| r.rank);
-    let numbers: Vec<u64> = {
-        let mut all: Vec<u64> = ranks
+    let numbers: Vec<Row> = {
+        let mut all: Vec<Row> = ranks
             .iter()
             .flat_map(|r| r.records.keys().copied())
             .collect();
@@ -101,13 +144,14 @@ pub(crate) fn run(args: TraceArgs) -> Result<i32, String> {
         all.dedup();
         all
     };
-    // The first number where a rank has no record while others do, or where they differ.
+    // The first collective where a rank has no record while others do, or where they
+    // differ (messages differ between ranks by design).
     let first_kept = ranks
         .iter()
-        .filter_map(|r| r.records.keys().next().copied())
+        .filter_map(|r| r.records.keys().find(|row| row.1 == 0).copied())
         .max();
     let diverges = numbers.iter().copied().find(|n| {
-        if first_kept.is_some_and(|first| *n < first) {
+        if n.1 != 0 || first_kept.is_some_and(|first| *n < first) {
             return false;
         }
         let cells: Vec<Option<&str>> = ranks
@@ -135,7 +179,7 @@ pub(crate) fn run(args: TraceArgs) -> Result<i32, String> {
         } else {
             ""
         };
-        println!("{n}\t{}{mark}", cells.join("\t"));
+        println!("{}\t{}{mark}", label(n), cells.join("\t"));
     }
     match diverges {
         Some(n) => {
@@ -143,10 +187,10 @@ pub(crate) fn run(args: TraceArgs) -> Result<i32, String> {
                 .iter()
                 .map(|r| match r.records.get(&n) {
                     Some(cell) => format!("rank {} in {cell}", r.rank),
-                    None => format!("rank {} never reached #{n}", r.rank),
+                    None => format!("rank {} never reached #{}", r.rank, label(n)),
                 })
                 .collect();
-            println!("the ranks diverge at #{n}: {}", at.join("; "));
+            println!("the ranks diverge at #{}: {}", label(n), at.join("; "));
         }
         None => println!("the ranks agree on every operation recorded"),
     }

@@ -36,12 +36,20 @@ fn nuvec_trace_points_at_the_first_operation_where_the_ranks_differ() {
     let dir = std::env::temp_dir().join(format!("nuvec-trace-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let failed = || State::Failed("[all_sum] rank 1: another call".into());
+    // Ranks 0 and 1 exchange a message between their collectives: rows of their own that
+    // differ by design.
+    let message = |op, peer| Record {
+        peer: Some(peer),
+        ..record(0, op, State::Done)
+    };
     let rank0 = [
         record(0, "all_sum", State::Done),
+        message("send", 1),
         record(1, "all_sum", failed()),
     ];
     let rank1 = [
         record(0, "all_sum", State::Done),
+        message("recv", 0),
         record(1, "all_gather", failed()),
     ];
     // Rank 2 stopped before its second call.
@@ -53,6 +61,11 @@ fn nuvec_trace_points_at_the_first_operation_where_the_ranks_differ() {
     let (ok, out, err) = nuvec_trace(&dir);
     assert!(ok, "{err}");
     assert!(out.contains("1\tall_sum float32 [8] (trace.rs:"), "{out}");
+    assert!(
+        out.contains("0.1\tsend #0 float32 [8] rank 1 (trace.rs:")
+            && out.contains("\trecv #0 float32 [8] rank 0 (trace.rs:"),
+        "{out}"
+    );
     assert!(out.contains("<- first divergence"), "{out}");
     assert!(
         out.contains("the ranks diverge at #1: rank 0 in all_sum")

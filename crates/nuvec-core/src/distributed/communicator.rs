@@ -126,6 +126,12 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
             ),
         })
     }
+    /// Hands the backend its group's flight recorder, once, as the group is registered: a
+    /// backend that can tell its peers where this rank is when the group fails (the ring
+    /// does) keeps it. The default ignores it.
+    fn attach_trace(&self, trace: std::sync::Arc<super::Trace>) {
+        let _ = trace;
+    }
     /// Checks every connection without running a collective.
     fn health(&self) -> Result<()>;
     /// The bytes each of this rank's links has carried; empty for a backend that does not

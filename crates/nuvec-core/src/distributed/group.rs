@@ -53,10 +53,12 @@ impl Group {
             rank: communicator.rank(),
             size: communicator.size(),
         };
+        let trace = Arc::new(Trace::from_env());
+        communicator.attach_trace(trace.clone());
         let entry = Entry {
             communicator,
             worker: None,
-            trace: Arc::new(Trace::from_env()),
+            trace,
         };
         crate::array::lock(registry()).insert(id, entry);
         group

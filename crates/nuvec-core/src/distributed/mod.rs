@@ -20,4 +20,4 @@ pub use collectives::{
 };
 pub use communicator::{Communicator, LinkTraffic, ReduceOp};
 pub use group::{default_group, initialized_default, set_default_group, Group};
-pub use trace::{records_json, Record, State};
+pub use trace::{records_json, Record, State, Trace};

@@ -24,8 +24,9 @@ pub enum State {
 /// One communication of a group on this rank.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
-    /// Its number among the group's recorded operations on this rank, from 0: every rank
-    /// numbers the same program's collectives alike.
+    /// Its number, from 0, among the group's collectives (for a collective) or among the
+    /// messages sent to, or received from, its peer (for a `send` or `recv`): every rank running
+    /// the same program numbers its calls alike, so `all_sum #41` is the same call everywhere.
     pub sequence: u64,
     /// The operation (`all_sum`, `send`, …).
     pub op: &'static str,
@@ -87,6 +88,8 @@ impl Dims {
 /// One kept record.
 #[derive(Debug)]
 struct Slot {
+    /// Its place among every record of this rank.
+    index: u64,
     sequence: u64,
     op: &'static str,
     dtype: DType,
@@ -96,18 +99,51 @@ struct Slot {
     state: State,
 }
 
-/// A group's records on this rank: a ring of the last `capacity`, slot `n % capacity` holding
-/// record `n`.
+/// A group's flight recorder on this rank: a ring of its last records, slot `n % capacity`
+/// holding this rank's `n`th. A backend's communicator is handed it
+/// ([`Communicator::attach_trace`](super::Communicator::attach_trace)) to say, when the group
+/// fails, where this rank is.
 #[derive(Debug)]
-pub(crate) struct Trace {
+pub struct Trace {
     capacity: usize,
     state: Mutex<Ring>,
 }
 
 #[derive(Debug, Default)]
 struct Ring {
+    /// How many records were begun.
     next: u64,
+    /// How many collectives were begun.
+    collectives: u64,
+    /// How many messages were begun to and from each peer (`send`, `recv`).
+    sent: Vec<u64>,
+    received: Vec<u64>,
+    /// The last record begun (kept when `capacity` is 0, for [`Trace::current`]).
+    last: Option<Slot>,
     slots: Vec<Option<Slot>>,
+}
+
+/// Takes the next number from `counts[peer]`, growing the list as needed.
+fn take_number(counts: &mut Vec<u64>, peer: usize) -> u64 {
+    if counts.len() <= peer {
+        counts.resize(peer + 1, 0);
+    }
+    counts[peer] += 1;
+    counts[peer] - 1
+}
+
+impl Slot {
+    fn record(&self) -> Record {
+        Record {
+            sequence: self.sequence,
+            op: self.op,
+            dtype: self.dtype,
+            shape: self.dims.to_vec(),
+            peer: self.peer,
+            location: self.location,
+            state: self.state.clone(),
+        }
+    }
 }
 
 impl Trace {
@@ -124,11 +160,15 @@ impl Trace {
         let slots = (0..capacity.min(1 << 20)).map(|_| None).collect();
         Trace {
             capacity: capacity.min(1 << 20),
-            state: Mutex::new(Ring { next: 0, slots }),
+            state: Mutex::new(Ring {
+                slots,
+                ..Ring::default()
+            }),
         }
     }
 
-    /// Records the start of `op`; returns its number.
+    /// Records the start of `op` (a `send` or `recv` to or from `peer`, else a collective);
+    /// returns its place among this rank's records, for [`Trace::end`].
     pub(crate) fn begin(
         &self,
         op: &'static str,
@@ -137,53 +177,74 @@ impl Trace {
         location: &'static Location<'static>,
     ) -> u64 {
         let mut ring = crate::array::lock(&self.state);
-        let sequence = ring.next;
+        let index = ring.next;
         ring.next += 1;
+        let sequence = match (op, peer) {
+            ("send", Some(peer)) => take_number(&mut ring.sent, peer),
+            ("recv", Some(peer)) => take_number(&mut ring.received, peer),
+            _ => {
+                ring.collectives += 1;
+                ring.collectives - 1
+            }
+        };
+        let slot = Slot {
+            index,
+            sequence,
+            op,
+            dtype,
+            dims: Dims::of(shape),
+            peer,
+            location,
+            state: State::Running,
+        };
         if self.capacity > 0 {
-            ring.slots[(sequence % self.capacity as u64) as usize] = Some(Slot {
-                sequence,
-                op,
-                dtype,
-                dims: Dims::of(shape),
-                peer,
-                location,
-                state: State::Running,
-            });
+            let at = (index % self.capacity as u64) as usize;
+            ring.slots[at] = Some(slot);
+        } else {
+            ring.last = Some(slot);
         }
-        sequence
+        index
     }
 
-    /// Records how operation `sequence` ended.
-    pub(crate) fn end(&self, sequence: u64, outcome: &Result<()>) {
-        if self.capacity == 0 {
-            return;
-        }
+    /// Records how the record at `index` ended.
+    pub(crate) fn end(&self, index: u64, outcome: &Result<()>) {
+        let state = match outcome {
+            Ok(()) => State::Done,
+            Err(error) => State::Failed(error.to_string()),
+        };
         let mut ring = crate::array::lock(&self.state);
-        let at = (sequence % self.capacity as u64) as usize;
-        if let Some(slot) = ring.slots[at].as_mut().filter(|s| s.sequence == sequence) {
-            slot.state = match outcome {
-                Ok(()) => State::Done,
-                Err(error) => State::Failed(error.to_string()),
-            };
+        let slot = match self.capacity {
+            0 => ring.last.as_mut(),
+            capacity => ring.slots[(index % capacity as u64) as usize].as_mut(),
+        };
+        if let Some(slot) = slot.filter(|s| s.index == index) {
+            slot.state = state;
         }
     }
 
     /// The records kept, oldest first.
     pub(crate) fn records(&self) -> Vec<Record> {
         let ring = crate::array::lock(&self.state);
+        if self.capacity == 0 {
+            return Vec::new();
+        }
         let first = ring.next.saturating_sub(self.capacity as u64);
         (first..ring.next)
             .filter_map(|n| ring.slots[(n % self.capacity as u64) as usize].as_ref())
-            .map(|slot| Record {
-                sequence: slot.sequence,
-                op: slot.op,
-                dtype: slot.dtype,
-                shape: slot.dims.to_vec(),
-                peer: slot.peer,
-                location: slot.location,
-                state: slot.state.clone(),
-            })
+            .map(Slot::record)
             .collect()
+    }
+
+    /// The last record begun on this rank (running, or how it ended), if any: where this
+    /// rank is, for a report of where every rank is when the group fails.
+    pub fn current(&self) -> Option<Record> {
+        let ring = crate::array::lock(&self.state);
+        let index = ring.next.checked_sub(1)?;
+        match self.capacity {
+            0 => ring.last.as_ref(),
+            capacity => ring.slots[(index % capacity as u64) as usize].as_ref(),
+        }
+        .map(Slot::record)
     }
 }
 
@@ -275,18 +336,40 @@ mod tests {
         trace.end(last, &failed);
         let records = trace.records();
         assert_eq!(records.len(), 2);
-        assert_eq!((records[0].sequence, records[1].sequence), (2, 3));
+        // Collectives and the messages from each peer are numbered apart.
+        assert_eq!((records[0].sequence, records[1].sequence), (2, 0));
+        assert_eq!(trace.current().as_ref(), records.last());
         assert_eq!(records[0].state, State::Done);
         assert!(matches!(&records[1].state, State::Failed(e) if e.contains("left")));
         let shown = records[1].to_string();
         assert!(
-            shown.starts_with("recv #3 (bfloat16 [2, 3], rank 1, ") && shown.contains("trace.rs:"),
+            shown.starts_with("recv #0 (bfloat16 [2, 3], rank 1, ") && shown.contains("trace.rs:"),
             "{shown}"
         );
+        let next = trace.begin("all_max", (DType::F32, &[1]), None, here);
+        assert_eq!(
+            trace.current().map(|r| (r.sequence, r.state)),
+            Some((3, State::Running))
+        );
+        trace.end(next, &Ok(()));
         let json = records_json(0, 2, &records);
         assert!(
             json.contains("\"state\": \"failed\"") && json.contains("\\\"left\\\""),
             "{json}"
+        );
+    }
+
+    #[test]
+    fn a_trace_that_keeps_no_records_still_knows_where_this_rank_is() {
+        let trace = Trace::with_capacity(0);
+        assert!(trace.current().is_none());
+        let n = trace.begin("send", (DType::F32, &[2]), Some(3), Location::caller());
+        trace.end(n, &Ok(()));
+        assert!(trace.records().is_empty());
+        let current = trace.current().unwrap();
+        assert_eq!(
+            (current.op, current.sequence, current.state),
+            ("send", 0, State::Done)
         );
     }
 }

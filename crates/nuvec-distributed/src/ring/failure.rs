@@ -93,19 +93,22 @@ impl<S> Authority<S> {
         }
         let result = body(&mut turn).map_err(|error| transport.root_cause(op, error));
         transport.end();
-        if let Err(error) = &result {
-            // Hand what was queued (our header, say) on, so peers learn what this rank called
-            // even if the process exits right after the error.
-            transport.flush_all(op);
-            if sticky {
-                turn.guard.failure = Some(error.clone());
-                // Tell every peer at once why, instead of letting them wait out their
-                // timeouts for data that will never come. The rank at fault is told too: a
-                // stalled rank that wakes up learns that the group gave up on it.
-                transport.abort_all(error);
-            }
+        let Err(error) = result else {
+            return result;
+        };
+        // Hand what was queued (our header, say) on, so peers learn what this rank called
+        // even if the process exits right after the error.
+        transport.flush_all(op);
+        if !sticky {
+            return Err(error);
         }
-        result
+        // Tell every peer at once why, instead of letting them wait out their timeouts for
+        // data that will never come. The rank at fault is told too: a stalled rank that wakes
+        // up learns that the group gave up on it. Then hear where the others are.
+        transport.abort_all(&error);
+        let error = transport.whereabouts(op, error);
+        turn.guard.failure = Some(error.clone());
+        Err(error)
     }
 
     /// Whether the group can still work: its failure or closing, else what the transport

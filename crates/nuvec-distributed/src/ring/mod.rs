@@ -24,6 +24,7 @@ mod send_pieces;
 #[cfg(test)]
 mod simulation_tests;
 mod transport;
+mod whereabouts;
 
 use crate::hostfile::Address;
 use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
@@ -288,6 +289,10 @@ impl Communicator for RingCommunicator {
             }
             turn.breaks(network.read_payload(src, peer, data))
         })
+    }
+
+    fn attach_trace(&self, trace: std::sync::Arc<nuvec_core::distributed::Trace>) {
+        let _ = self.network.trace.set(trace);
     }
 
     fn health(&self) -> Result<()> {

@@ -78,6 +78,9 @@ pub(crate) struct Network {
     pub(crate) nearby: Nearby,
     /// The ranks that may not read this rank's memory, as they answered a large message.
     pub(crate) unread_by: Vec<std::sync::atomic::AtomicBool>,
+    /// The group's flight recorder, once registered: where this rank is, for its abort
+    /// notices (`whereabouts.rs`).
+    pub(crate) trace: std::sync::OnceLock<Arc<nuvec_core::distributed::Trace>>,
 }
 
 impl Network {
@@ -150,6 +153,7 @@ impl Network {
             relay,
             nearby,
             unread_by: (0..size).map(|_| Default::default()).collect(),
+            trace: std::sync::OnceLock::new(),
         };
         for peer in network.connections.all() {
             peer.join_watch(network.watch.clone());
@@ -348,8 +352,10 @@ impl Transport for Network {
 
     fn abort_all(&self, cause: &Error) {
         self.nearby.give_up();
+        let place = self.trace.get().and_then(|t| t.current());
+        let place = place.map(|record| super::whereabouts::place_of(&record));
         for peer in self.connections.writers() {
-            wire::write_abort(peer, cause);
+            wire::write_abort(peer, cause, place.as_deref());
             peer.end_writes();
         }
     }
@@ -364,6 +370,10 @@ impl Transport for Network {
             }
         }
         error
+    }
+
+    fn whereabouts(&self, op: &str, error: Error) -> Error {
+        self.with_whereabouts(op, error)
     }
 
     fn flush_all(&self, op: &str) {

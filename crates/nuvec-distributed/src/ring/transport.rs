@@ -122,6 +122,12 @@ pub(crate) trait Transport: Sync {
     /// The error to report for `error`, a failure of `op`: an abort notice another rank sent
     /// (naming the rank that was lost) when one is waiting, else `error`.
     fn root_cause(&self, op: &str, error: Error) -> Error;
+    /// `error`, the failure of `op` after [`Transport::abort_all`], with where every rank is
+    /// added where the transport can learn it (`whereabouts.rs`); the default adds nothing.
+    fn whereabouts(&self, op: &str, error: Error) -> Error {
+        let _ = op;
+        error
+    }
     /// Gives what was queued to every peer a bounded chance to leave.
     fn flush_all(&self, op: &str);
     /// Whether every peer is still there: an error naming one that left or sent word that

@@ -98,6 +98,8 @@ pub(crate) struct Connection {
     control: TcpStream,
     outgoing: Arc<Outgoing>,
     writer: Mutex<Writer>,
+    /// Where the peer said it was in the abort notice read from it, if one was.
+    place: Mutex<Option<String>>,
 }
 
 /// The connection's writer thread, started by the first write that has to wait for room: a
@@ -192,7 +194,18 @@ impl Connection {
             control,
             outgoing,
             writer: Mutex::new(Writer::NotStarted),
+            place: Mutex::new(None),
         })
+    }
+
+    /// Keeps where the peer said it was (`in all_sum #41 (...)`), read from its abort notice.
+    pub(crate) fn heard_place(&self, place: String) {
+        *lock(&self.place) = Some(place);
+    }
+
+    /// Where the peer said it was in its abort notice, if one was read.
+    pub(crate) fn place(&self) -> Option<String> {
+        lock(&self.place).clone()
     }
 
     /// Joins the group's watch: a read on this connection that waits long watches the

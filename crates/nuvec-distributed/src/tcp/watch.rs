@@ -26,6 +26,8 @@ pub(crate) struct Watch {
     rank: usize,
     /// The call in progress, if any (its byte counts' storage kept between calls).
     call: Mutex<Call>,
+    /// The last call that ended, for [`Watch::is_of_last_call`].
+    last: Mutex<Call>,
     /// Every connection this rank reads, set once the group is connected.
     readers: OnceLock<Vec<Weak<Connection>>>,
 }
@@ -81,7 +83,23 @@ impl Watch {
 
     /// Ends the call in progress.
     pub(crate) fn end(&self) {
-        lock(&self.call).ours = None;
+        let mut call = lock(&self.call);
+        if call.ours.is_some() {
+            lock(&self.last).clone_from(&call);
+        }
+        call.ours = None;
+    }
+
+    /// Whether a frame whose header is `theirs` is one of the last call's own (not a chunk):
+    /// after a failure, a peer whose frame shows it is in the same call as this rank.
+    pub(crate) fn is_of_last_call(&self, theirs: &Header) -> bool {
+        let last = lock(&self.last);
+        last.ours.as_ref().is_some_and(|ours| {
+            theirs.kind == ours.kind
+                && theirs.sequence == ours.sequence
+                && theirs.dtype == ours.dtype
+                && last.bytes.contains(&theirs.bytes)
+        })
     }
 
     /// Judges, once and without waiting, the frame headers waiting on every incoming

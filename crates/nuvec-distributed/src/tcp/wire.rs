@@ -14,6 +14,10 @@ pub(crate) const ABORT_READ_WAIT: Duration = Duration::from_millis(200);
 pub(crate) const MAX_REASON: usize = 1024;
 /// Marks an abort notice whose cause names no rank.
 const NO_RANK: u64 = u64::MAX;
+/// Separates an abort notice's reason from where its sender was (`in all_sum #41 (...)`).
+const WHERE: u8 = 0x1E;
+/// Longest "where" an abort notice carries.
+const MAX_WHERE: usize = 256;
 
 fn error(op: &str, rank: Option<usize>, reason: String) -> Error {
     Error::Distributed {
@@ -110,6 +114,9 @@ fn finish_frame(
     let have = reason.len();
     reason.resize(length, 0);
     peer.read_exact(op, &mut reason[have..], timeout)?;
+    if let Some(place) = notice_place(&reason) {
+        peer.heard_place(place);
+    }
     Err(abort_error(op, peer.rank, &header, &reason))
 }
 
@@ -118,6 +125,7 @@ fn finish_frame(
 /// `from`.
 pub(crate) fn abort_error(op: &str, from: usize, header: &Header, reason: &[u8]) -> Error {
     let culprit = (header.sequence != NO_RANK).then_some(header.sequence as usize);
+    let reason = reason.split(|b| *b == WHERE).next().unwrap_or(reason);
     error(
         op,
         culprit.or(Some(from)),
@@ -212,30 +220,51 @@ pub(crate) fn read_chunk(
 
 /// Tells `peer` that the group failed because of `cause` (queued after anything already sent,
 /// so it arrives between chunks).
-pub(crate) fn write_abort(peer: &Connection, cause: &Error) {
-    let _ = peer.write("abort", &[&abort_notice(cause)]);
+pub(crate) fn write_abort(peer: &Connection, cause: &Error, place: Option<&str>) {
+    let _ = peer.write("abort", &[&abort_notice(cause, place)]);
+}
+
+/// `text` cut to at most `limit` bytes, on a character boundary.
+fn cut(text: &str, limit: usize) -> &str {
+    let mut end = text.len().min(limit);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The abort notice that tells a peer the group failed because of `cause`: a header naming
-/// the rank at fault (if the cause names one) and the cause's text, cut to [`MAX_REASON`].
-pub(crate) fn abort_notice(cause: &Error) -> Vec<u8> {
+/// the rank at fault (if the cause names one), the cause's text and, when given, where this
+/// rank is (`in all_sum #41 (...)`, after a [`WHERE`] byte), cut to [`MAX_REASON`] in all.
+pub(crate) fn abort_notice(cause: &Error, place: Option<&str>) -> Vec<u8> {
     let (culprit, text) = match cause {
         Error::Distributed { rank, .. } => (rank.map_or(NO_RANK, |r| r as u64), cause.to_string()),
         other => (NO_RANK, other.to_string()),
     };
-    let mut end = text.len().min(MAX_REASON);
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    let place = place.map(|p| cut(p, MAX_WHERE));
+    let room = MAX_REASON - place.map_or(0, |p| p.len() + 1);
+    let mut payload = cut(&text, room).as_bytes().to_vec();
+    if let Some(place) = place {
+        payload.push(WHERE);
+        payload.extend_from_slice(place.as_bytes());
     }
     let header = Header {
         kind: Kind::Abort,
         dtype: DType::U8,
         sequence: culprit,
-        bytes: end as u64,
+        bytes: payload.len() as u64,
     };
     let mut frame = header.encode().to_vec();
-    frame.extend_from_slice(&text.as_bytes()[..end]);
+    frame.extend_from_slice(&payload);
     frame
+}
+
+/// Where the sender of an abort notice whose reason is `reason` said it was, made printable
+/// (a peer's text never carries control characters into this rank's errors).
+pub(crate) fn notice_place(reason: &[u8]) -> Option<String> {
+    let at = reason.iter().position(|b| *b == WHERE)?;
+    let place = String::from_utf8_lossy(&reason[at + 1..]);
+    Some(place.chars().filter(|c| !c.is_control()).collect())
 }
 
 /// When `raw`, the header waiting on `peer`, is an abort notice: the error the notice reports,
@@ -325,7 +354,11 @@ mod tests {
             };
             // The far end's notice, as a rank that failed writes it.
             let (notifier, mut raw) = pair();
-            write_abort(&notifier, &cause);
+            write_abort(
+                &notifier,
+                &cause,
+                Some("in all_sum #4 (float32 [8], a.rs:1)\n"),
+            );
             notifier.flush("abort", WAIT).unwrap();
             let mut notice = vec![0u8; HEADER_BYTES];
             raw.read_exact(&mut notice).unwrap();
@@ -352,9 +385,15 @@ mod tests {
             let _far = writer.join().unwrap();
             let text = error.to_string();
             assert!(text.contains("rank 3 timed out"), "{text}");
+            assert!(!text.contains("a.rs"), "{text}");
             assert!(
                 matches!(error, Error::Distributed { rank: Some(3), .. }),
                 "{error:?}"
+            );
+            // Where the sender was comes apart, without its control characters.
+            assert_eq!(
+                peer.place().as_deref(),
+                Some("in all_sum #4 (float32 [8], a.rs:1)")
             );
         }
     }

@@ -18,6 +18,7 @@ mod failures;
 mod messages;
 mod settings;
 mod transforms;
+mod whereabouts;
 
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
 

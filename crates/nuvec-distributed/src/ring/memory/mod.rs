@@ -499,7 +499,7 @@ impl Transport for MemoryTransport {
     }
 
     fn abort_all(&self, cause: &Error) {
-        let notice = abort_notice(cause);
+        let notice = abort_notice(cause, None);
         for peer in self.peers() {
             let stream = self.frames(self.rank, peer, 0);
             let _ = self.write(stream, ("abort", peer), &notice);
