@@ -29,6 +29,7 @@ use super::connections::{Connections, Way};
 use super::relay::{Relay, RelayStreams};
 use super::send_pieces::PieceChoice;
 use super::transport::{Incoming, Pass, Route, Transport, Window};
+use super::whereabouts::{place_of, Listener};
 use crate::hostfile::Address;
 use crate::options::{CrossMemory, SharedMemory, StreamingStores};
 use crate::shm::{Policy, SLOTS, SLOT_BYTES};
@@ -353,7 +354,7 @@ impl Transport for Network {
     fn abort_all(&self, cause: &Error) {
         self.nearby.give_up();
         let place = self.trace.get().and_then(|t| t.current());
-        let place = place.map(|record| super::whereabouts::place_of(&record));
+        let place = place.map(|record| place_of(&record));
         for peer in self.connections.writers() {
             wire::write_abort(peer, cause, place.as_deref());
             peer.end_writes();
@@ -373,7 +374,14 @@ impl Transport for Network {
     }
 
     fn whereabouts(&self, op: &str, error: Error) -> Error {
-        self.with_whereabouts(op, error)
+        let listener = Listener {
+            rank: self.rank,
+            connections: &self.connections,
+            watch: &self.watch,
+            trace: self.trace.get().map(|t| &**t),
+            timeout: self.timeout,
+        };
+        listener.with_whereabouts(op, error)
     }
 
     fn flush_all(&self, op: &str) {

@@ -9,11 +9,12 @@
 //! own. A peer whose connection closed left; one that sends nothing is outside nuvec's calls
 //! (stalled, or busy computing) or stuck where this rank cannot hear it.
 
-use super::network::Network;
+use super::connections::Connections;
 use crate::tcp::frame::{Header, Kind};
+use crate::tcp::watch::Watch;
 use crate::tcp::wire::{pending_abort, take_abort, ABORT_READ_WAIT};
 use crate::tcp::Connection;
-use nuvec_core::distributed::{Record, State};
+use nuvec_core::distributed::{Record, State, Trace};
 use nuvec_core::Error;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,7 +94,18 @@ pub(crate) fn report(heard: &[Heard], listened: Duration) -> String {
     phrases.join("; ")
 }
 
-impl Network {
+/// What a rank listens with after its group failed: its connections, the watch that knows
+/// its last call, and its flight recorder.
+pub(crate) struct Listener<'a> {
+    pub(crate) rank: usize,
+    pub(crate) connections: &'a Connections,
+    pub(crate) watch: &'a Watch,
+    pub(crate) trace: Option<&'a Trace>,
+    /// The group's timeout.
+    pub(crate) timeout: Duration,
+}
+
+impl Listener<'_> {
     /// `error`, the failure of `op`, with where every rank is added, after listening (at
     /// most [`LISTEN`], a quarter of the timeout if shorter) for the peers' abort notices.
     pub(crate) fn with_whereabouts(&self, op: &str, error: Error) -> Error {
@@ -116,8 +128,8 @@ impl Network {
 
     /// What this rank hears of every rank within `listen`.
     fn listen(&self, op: &str, listen: Duration) -> Vec<Heard> {
-        let mine = self.trace.get().and_then(|t| t.current());
-        let mut heard: Vec<Option<Heard>> = (0..self.size)
+        let mine = self.trace.and_then(Trace::current);
+        let mut heard: Vec<Option<Heard>> = (0..self.connections.size)
             .map(|r| (!self.connections.linked(r)).then_some(Heard::Unlinked))
             .collect();
         let heard_mine = mine.map_or(Heard::Silent, |r| Heard::Said(place_of(&r)));
