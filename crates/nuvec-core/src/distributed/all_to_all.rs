@@ -120,7 +120,7 @@ pub fn all_to_all(x: &Array, group: Option<&Group>) -> Array {
 /// An all-to-all built on `communicator`'s all-gather: every rank gathers every input and
 /// keeps its block of each. Moves `size` times the data needed; backends replace it with
 /// an exchange of their own where they have one.
-pub(crate) fn all_to_all_by_gathering<C: Communicator + ?Sized>(
+pub fn all_to_all_by_gathering<C: Communicator + ?Sized>(
     communicator: &C,
     input: &[u8],
     output: &mut [u8],

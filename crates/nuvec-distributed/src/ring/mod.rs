@@ -206,6 +206,34 @@ impl Communicator for RingCommunicator {
             })
     }
 
+    fn broadcast(&self, data: &mut [u8], dtype: DType, root: usize) -> Result<()> {
+        let network = &self.network;
+        if root >= network.size {
+            return Err(Error::Distributed {
+                op: "broadcast".into(),
+                rank: None,
+                reason: format!("root rank {root} is not in a group of {}", network.size),
+            });
+        }
+        self.authority
+            .run(network, Kind::Broadcast.name(), true, |turn| {
+                let calls = &mut turn.state().calls;
+                algorithms::broadcast::broadcast(network, calls, data, (dtype, root))
+            })
+    }
+
+    fn all_to_all(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {
+        let network = &self.network;
+        if !algorithms::all_to_all::has_path(network) {
+            return nuvec_core::distributed::all_to_all_by_gathering(self, input, output, dtype);
+        }
+        self.authority
+            .run(network, Kind::AllToAll.name(), true, |turn| {
+                let calls = &mut turn.state().calls;
+                algorithms::all_to_all::all_to_all(network, calls, (input, output), dtype)
+            })
+    }
+
     fn send(&self, data: &[u8], dtype: DType, shape: &[i32], dst: usize) -> Result<()> {
         self.authority.run(&self.network, "send", true, |turn| {
             let state = turn.state();

@@ -7,7 +7,7 @@ use nuvec_core::DType;
 /// Marks nuvec frames ("NUVC").
 pub(crate) const MAGIC: u32 = 0x4E55_5643;
 /// Bumped whenever the wire format changes; peers must agree.
-pub(crate) const VERSION: u16 = 4;
+pub(crate) const VERSION: u16 = 5;
 /// Encoded size of a [`Header`].
 pub(crate) const HEADER_BYTES: usize = 24;
 
@@ -24,7 +24,13 @@ pub(crate) enum Kind {
     Chunk = 8,
     /// A rank's notice that its group failed, and why.
     Abort = 9,
+    /// A broadcast: its header's byte count carries the root too ([`Header::broadcast`]).
+    Broadcast = 10,
+    AllToAll = 11,
 }
+
+/// Where a broadcast header keeps its root: the byte count's top 16 bits, plus one.
+const ROOT_SHIFT: u32 = 48;
 
 impl Kind {
     fn from_u8(value: u8) -> Option<Kind> {
@@ -37,6 +43,8 @@ impl Kind {
             6 => Kind::Send,
             8 => Kind::Chunk,
             9 => Kind::Abort,
+            10 => Kind::Broadcast,
+            11 => Kind::AllToAll,
             _ => return None,
         })
     }
@@ -51,6 +59,8 @@ impl Kind {
             Kind::Send => "send",
             Kind::Chunk => "chunk",
             Kind::Abort => "abort",
+            Kind::Broadcast => "broadcast",
+            Kind::AllToAll => "all_to_all",
         }
     }
 }
@@ -124,12 +134,23 @@ impl Header {
         }
     }
 
-    /// One-line description for mismatch errors: `all_sum of 4096 bytes of float32 (#3)`.
+    /// The byte count a broadcast's header carries for `bytes` from rank `root`: the two
+    /// together, so that ranks naming different roots (or sizes) disagree on the header.
+    pub(crate) fn broadcast_bytes(bytes: usize, root: usize) -> usize {
+        bytes | (root + 1) << ROOT_SHIFT
+    }
+
+    /// One-line description for mismatch errors: `all_sum of 4096 bytes of float32 (#3)`,
+    /// `broadcast from root 1 of 8 bytes of float32 (call #0)`.
     pub(crate) fn describe(&self) -> String {
+        let (mut bytes, mut root) = (self.bytes, String::new());
+        if self.kind == Kind::Broadcast && self.bytes >> ROOT_SHIFT > 0 {
+            root = format!(" from root {}", (self.bytes >> ROOT_SHIFT) - 1);
+            bytes &= (1 << ROOT_SHIFT) - 1;
+        }
         format!(
-            "{} of {} bytes of {} (call #{})",
+            "{}{root} of {bytes} bytes of {} (call #{})",
             self.kind.name(),
-            self.bytes,
             self.dtype,
             self.sequence
         )

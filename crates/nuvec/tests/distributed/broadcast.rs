@@ -143,3 +143,39 @@ fn a_barrier_that_a_rank_leaves_fails_naming_it() {
         assert!(start.elapsed() < Duration::from_secs(15), "{error}");
     });
 }
+
+/// Over TCP alone (the chain from the root, the pairwise exchange) and on one machine with
+/// reading each other's memory turned off (the mailboxes carry the large ones too).
+#[test]
+fn broadcast_and_all_to_all_over_tcp_and_without_reading_memory_on_3_ranks() {
+    for (variable, value) in [
+        ("NUVEC_RING_SHARED_MEMORY", "off"),
+        ("NUVEC_RING_CROSS_MEMORY", "off"),
+    ] {
+        launch_with_each(test_name!(), 3, (variable, &[value]), |group, _| {
+            bodies::broadcast_gives_every_rank_the_roots_array(group);
+            exchanges::all_to_all_sends_each_rank_its_blocks(group);
+        });
+        if nuvec_test_support::ranks::is_child() {
+            return;
+        }
+    }
+}
+
+/// Different roots over TCP alone, along the chain: every rank fails naming the calls.
+#[test]
+fn broadcasts_with_different_roots_over_tcp_fail_on_every_rank() {
+    let tcp = ("NUVEC_RING_SHARED_MEMORY", &["off"][..]);
+    launch_with_each(test_name!(), 3, tcp, |group, _| {
+        bodies::broadcast_with_different_roots_fails_naming_them(group);
+    });
+}
+
+/// Different sizes over TCP alone, in the pairwise exchange: every rank fails.
+#[test]
+fn all_to_alls_of_different_sizes_over_tcp_fail_on_every_rank() {
+    let tcp = ("NUVEC_RING_SHARED_MEMORY", &["off"][..]);
+    launch_with_each(test_name!(), 3, tcp, |group, _| {
+        exchanges::all_to_all_of_different_sizes_fails_everywhere(group);
+    });
+}

@@ -7,6 +7,8 @@
 //! (`doubling.rs`). This file picks the path for each call. `../README.md` has the glossary of
 //! the words for pieces of a buffer.
 
+pub(crate) mod all_to_all;
+pub(crate) mod broadcast;
 pub(crate) mod doubling;
 pub(crate) mod lanes;
 mod mailboxes;

@@ -1,10 +1,10 @@
-//! Large all-gathers of a group on one machine in one copy: each rank reads every other
-//! rank's block straight out of that rank's memory into its output (Linux's cross-memory
-//! attach, `platform::read_process`), where the mailboxes and the ring copy every byte twice
-//! (into shared memory, then out of it). The ranks only exchange two small posts through
-//! their mailboxes:
+//! Large all-gathers, all-to-alls and broadcasts of a group on one machine in one copy: each
+//! rank reads what it needs straight out of the other rank's memory into its output (Linux's
+//! cross-memory attach, `platform::read_process`), where the mailboxes and the ring copy every
+//! byte twice (into shared memory, then out of it). The ranks only exchange two small posts
+//! through their mailboxes:
 //!
-//! 1. every rank posts to every other where its block lies (process, address, length);
+//! 1. every rank posts to every other where its block for it lies (process, address, length);
 //! 2. every rank reads each peer's block, then posts whether it could;
 //! 3. every rank waits until every peer has read its block, so that the block stays alive
 //!    and unchanged until then (it is the call's input, which the call holds).
@@ -32,17 +32,17 @@ use std::collections::BTreeSet;
 const SINGLE_COPY_FROM: usize = 32 << 10;
 
 /// Where a post that says where a block lies claims to be (no piece of a block lies there).
-const WHERE_AT: usize = usize::MAX - 1;
+pub(super) const WHERE_AT: usize = usize::MAX - 1;
 /// Where a post that says a block was read claims to be.
-const READ_AT: usize = usize::MAX - 2;
+pub(super) const READ_AT: usize = usize::MAX - 2;
 
 /// What the ranks of a group learned about reading each other's memory.
 #[derive(Debug, Default)]
 pub(crate) struct CrossMemory {
     /// Peers whose memory this rank may not read.
-    cannot_read: BTreeSet<usize>,
+    pub(super) cannot_read: BTreeSet<usize>,
     /// Peers that may not read this rank's memory.
-    not_read_by: BTreeSet<usize>,
+    pub(super) not_read_by: BTreeSet<usize>,
 }
 
 /// Whether an all-gather of `block` bytes per rank goes by reading peers' memory (on a group
@@ -53,7 +53,7 @@ pub(crate) fn gathers_in_one_copy(block: usize) -> bool {
 
 /// Reads `peer`'s block into `into`, as its "where" post says: whether this rank may
 /// (`NUVEC_RING_CROSS_MEMORY`) and the kernel allowed it.
-fn read_block<T: Transport + ?Sized>(
+pub(super) fn read_block<T: Transport + ?Sized>(
     call: &Call<'_, T>,
     peer: usize,
     into: &mut [u8],
@@ -87,43 +87,100 @@ pub(crate) fn all_gather<T: Transport + ?Sized>(
     dtype: DType,
 ) -> Result<()> {
     let call = start(t, near, calls, (Kind::AllGather, dtype, input.len()));
-    let known = &mut calls.cross_memory;
     let block = input.len();
-    output[t.rank() * block..(t.rank() + 1) * block].copy_from_slice(input);
-    let peers: Vec<usize> = call.others().collect();
-    let unless = |set: &BTreeSet<usize>| -> Vec<usize> {
-        peers.iter().copied().filter(|p| !set.contains(p)).collect()
-    };
-    let (readable, reading_ours) = (unless(&known.cannot_read), unless(&known.not_read_by));
-    let here = Location::of(input).encode();
-    for &peer in &reading_ours {
-        call.post(peer, WHERE_AT, &here)?;
+    let rank = t.rank();
+    output[rank * block..(rank + 1) * block].copy_from_slice(input);
+    let offers = call.others().map(|peer| (peer, input)).collect();
+    let reads = output
+        .chunks_mut(block.max(1))
+        .enumerate()
+        .filter(|(peer, _)| *peer != rank)
+        .collect();
+    exchange(&call, &mut calls.cross_memory, offers, reads)
+}
+
+/// All-to-all of `input` (block `j` for rank `j`) into `output` (block `j` from rank `j`),
+/// each peer's block for this rank read from its memory.
+pub(crate) fn all_to_all<T: Transport + ?Sized>(
+    t: &T,
+    near: &Nearby,
+    calls: &mut Calls,
+    (input, output): (&[u8], &mut [u8]),
+    dtype: DType,
+) -> Result<()> {
+    let call = start(t, near, calls, (Kind::AllToAll, dtype, input.len()));
+    let (rank, block) = (t.rank(), input.len() / t.size());
+    let own = rank * block..(rank + 1) * block;
+    output[own.clone()].copy_from_slice(&input[own]);
+    let offers = input
+        .chunks(block.max(1))
+        .enumerate()
+        .filter(|(peer, _)| *peer != rank)
+        .collect();
+    let reads = output
+        .chunks_mut(block.max(1))
+        .enumerate()
+        .filter(|(peer, _)| *peer != rank)
+        .collect();
+    exchange(&call, &mut calls.cross_memory, offers, reads)
+}
+
+/// One call's exchange through each other's memory: this rank offers each peer of `offers`
+/// its region, and reads from each peer of `reads` the region that peer offers it. A pair
+/// whose read the kernel refuses goes through the mailboxes instead, now and later.
+fn exchange<T: Transport + ?Sized>(
+    call: &Call<'_, T>,
+    known: &mut CrossMemory,
+    offers: Vec<(usize, &[u8])>,
+    reads: Vec<(usize, &mut [u8])>,
+) -> Result<()> {
+    let (mut offered, mut posted): (Vec<_>, Vec<_>) = offers
+        .into_iter()
+        .partition(|(peer, _)| !known.not_read_by.contains(peer));
+    let (to_read, mut taken): (Vec<_>, Vec<_>) = reads
+        .into_iter()
+        .partition(|(peer, _)| !known.cannot_read.contains(peer));
+    for (peer, region) in &offered {
+        call.post(*peer, WHERE_AT, &Location::of(region).encode())?;
     }
-    for &peer in &readable {
-        let into = &mut output[peer * block..(peer + 1) * block];
-        let read = read_block(&call, peer, into)?;
+    for (peer, into) in to_read {
+        let read = read_block(call, peer, into)?;
         call.post(peer, READ_AT, &[u8::from(read)])?;
         if !read {
             known.cannot_read.insert(peer);
+            taken.push((peer, into));
         }
     }
-    for &peer in &reading_ours {
+    for (peer, region) in offered.drain(..) {
         let read = call.take(peer, READ_AT, 1)?[0] == 1;
         call.release(peer)?;
         if !read {
             known.not_read_by.insert(peer);
+            posted.push((peer, region));
         }
     }
-    // The blocks no read could fetch go through the mailboxes.
-    for piece in pieces(block) {
-        for &peer in &known.not_read_by {
-            call.post(peer, piece.start, &input[piece.clone()])?;
+    // The regions no read could fetch go through the mailboxes, piece by piece: each rank
+    // posts piece k to every such peer before it takes any peer's piece k.
+    let most = posted
+        .iter()
+        .map(|(_, r)| r.len())
+        .chain(taken.iter().map(|(_, r)| r.len()))
+        .max();
+    let Some(most) = most else {
+        return Ok(());
+    };
+    for k in 0..pieces(most).count() {
+        for (peer, region) in &posted {
+            if let Some(piece) = pieces(region.len()).nth(k) {
+                call.post(*peer, piece.start, &region[piece.clone()])?;
+            }
         }
-        for &peer in &known.cannot_read {
-            let at = peer * block + piece.start;
-            let part = call.take(peer, piece.start, piece.len())?;
-            output[at..at + piece.len()].copy_from_slice(part);
-            call.release(peer)?;
+        for (peer, into) in &mut taken {
+            if let Some(piece) = pieces(into.len()).nth(k) {
+                let part = call.take(*peer, piece.start, piece.len())?;
+                into[piece].copy_from_slice(part);
+                call.release(*peer)?;
+            }
         }
     }
     Ok(())

@@ -1,0 +1,74 @@
+//! All-to-all: block `j` of every rank's input goes to rank `j`, which puts the block from
+//! rank `i` at block `i` of its output.
+//!
+//! - On one machine, through the mailboxes: every rank posts block `j` to rank `j` and takes
+//!   its block from every peer; blocks of [`ONE_COPY_FROM`] bytes or more are read straight
+//!   from the peers' memory instead (`single_copy.rs`).
+//! - Where every rank reaches every other: in `size − 1` steps, at step `s` each rank sends
+//!   its block for rank `r + s` and receives the block of rank `r − s`, one frame each, so
+//!   every block crosses one connection once.
+//! - Otherwise the caller falls back to the communicator's default (an all-gather).
+
+use super::mailboxes::{pieces, start};
+use super::{single_copy, Calls};
+use crate::ring::transport::{same_call, Transport};
+use crate::tcp::frame::Kind;
+use nuvec_core::{DType, Result};
+
+/// The smallest block read from a peer's memory (as for all-gathers).
+const ONE_COPY_FROM: usize = 32 << 10;
+
+/// Whether this transport has a path for all-to-all (else the default's all-gather).
+pub(crate) fn has_path<T: Transport + ?Sized>(t: &T) -> bool {
+    t.size() == 1 || t.mailboxes().is_some() || t.full_mesh()
+}
+
+/// All-to-all of `input` into `output` (as long; both `size` blocks).
+pub(crate) fn all_to_all<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    (input, output): (&[u8], &mut [u8]),
+    dtype: DType,
+) -> Result<()> {
+    let (rank, n) = (t.rank(), t.size());
+    let block = input.len() / n;
+    if n == 1 {
+        output.copy_from_slice(input);
+        return Ok(());
+    }
+    let of = |j: usize| j * block..(j + 1) * block;
+    if let Some(near) = t.mailboxes() {
+        if cfg!(target_os = "linux") && block >= ONE_COPY_FROM {
+            return single_copy::all_to_all(t, near, calls, (input, output), dtype);
+        }
+        let call = start(t, near, calls, (Kind::AllToAll, dtype, input.len()));
+        output[of(rank)].copy_from_slice(&input[of(rank)]);
+        for piece in pieces(block) {
+            for peer in call.others() {
+                let at = of(peer).start + piece.start;
+                call.post(peer, piece.start, &input[at..at + piece.len()])?;
+            }
+            for peer in call.others() {
+                let at = of(peer).start + piece.start;
+                let part = call.take(peer, piece.start, piece.len())?;
+                output[at..at + piece.len()].copy_from_slice(part);
+                call.release(peer)?;
+            }
+        }
+        return Ok(());
+    }
+    let ours = calls.header(t, Kind::AllToAll, dtype, input.len());
+    let name = Kind::AllToAll.name();
+    output[of(rank)].copy_from_slice(&input[of(rank)]);
+    for step in 1..n {
+        let (to, from) = ((rank + step) % n, (rank + n - step) % n);
+        t.send_frame(to, 0, &ours, &input[of(to)])?;
+        let theirs = t.recv_header(from, 0, name)?;
+        same_call(rank, from, &theirs, &ours)?;
+        t.recv_payload(from, 0, name, &mut output[of(from)])?;
+    }
+    for peer in (0..n).filter(|&p| p != rank) {
+        t.finish_exchange(peer, name)?;
+    }
+    Ok(())
+}

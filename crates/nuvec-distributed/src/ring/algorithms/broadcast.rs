@@ -1,0 +1,161 @@
+//! Broadcast: every rank gets the root's array.
+//!
+//! - On one machine, through the mailboxes: the root posts its array to every rank, and every
+//!   other rank posts an empty "here" to every rank. Each rank takes one post from every
+//!   peer, so ranks that name different roots (whose headers differ, `Header::broadcast_bytes`)
+//!   see it at their first take and fail naming both calls, instead of all waiting for a root
+//!   that never posts. From [`ONE_COPY_FROM`] bytes the root posts where its array lies and
+//!   the others read it from its memory (`single_copy.rs`), then tell the root they did.
+//! - Otherwise, along the ring from the root, chunk by chunk: each rank forwards what it
+//!   receives, so every connection carries the array once and the chunks pipeline.
+
+use super::mailboxes::{pieces, start, Call};
+use super::single_copy::{read_block, READ_AT, WHERE_AT};
+use super::{chunk_bytes, Calls};
+use crate::ring::cross_memory::Location;
+use crate::ring::transport::{Link, Transport};
+use crate::schedule::chunks;
+use crate::tcp::frame::{Header, Kind};
+use nuvec_core::{DType, Result};
+
+/// The smallest broadcast read from the root's memory (as for all-gathers' blocks).
+const ONE_COPY_FROM: usize = 32 << 10;
+/// Where a rank's "here" post claims to be.
+const HERE_AT: usize = usize::MAX - 3;
+
+/// Broadcast of the root's `data` over `data` on every rank.
+pub(crate) fn broadcast<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    data: &mut [u8],
+    (dtype, root): (DType, usize),
+) -> Result<()> {
+    if t.size() == 1 {
+        return Ok(());
+    }
+    let bytes = Header::broadcast_bytes(data.len(), root);
+    if let Some(near) = t.mailboxes() {
+        let call = start(t, near, calls, (Kind::Broadcast, dtype, bytes));
+        if cfg!(target_os = "linux") && data.len() >= ONE_COPY_FROM {
+            return in_one_copy(&call, calls, data, root);
+        }
+        return through_mailboxes(&call, data, root);
+    }
+    let ours = calls.header(t, Kind::Broadcast, dtype, bytes);
+    along_the_ring(t, ours, data, root)
+}
+
+/// The root's posts of its array, or every other rank's "here"; then one take from every
+/// peer, the root's array copied in.
+fn through_mailboxes<T: Transport + ?Sized>(
+    call: &Call<'_, T>,
+    data: &mut [u8],
+    root: usize,
+) -> Result<()> {
+    let rank = call.t.rank();
+    if rank == root {
+        for piece in pieces(data.len()) {
+            for peer in call.others() {
+                call.post(peer, piece.start, &data[piece.clone()])?;
+            }
+        }
+        return take_heres(call, root);
+    }
+    for peer in call.others() {
+        call.post(peer, HERE_AT, &[])?;
+    }
+    take_heres(call, root)?;
+    for piece in pieces(data.len()) {
+        let part = call.take(root, piece.start, piece.len())?;
+        data[piece].copy_from_slice(part);
+        call.release(root)?;
+    }
+    Ok(())
+}
+
+/// Takes the "here" of every rank other than this one and the root.
+fn take_heres<T: Transport + ?Sized>(call: &Call<'_, T>, root: usize) -> Result<()> {
+    for peer in call.others().filter(|&peer| peer != root) {
+        call.take(peer, HERE_AT, 0)?;
+        call.release(peer)?;
+    }
+    Ok(())
+}
+
+/// The root posts where its array lies; every other rank says it is here, reads the array
+/// from the root's memory and tells the root whether it could (if not, the root posts the
+/// array to it through the mailboxes, now and in later calls).
+fn in_one_copy<T: Transport + ?Sized>(
+    call: &Call<'_, T>,
+    calls: &mut Calls,
+    data: &mut [u8],
+    root: usize,
+) -> Result<()> {
+    let known = &mut calls.cross_memory;
+    let rank = call.t.rank();
+    if rank == root {
+        let readers: Vec<usize> = call
+            .others()
+            .filter(|p| !known.not_read_by.contains(p))
+            .collect();
+        let here = Location::of(data).encode();
+        for &peer in &readers {
+            call.post(peer, WHERE_AT, &here)?;
+        }
+        take_heres(call, root)?;
+        for &peer in &readers {
+            let read = call.take(peer, READ_AT, 1)?[0] == 1;
+            call.release(peer)?;
+            if !read {
+                known.not_read_by.insert(peer);
+            }
+        }
+        for piece in pieces(data.len()) {
+            for &peer in &known.not_read_by {
+                call.post(peer, piece.start, &data[piece.clone()])?;
+            }
+        }
+        return Ok(());
+    }
+    for peer in call.others() {
+        call.post(peer, HERE_AT, &[])?;
+    }
+    take_heres(call, root)?;
+    if !known.cannot_read.contains(&root) {
+        let read = read_block(call, root, data)?;
+        call.post(root, READ_AT, &[u8::from(read)])?;
+        if read {
+            return Ok(());
+        }
+        known.cannot_read.insert(root);
+    }
+    for piece in pieces(data.len()) {
+        let part = call.take(root, piece.start, piece.len())?;
+        data[piece].copy_from_slice(part);
+        call.release(root)?;
+    }
+    Ok(())
+}
+
+/// Along the ring from the root: every rank checks its left neighbour called the same
+/// broadcast; the root sends its array right chunk by chunk, each other rank receives each
+/// chunk from its left and forwards it unless its right is the root.
+fn along_the_ring<T: Transport + ?Sized>(
+    t: &T,
+    ours: Header,
+    data: &mut [u8],
+    root: usize,
+) -> Result<()> {
+    let link = Link::open(t, 0, false, ours)?;
+    link.check_left()?;
+    let (rank, forwards) = (t.rank(), link.right != root);
+    for piece in chunks(0..data.len(), chunk_bytes(data.len())) {
+        if rank != root {
+            link.recv_chunk(&mut data[piece.clone()])?;
+        }
+        if forwards {
+            link.send_chunk(&data[piece])?;
+        }
+    }
+    link.flush_right()
+}
