@@ -87,16 +87,12 @@ pub(crate) fn all_gather<T: Transport + ?Sized>(
     dtype: DType,
 ) -> Result<()> {
     let call = start(t, near, calls, (Kind::AllGather, dtype, input.len()));
-    let block = input.len();
-    let rank = t.rank();
-    output[rank * block..(rank + 1) * block].copy_from_slice(input);
+    let (rank, block) = (t.rank(), input.len());
+    let mut blocks: Vec<(usize, &mut [u8])> = output.chunks_mut(block).enumerate().collect();
+    let (_, own) = blocks.remove(rank);
     let offers = call.others().map(|peer| (peer, input)).collect();
-    let reads = output
-        .chunks_mut(block.max(1))
-        .enumerate()
-        .filter(|(peer, _)| *peer != rank)
-        .collect();
-    exchange(&call, &mut calls.cross_memory, offers, reads)
+    let local = || own.copy_from_slice(input);
+    exchange(&call, &mut calls.cross_memory, (offers, blocks), local)
 }
 
 /// All-to-all of `input` (block `j` for rank `j`) into `output` (block `j` from rank `j`),
@@ -110,29 +106,24 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
 ) -> Result<()> {
     let call = start(t, near, calls, (Kind::AllToAll, dtype, input.len()));
     let (rank, block) = (t.rank(), input.len() / t.size());
-    let own = rank * block..(rank + 1) * block;
-    output[own.clone()].copy_from_slice(&input[own]);
-    let offers = input
-        .chunks(block.max(1))
-        .enumerate()
-        .filter(|(peer, _)| *peer != rank)
-        .collect();
-    let reads = output
-        .chunks_mut(block.max(1))
-        .enumerate()
-        .filter(|(peer, _)| *peer != rank)
-        .collect();
-    exchange(&call, &mut calls.cross_memory, offers, reads)
+    let mut offers: Vec<(usize, &[u8])> = input.chunks(block).enumerate().collect();
+    let (_, mine) = offers.remove(rank);
+    let mut blocks: Vec<(usize, &mut [u8])> = output.chunks_mut(block).enumerate().collect();
+    let (_, own) = blocks.remove(rank);
+    let local = || own.copy_from_slice(mine);
+    exchange(&call, &mut calls.cross_memory, (offers, blocks), local)
 }
 
 /// One call's exchange through each other's memory: this rank offers each peer of `offers`
-/// its region, and reads from each peer of `reads` the region that peer offers it. A pair
-/// whose read the kernel refuses goes through the mailboxes instead, now and later.
+/// its region, and reads from each peer of `reads` the region that peer offers it; `local`
+/// (this rank's own block) runs once its reads are done and told, while peers may still be
+/// reading this rank's memory. A pair whose read the kernel refuses goes through the
+/// mailboxes instead, now and later.
 fn exchange<T: Transport + ?Sized>(
     call: &Call<'_, T>,
     known: &mut CrossMemory,
-    offers: Vec<(usize, &[u8])>,
-    reads: Vec<(usize, &mut [u8])>,
+    (offers, reads): (Vec<(usize, &[u8])>, Vec<(usize, &mut [u8])>),
+    local: impl FnOnce(),
 ) -> Result<()> {
     let (mut offered, mut posted): (Vec<_>, Vec<_>) = offers
         .into_iter()
@@ -151,6 +142,7 @@ fn exchange<T: Transport + ?Sized>(
             taken.push((peer, into));
         }
     }
+    local();
     for (peer, region) in offered.drain(..) {
         let read = call.take(peer, READ_AT, 1)?[0] == 1;
         call.release(peer)?;
