@@ -5,12 +5,13 @@
 //!   its block from every peer; blocks of [`ONE_COPY_FROM`] bytes or more are read straight
 //!   from the peers' memory instead (`single_copy.rs`).
 //! - Where every rank reaches every other: in `size − 1` steps, at step `s` each rank sends
-//!   its block for rank `r + s` and receives the block of rank `r − s`, one frame each, so
+//!   its block for rank `r + s` and receives the block of rank `r − s`, chunk by chunk, so
 //!   every block crosses one connection once.
 //! - Otherwise the caller falls back to the communicator's default (an all-gather).
 
 use super::mailboxes::{pieces, start};
-use super::{single_copy, Calls};
+use super::{chunk_bytes, single_copy, Calls};
+use crate::schedule::chunks;
 use crate::ring::transport::{same_call, Transport};
 use crate::tcp::frame::Kind;
 use nuvec_core::{DType, Result};
@@ -58,17 +59,30 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
         return Ok(());
     }
     let ours = calls.header(t, Kind::AllToAll, dtype, input.len());
-    let name = Kind::AllToAll.name();
+    let kind = Kind::AllToAll;
+    let pass = (kind, ours.sequence);
     output[of(rank)].copy_from_slice(&input[of(rank)]);
     for step in 1..n {
         let (to, from) = ((rank + step) % n, (rank + n - step) % n);
-        t.send_frame(to, 0, &ours, &input[of(to)])?;
-        let theirs = t.recv_header(from, 0, name)?;
-        same_call(rank, from, &theirs, &ours)?;
-        t.recv_payload(from, 0, name, &mut output[of(from)])?;
+        // The header, then the block in chunks, each sent before the same chunk is received:
+        // every rank sends to one and receives from another, and the sockets keep moving.
+        t.send_frame(to, 0, &ours, &[])?;
+        let mut checked = false;
+        for piece in chunks(0..block, chunk_bytes(input.len())) {
+            let (send, recv) = (of(to).start + piece.start, of(from).start + piece.start);
+            t.send_chunk((to, 0), pass, &input[send..send + piece.len()])?;
+            if !checked {
+                same_call(rank, from, &t.recv_header(from, 0, kind.name())?, &ours)?;
+                checked = true;
+            }
+            t.recv_chunk((from, 0), pass, &mut output[recv..recv + piece.len()])?;
+        }
+        if !checked {
+            same_call(rank, from, &t.recv_header(from, 0, kind.name())?, &ours)?;
+        }
     }
     for peer in (0..n).filter(|&p| p != rank) {
-        t.finish_exchange(peer, name)?;
+        t.finish_exchange(peer, kind.name())?;
     }
     Ok(())
 }

@@ -7,13 +7,14 @@
 //!   that never posts. From [`ONE_COPY_FROM`] bytes the root posts where its array lies and
 //!   the others read it from its memory (`single_copy.rs`), then tell the root they did.
 //! - Otherwise, along the ring from the root, chunk by chunk: each rank forwards what it
-//!   receives, so every connection carries the array once and the chunks pipeline.
+//!   receives, so every connection carries the array once and the chunks pipeline; an array
+//!   of one chunk rides in the root's header frame.
 
 use super::mailboxes::{pieces, start, Call};
 use super::single_copy::{read_block, READ_AT, WHERE_AT};
 use super::{chunk_bytes, Calls};
 use crate::ring::cross_memory::Location;
-use crate::ring::transport::{Link, Transport};
+use crate::ring::transport::{same_call, Transport};
 use crate::schedule::chunks;
 use crate::tcp::frame::{Header, Kind};
 use nuvec_core::{DType, Result};
@@ -137,25 +138,48 @@ fn in_one_copy<T: Transport + ?Sized>(
     Ok(())
 }
 
-/// Along the ring from the root: every rank checks its left neighbour called the same
-/// broadcast; the root sends its array right chunk by chunk, each other rank receives each
-/// chunk from its left and forwards it unless its right is the root.
+/// Along the ring from the root: every rank sends its header right and checks its left
+/// neighbour called the same broadcast; the root's header carries its array when that fits
+/// one chunk (one write), else the root sends it right chunk by chunk; each other rank
+/// receives what comes from its left and forwards it unless its right is the root.
 fn along_the_ring<T: Transport + ?Sized>(
     t: &T,
     ours: Header,
     data: &mut [u8],
     root: usize,
 ) -> Result<()> {
-    let link = Link::open(t, 0, false, ours)?;
-    link.check_left()?;
-    let (rank, forwards) = (t.rank(), link.right != root);
-    for piece in chunks(0..data.len(), chunk_bytes(data.len())) {
-        if rank != root {
-            link.recv_chunk(&mut data[piece.clone()])?;
+    let n = t.size();
+    let (rank, right, left) = (t.rank(), (t.rank() + 1) % n, (t.rank() + n - 1) % n);
+    let forwards = right != root;
+    let chunk = chunk_bytes(data.len());
+    let whole = data.len() <= chunk;
+    let name = ours.kind.name();
+    let pass = (ours.kind, ours.sequence);
+    if rank == root {
+        t.send_frame(right, 0, &ours, if whole { data } else { &[] })?;
+        if !whole {
+            for piece in chunks(0..data.len(), chunk) {
+                t.send_chunk((right, 0), pass, &data[piece])?;
+            }
+        }
+        // The chain's last rank checked its own left; this checks it called the same.
+        same_call(rank, left, &t.recv_header(left, 0, name)?, &ours)?;
+        return t.flush(right, 0, name);
+    }
+    // Sent first even to the root, which reads it last: a rank never waits for a header
+    // its left sends only later, whatever roots the ranks name.
+    t.send_frame(right, 0, &ours, &[])?;
+    same_call(rank, left, &t.recv_header(left, 0, name)?, &ours)?;
+    if whole && left == root {
+        t.recv_payload(left, 0, name, data)?;
+    }
+    for piece in chunks(0..data.len(), chunk) {
+        if !(whole && left == root) {
+            t.recv_chunk((left, 0), pass, &mut data[piece.clone()])?;
         }
         if forwards {
-            link.send_chunk(&data[piece])?;
+            t.send_chunk((right, 0), pass, &data[piece])?;
         }
     }
-    link.flush_right()
+    t.flush(right, 0, name)
 }
