@@ -130,7 +130,7 @@ fn options(args: &[String]) -> Result<Options, String> {
             },
             other => {
                 return Err(format!(
-                    "unknown option {other} (--ranks 2,4 --hostfile FILE --backend ring|jaccl|jaccl-ring --ops all_sum,... --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --min-iters N --repeat N --no-mlx --no-mpi --no-jaccl --no-bare-ring)"
+                    "unknown option {other} (--ranks 2,4 --hostfile FILE --backend ring|jaccl|jaccl-ring --ops all_sum,all_gather,sum_scatter,pingpong,broadcast,all_to_all --sizes 4K,... --dtypes float32,bfloat16 --budget SECONDS --min-iters N --repeat N --no-mlx --no-mpi --no-jaccl --no-bare-ring)"
                 ))
             }
         }
@@ -421,6 +421,10 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                     turn += 1;
                     for side in order {
                         if side == "bare-ring" && (op != "all_sum" || dtype != "float32") {
+                            continue;
+                        }
+                        // MLX has neither broadcast nor all_to_all.
+                        if side == "mlx" && matches!(op.as_str(), "broadcast" | "all_to_all") {
                             continue;
                         }
                         progress!("{n} ranks, {op}, {dtype}: {side} ({}{of})", options.sizes);

@@ -164,7 +164,11 @@ fn loopback_traffic(op: &str, ranks: u64, bytes: u64) -> (u64, u64, bool) {
         // The reduce-scatter half is received into scratch, the all-gather half into the
         // output.
         "all_sum" => (2 * (ranks - 1) * bytes, (ranks - 1) * bytes, true),
-        "all_gather" => ((ranks - 1) * bytes, (ranks - 1) * bytes, true),
+        // Every rank but one receives the big buffer's worth (a broadcast's non-roots, an
+        // all-gather's or all-to-all's (n − 1)/n of it on each of n ranks).
+        "all_gather" | "broadcast" | "all_to_all" => {
+            ((ranks - 1) * bytes, (ranks - 1) * bytes, true)
+        }
         "sum_scatter" => ((ranks - 1) * bytes, 0, true),
         // A ping-pong's time is one way (half the round trip): the message crosses once.
         _ => (bytes, bytes, false),
