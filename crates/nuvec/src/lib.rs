@@ -76,7 +76,7 @@ pub mod distributed {
     pub use nuvec_core::distributed::{
         all_gather, all_max, all_min, all_sum, all_to_all, all_to_all_counts, all_to_all_v,
         barrier, broadcast, default_group, recv, recv_like, send, sum_gradients, sum_scatter,
-        Communicator, Group, Record, ReduceOp, State,
+        Communicator, Group, Record, ReduceOp, State, Trace,
     };
     /// MLX's JACCL backend (the `jaccl` feature): RDMA over ibverbs, or the emulated fabric.
     #[cfg(feature = "jaccl")]

@@ -8,6 +8,7 @@
 use crate::{DType, Result};
 use std::fmt;
 use std::panic::Location;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// How a recorded operation ended, if it has.
@@ -58,10 +59,11 @@ impl fmt::Display for Record {
 }
 
 /// A record's dims as kept: inline for up to six (no allocation on the path of every call).
+/// Small, so that writing a record costs little (a shape's dims fit `i32`).
 #[derive(Debug)]
 enum Dims {
-    Inline([usize; 6], u8),
-    Heap(Vec<usize>),
+    Inline([u32; 6], u8),
+    Heap(Box<[u32]>),
 }
 
 impl Dims {
@@ -69,10 +71,12 @@ impl Dims {
         match shape.len() {
             n if n <= 6 => {
                 let mut dims = [0; 6];
-                dims[..n].copy_from_slice(shape);
+                for (kept, &d) in dims.iter_mut().zip(shape) {
+                    *kept = d as u32;
+                }
                 Dims::Inline(dims, n as u8)
             }
-            _ => Dims::Heap(shape.to_vec()),
+            _ => Dims::Heap(shape.iter().map(|&d| d as u32).collect()),
         }
     }
 
@@ -94,9 +98,11 @@ struct Slot {
     op: &'static str,
     dtype: DType,
     dims: Dims,
-    peer: Option<usize>,
+    /// The peer, `u32::MAX` for none.
+    peer: u32,
     location: &'static Location<'static>,
-    state: State,
+    /// The error's text, once the call failed.
+    failed: Option<Box<str>>,
 }
 
 /// A group's flight recorder on this rank: a ring of its last records, slot `n % capacity`
@@ -105,8 +111,12 @@ struct Slot {
 /// fails, where this rank is.
 #[derive(Debug)]
 pub struct Trace {
+    /// Records kept for [`Trace::records`] (0: none, though the last is still known).
     capacity: usize,
     state: Mutex<Ring>,
+    /// For each slot, one more than the index of the last record there that finished well:
+    /// [`Trace::end`] marks it without the lock (it is on the path of every call).
+    finished: Vec<AtomicU64>,
 }
 
 #[derive(Debug, Default)]
@@ -118,8 +128,7 @@ struct Ring {
     /// How many messages were begun to and from each peer (`send`, `recv`).
     sent: Vec<u64>,
     received: Vec<u64>,
-    /// The last record begun (kept when `capacity` is 0, for [`Trace::current`]).
-    last: Option<Slot>,
+    /// `max(capacity, 1)` slots: with no records kept, the last one still is.
     slots: Vec<Option<Slot>>,
 }
 
@@ -133,15 +142,21 @@ fn take_number(counts: &mut Vec<u64>, peer: usize) -> u64 {
 }
 
 impl Slot {
-    fn record(&self) -> Record {
+    /// The record, done if `finished` (its slot's mark) says so.
+    fn record(&self, finished: &AtomicU64) -> Record {
+        let done = finished.load(Ordering::Acquire) == self.index + 1;
         Record {
             sequence: self.sequence,
             op: self.op,
             dtype: self.dtype,
             shape: self.dims.to_vec(),
-            peer: self.peer,
+            peer: (self.peer != u32::MAX).then_some(self.peer as usize),
             location: self.location,
-            state: self.state.clone(),
+            state: match &self.failed {
+                Some(error) => State::Failed(error.to_string()),
+                None if done => State::Done,
+                None => State::Running,
+            },
         }
     }
 }
@@ -156,20 +171,31 @@ impl Trace {
         Trace::with_capacity(capacity)
     }
 
-    fn with_capacity(capacity: usize) -> Trace {
-        let slots = (0..capacity.min(1 << 20)).map(|_| None).collect();
+    /// A trace keeping the last `capacity` records (at most 2^20): what every group starts
+    /// with (`NUVEC_DISTRIBUTED_TRACE_SIZE`), public for backends' and benchmarks' use.
+    pub fn with_capacity(capacity: usize) -> Trace {
+        let capacity = capacity.min(1 << 20);
+        let slots = capacity.max(1);
         Trace {
-            capacity: capacity.min(1 << 20),
+            capacity,
             state: Mutex::new(Ring {
-                slots,
+                slots: (0..slots).map(|_| None).collect(),
                 ..Ring::default()
             }),
+            finished: (0..slots).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
+    /// The slot of record `index`.
+    fn slot(&self, index: u64) -> usize {
+        (index % self.finished.len() as u64) as usize
+    }
+
     /// Records the start of `op` (a `send` or `recv` to or from `peer`, else a collective);
-    /// returns its place among this rank's records, for [`Trace::end`].
-    pub(crate) fn begin(
+    /// returns its place among this rank's records, for [`Trace::end`]. Every collective of
+    /// a group goes through it (`Group::communicate`): its cost, with [`Trace::end`]'s, is
+    /// the recorder's cost per call (`bench_distributed` prints it).
+    pub fn begin(
         &self,
         op: &'static str,
         (dtype, shape): (DType, &[usize]),
@@ -187,38 +213,31 @@ impl Trace {
                 ring.collectives - 1
             }
         };
-        let slot = Slot {
+        let at = self.slot(index);
+        ring.slots[at] = Some(Slot {
             index,
             sequence,
             op,
             dtype,
             dims: Dims::of(shape),
-            peer,
+            peer: peer.map_or(u32::MAX, |p| p as u32),
             location,
-            state: State::Running,
-        };
-        if self.capacity > 0 {
-            let at = (index % self.capacity as u64) as usize;
-            ring.slots[at] = Some(slot);
-        } else {
-            ring.last = Some(slot);
-        }
+            failed: None,
+        });
         index
     }
 
-    /// Records how the record at `index` ended.
-    pub(crate) fn end(&self, index: u64, outcome: &Result<()>) {
-        let state = match outcome {
-            Ok(()) => State::Done,
-            Err(error) => State::Failed(error.to_string()),
+    /// Records how the record at `index` ended: a mark without the lock when it finished
+    /// well, the error's text under the lock when not.
+    pub fn end(&self, index: u64, outcome: &Result<()>) {
+        let at = self.slot(index);
+        let Err(error) = outcome else {
+            self.finished[at].store(index + 1, Ordering::Release);
+            return;
         };
         let mut ring = crate::array::lock(&self.state);
-        let slot = match self.capacity {
-            0 => ring.last.as_mut(),
-            capacity => ring.slots[(index % capacity as u64) as usize].as_mut(),
-        };
-        if let Some(slot) = slot.filter(|s| s.index == index) {
-            slot.state = state;
+        if let Some(slot) = ring.slots[at].as_mut().filter(|s| s.index == index) {
+            slot.failed = Some(error.to_string().into());
         }
     }
 
@@ -230,8 +249,10 @@ impl Trace {
         }
         let first = ring.next.saturating_sub(self.capacity as u64);
         (first..ring.next)
-            .filter_map(|n| ring.slots[(n % self.capacity as u64) as usize].as_ref())
-            .map(Slot::record)
+            .filter_map(|n| {
+                let at = self.slot(n);
+                Some(ring.slots[at].as_ref()?.record(&self.finished[at]))
+            })
             .collect()
     }
 
@@ -239,12 +260,8 @@ impl Trace {
     /// rank is, for a report of where every rank is when the group fails.
     pub fn current(&self) -> Option<Record> {
         let ring = crate::array::lock(&self.state);
-        let index = ring.next.checked_sub(1)?;
-        match self.capacity {
-            0 => ring.last.as_ref(),
-            capacity => ring.slots[(index % capacity as u64) as usize].as_ref(),
-        }
-        .map(Slot::record)
+        let at = self.slot(ring.next.checked_sub(1)?);
+        Some(ring.slots[at].as_ref()?.record(&self.finished[at]))
     }
 }
 

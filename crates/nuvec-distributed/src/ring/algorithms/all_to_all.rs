@@ -11,8 +11,8 @@
 
 use super::mailboxes::{pieces, start};
 use super::{chunk_bytes, single_copy, Calls};
-use crate::schedule::chunks;
 use crate::ring::transport::{same_call, Transport};
+use crate::schedule::chunks;
 use crate::tcp::frame::Kind;
 use nuvec_core::{DType, Result};
 

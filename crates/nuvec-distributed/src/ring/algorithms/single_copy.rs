@@ -114,6 +114,11 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
     exchange(&call, &mut calls.cross_memory, (offers, blocks), local)
 }
 
+/// A peer and the region of this rank's memory offered to it.
+type Region<'a> = (usize, &'a [u8]);
+/// A peer and where what it offers this rank goes.
+type Landing<'a> = (usize, &'a mut [u8]);
+
 /// One call's exchange through each other's memory: this rank offers each peer of `offers`
 /// its region, and reads from each peer of `reads` the region that peer offers it; `local`
 /// (this rank's own block) runs once its reads are done and told, while peers may still be
@@ -122,7 +127,7 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
 fn exchange<T: Transport + ?Sized>(
     call: &Call<'_, T>,
     known: &mut CrossMemory,
-    (offers, reads): (Vec<(usize, &[u8])>, Vec<(usize, &mut [u8])>),
+    (offers, reads): (Vec<Region<'_>>, Vec<Landing<'_>>),
     local: impl FnOnce(),
 ) -> Result<()> {
     let (mut offered, mut posted): (Vec<_>, Vec<_>) = offers
