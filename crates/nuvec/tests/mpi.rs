@@ -2,7 +2,7 @@
 //! checks the collectives against the same local references as the ring's tests. Without
 //! `mpirun` the tests say they are skipped (CI sets `NUVEC_REQUIRE_MPI`, making that a failure).
 
-use nuvec::distributed::{self, Backend, Group};
+use nuvec::distributed::{self, Backend};
 use nuvec::prelude::*;
 use nuvec_test_support::mpi::{mpi_ranks, mpi_ranks_with, mpirun, mpirun_args};
 use nuvec_test_support::test_name;
@@ -80,49 +80,12 @@ fn mpi_gradients_flow_through_collectives_with_mlx_rules() {
 
 #[test]
 fn mpi_groups_split_by_color_and_order_by_key() {
-    mpi_ranks(test_name!(), 4, TIMEOUT, |world: Group| {
-        let rank = world.rank();
-        // Even and odd ranks, in reverse order of world rank.
-        let half = world.split((rank % 2) as i32, (10 - rank) as i32).unwrap();
-        assert_eq!(half.size(), 2);
-        assert_eq!(half.rank(), 1 - rank / 2, "world rank {rank}");
-        let total = distributed::all_sum(&Array::scalar(rank as i32), Some(&half));
-        assert_eq!(
-            total.item::<i32>().unwrap(),
-            if rank.is_multiple_of(2) { 2 } else { 4 }
-        );
-        let gathered = distributed::all_gather(&Array::scalar(rank as i32), Some(&half));
-        let expected = if rank.is_multiple_of(2) {
-            [2, 0]
-        } else {
-            [3, 1]
-        };
-        assert_eq!(gathered.to_vec::<i32>().unwrap(), expected);
-        // A negative key keeps the world's order; a group of one is the identity.
-        let same = world.split(0, -1).unwrap();
-        assert_eq!((same.rank(), same.size()), (rank, 4));
-        let alone = world.split(rank as i32, 0).unwrap();
-        assert_eq!((alone.rank(), alone.size()), (0, 1));
-        let x = array![1.0, 2.0];
-        assert_eq!(
-            distributed::all_sum(&x, Some(&alone))
-                .to_vec::<f32>()
-                .unwrap(),
-            [1.0, 2.0]
-        );
-        // The world still works after splitting, and a closed split group says so.
-        half.close();
-        let closed = distributed::all_sum(&x, Some(&half)).check().unwrap_err();
-        assert!(closed.to_string().contains("closed"), "{closed}");
-        assert_eq!(
-            distributed::all_sum(&Array::scalar(1i32), Some(&world))
-                .item::<i32>()
-                .unwrap(),
-            4
-        );
-        let bad = world.split(-3, 0).unwrap_err().to_string();
-        assert!(bad.contains("[split]") && bad.contains("-3"), "{bad}");
-    });
+    mpi_ranks(
+        test_name!(),
+        4,
+        TIMEOUT,
+        common::split::groups_split_by_color_and_order_by_key,
+    );
 }
 
 #[test]

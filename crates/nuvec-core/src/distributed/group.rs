@@ -163,9 +163,11 @@ impl Group {
         }
     }
 
-    /// Splits the group: ranks that pass the same `color` form a new group, ordered by `key`
-    /// (a negative key keeps the current order). Every rank must call it. The MPI backend
-    /// splits; the ring cannot (as MLX's) and returns an error saying so.
+    /// Splits the group: ranks that pass the same `color` (0 or more) form a new group,
+    /// ordered by `key`, then by rank (a negative key keeps the current order). Every rank
+    /// must call it. The ring (where MLX's refuses) and MPI split; JACCL returns an error
+    /// saying it cannot. A ring sub-group has connections of its own: it runs at the same time
+    /// as its parent and its siblings.
     pub fn split(&self, color: i32, key: i32) -> Result<Group> {
         if self.size == 1 {
             return Ok(*self);

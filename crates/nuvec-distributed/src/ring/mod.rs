@@ -23,6 +23,7 @@ mod relay;
 mod send_pieces;
 #[cfg(test)]
 mod simulation_tests;
+mod split;
 mod transport;
 mod whereabouts;
 
@@ -59,6 +60,9 @@ struct Counts {
 pub struct RingCommunicator {
     network: Network,
     authority: Authority<State>,
+    /// The group's addresses and options, from which a split forms its sub-groups.
+    nodes: Vec<Vec<Address>>,
+    options: Options,
 }
 
 impl RingCommunicator {
@@ -87,6 +91,8 @@ impl RingCommunicator {
         Ok(RingCommunicator {
             network,
             authority: Authority::new(state),
+            nodes: nodes.to_vec(),
+            options: options.clone(),
         })
     }
 
@@ -317,6 +323,15 @@ impl Communicator for RingCommunicator {
             }
             turn.breaks(network.read_payload(src, peer, data))
         })
+    }
+
+    fn split(&self, color: i32, key: i32) -> Result<std::sync::Arc<dyn Communicator>> {
+        let (nodes, rank) = split::plan(self, &self.nodes, (color, key))?;
+        Ok(std::sync::Arc::new(RingCommunicator::connect(
+            &nodes,
+            rank,
+            &self.options,
+        )?))
     }
 
     fn attach_trace(&self, trace: std::sync::Arc<nuvec_core::distributed::Trace>) {

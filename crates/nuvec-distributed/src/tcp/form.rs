@@ -33,6 +33,23 @@ fn listen(address: &Address, rank: usize, progress: &Progress) -> Result<TcpList
     Ok(listener)
 }
 
+/// A port free now on `address`'s host (the kernel's pick, released at once): where a group
+/// split off this one listens.
+pub(crate) fn free_port(address: &Address, rank: usize) -> Result<u16> {
+    let any = Address {
+        host: address.host.clone(),
+        port: 0,
+    };
+    let listener = bind(&any, rank)?;
+    let port = listener.local_addr().map_err(|e| {
+        init_error(
+            None,
+            format!("rank {rank} cannot read its listening port: {e}"),
+        )
+    })?;
+    Ok(port.port())
+}
+
 fn bind(address: &Address, rank: usize) -> Result<TcpListener> {
     let candidates = address
         .resolve()

@@ -17,7 +17,7 @@ pub(crate) mod watch;
 pub(crate) mod wire;
 
 pub(crate) use connection::{Connection, SEND_PIECE};
-pub(crate) use form::form_mesh;
 #[cfg(feature = "jaccl")]
 pub(crate) use form::form_star;
+pub(crate) use form::{form_mesh, free_port};
 pub(crate) use pairs::connections_between;

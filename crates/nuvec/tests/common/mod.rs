@@ -4,3 +4,4 @@
 pub(crate) mod all_to_all;
 pub(crate) mod broadcast;
 pub(crate) mod collectives;
+pub(crate) mod split;

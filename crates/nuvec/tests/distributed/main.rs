@@ -17,6 +17,7 @@ mod collectives;
 mod failures;
 mod messages;
 mod settings;
+mod split;
 mod transforms;
 mod whereabouts;
 
