@@ -45,11 +45,11 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
         let call = start(t, near, calls, (Kind::AllToAll, dtype, input.len()));
         output[of(rank)].copy_from_slice(&input[of(rank)]);
         for piece in pieces(block) {
-            for peer in call.others() {
+            for peer in call.after_me() {
                 let at = of(peer).start + piece.start;
                 call.post(peer, piece.start, &input[at..at + piece.len()])?;
             }
-            for peer in call.others() {
+            for peer in call.after_me() {
                 let at = of(peer).start + piece.start;
                 let part = call.take(peer, piece.start, piece.len())?;
                 output[at..at + piece.len()].copy_from_slice(part);

@@ -12,7 +12,7 @@
 
 use super::mailboxes::{pieces, start, Call};
 use super::single_copy::{read_block, READ_AT, WHERE_AT};
-use super::{chunk_bytes, Calls};
+use super::{Calls, CHUNK_BYTES};
 use crate::ring::cross_memory::Location;
 use crate::ring::transport::{same_call, Transport};
 use crate::schedule::chunks;
@@ -151,7 +151,9 @@ fn along_the_ring<T: Transport + ?Sized>(
     let n = t.size();
     let (rank, right, left) = (t.rank(), (t.rank() + 1) % n, (t.rank() + n - 1) % n);
     let forwards = right != root;
-    let chunk = chunk_bytes(data.len());
+    // Nothing is reduced on the way, so the large passes' smaller chunks (kept in cache for
+    // the sums) would only mean more frames: measured 5.6 against 5.9 ms for 16 MB on 2 ranks.
+    let chunk = CHUNK_BYTES;
     let whole = data.len() <= chunk;
     let name = ours.kind.name();
     let pass = (ours.kind, ours.sequence);

@@ -110,6 +110,10 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
     let (_, mine) = offers.remove(rank);
     let mut blocks: Vec<(usize, &mut [u8])> = output.chunks_mut(block).enumerate().collect();
     let (_, own) = blocks.remove(rank);
+    // Each rank starts with the rank after it, so that the ranks do not all read one peer's
+    // memory first.
+    offers.rotate_left(rank);
+    blocks.rotate_left(rank);
     let local = || own.copy_from_slice(mine);
     exchange(&call, &mut calls.cross_memory, (offers, blocks), local)
 }
