@@ -642,6 +642,7 @@ fn broadcast_and_all_to_all_on_the_mesh_match_references_and_differentiate() {
         common::all_to_all::all_to_all_sends_each_rank_its_blocks(group);
         common::all_to_all::all_to_all_under_transforms(group);
         common::all_to_all::all_to_all_v_sends_rows_by_count(group);
+        common::all_to_all::all_to_all_v_moves_regions_of_every_size(group);
     });
 }
 
@@ -653,5 +654,6 @@ fn broadcast_and_all_to_all_on_the_ring_match_references_and_differentiate() {
         common::all_to_all::all_to_all_sends_each_rank_its_blocks(group);
         common::all_to_all::all_to_all_under_transforms(group);
         common::all_to_all::all_to_all_v_sends_rows_by_count(group);
+        common::all_to_all::all_to_all_v_moves_regions_of_every_size(group);
     });
 }

@@ -237,5 +237,6 @@ fn mpi_all_to_all_sends_each_rank_its_blocks_and_differentiates() {
         common::all_to_all::all_to_all_under_transforms(group);
         common::all_to_all::all_to_all_refuses_an_uneven_first_axis(group);
         common::all_to_all::all_to_all_v_sends_rows_by_count(group);
+        common::all_to_all::all_to_all_v_moves_regions_of_every_size(group);
     });
 }

@@ -301,19 +301,17 @@ pub fn all_to_all_counts(send: &[usize], group: Option<&Group>) -> Result<Vec<us
     Ok(received.into_iter().map(|c| c as usize).collect())
 }
 
-/// The variable-size all-to-all built on `communicator`'s all-gather: the ranks gather every
-/// rank's send counts (and check them against this rank's receive counts), then every rank's
-/// input padded to the longest, and keep the rows sent to them.
-pub(crate) fn all_to_all_v_by_gathering<C: Communicator + ?Sized>(
+/// Checks that every rank's send counts agree with the receive counts of the rank they send
+/// to, with one small all-gather on `communicator`: every rank finds a disagreement (and
+/// none goes on to the exchange without the others), and the error names the pair. Returns
+/// the table `count(from, to)` of rows each rank sends each rank. For backends with an
+/// `all_to_all_v` of their own.
+pub fn check_all_to_all_counts<C: Communicator + ?Sized>(
     communicator: &C,
-    (input, output): (&[u8], &mut [u8]),
-    (send, recv, row_bytes): (&[usize], &[usize], usize),
-    dtype: DType,
-) -> Result<()> {
+    (send, recv): (&[usize], &[usize]),
+) -> Result<Vec<Vec<usize>>> {
     let (rank, size) = (communicator.rank(), communicator.size());
     let renamed = |error: Error| as_op(error, "all_gather", "all_to_all_v");
-    // Every rank's send and receive counts, so that every rank finds a disagreement (and
-    // none goes on to the exchange without the others).
     let mine: Vec<u8> = send
         .iter()
         .chain(recv)
@@ -351,6 +349,24 @@ pub(crate) fn all_to_all_v_by_gathering<C: Communicator + ?Sized>(
             }
         }
     }
+    Ok((0..size)
+        .map(|from| (0..size).map(|to| count(from, to)).collect())
+        .collect())
+}
+
+/// The variable-size all-to-all built on `communicator`'s all-gather: the ranks gather every
+/// rank's send counts (and check them against this rank's receive counts), then every rank's
+/// input padded to the longest, and keep the rows sent to them.
+pub fn all_to_all_v_by_gathering<C: Communicator + ?Sized>(
+    communicator: &C,
+    (input, output): (&[u8], &mut [u8]),
+    (send, recv, row_bytes): (&[usize], &[usize], usize),
+    dtype: DType,
+) -> Result<()> {
+    let (rank, size) = (communicator.rank(), communicator.size());
+    let renamed = |error: Error| as_op(error, "all_gather", "all_to_all_v");
+    let table = check_all_to_all_counts(communicator, (send, recv))?;
+    let count = |from: usize, to: usize| table[from][to];
     let longest = (0..size)
         .map(|from| (0..size).map(|to| count(from, to)).sum::<usize>())
         .max()

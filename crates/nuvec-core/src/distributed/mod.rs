@@ -13,7 +13,10 @@ mod shared;
 mod trace;
 pub(crate) mod worker;
 
-pub use all_to_all::{all_to_all, all_to_all_by_gathering, all_to_all_counts, all_to_all_v};
+pub use all_to_all::{
+    all_to_all, all_to_all_by_gathering, all_to_all_counts, all_to_all_v,
+    all_to_all_v_by_gathering, check_all_to_all_counts,
+};
 pub use broadcast::{barrier, broadcast};
 pub use collectives::{
     all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_gradients, sum_scatter,

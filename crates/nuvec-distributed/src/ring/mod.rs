@@ -240,6 +240,33 @@ impl Communicator for RingCommunicator {
             })
     }
 
+    fn all_to_all_v(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        (send, recv, row_bytes): (&[usize], &[usize], usize),
+        dtype: DType,
+    ) -> Result<()> {
+        let network = &self.network;
+        if !algorithms::all_to_all::has_path(network) {
+            let counts = (send, recv, row_bytes);
+            return nuvec_core::distributed::all_to_all_v_by_gathering(
+                self,
+                (input, output),
+                counts,
+                dtype,
+            );
+        }
+        // The counts first, so that no rank starts an exchange its peers disagree with.
+        nuvec_core::distributed::check_all_to_all_counts(self, (send, recv))?;
+        self.authority
+            .run(network, Kind::AllToAllV.name(), true, |turn| {
+                let calls = &mut turn.state().calls;
+                let counts = (send, recv, row_bytes);
+                algorithms::all_to_all::all_to_all_v(network, calls, (input, output), counts, dtype)
+            })
+    }
+
     fn send(&self, data: &[u8], dtype: DType, shape: &[i32], dst: usize) -> Result<()> {
         self.authority.run(&self.network, "send", true, |turn| {
             let state = turn.state();

@@ -27,6 +27,8 @@ pub(crate) enum Kind {
     /// A broadcast: its header's byte count carries the root too ([`Header::broadcast`]).
     Broadcast = 10,
     AllToAll = 11,
+    /// An all-to-all of counted rows: its header's byte count is the row's.
+    AllToAllV = 12,
 }
 
 /// Where a broadcast header keeps its root: the byte count's top 16 bits, plus one.
@@ -45,6 +47,7 @@ impl Kind {
             9 => Kind::Abort,
             10 => Kind::Broadcast,
             11 => Kind::AllToAll,
+            12 => Kind::AllToAllV,
             _ => return None,
         })
     }
@@ -61,6 +64,7 @@ impl Kind {
             Kind::Abort => "abort",
             Kind::Broadcast => "broadcast",
             Kind::AllToAll => "all_to_all",
+            Kind::AllToAllV => "all_to_all_v",
         }
     }
 }

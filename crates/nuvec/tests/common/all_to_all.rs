@@ -172,3 +172,26 @@ pub(crate) fn all_to_all_v_sends_rows_by_count(group: Group) {
         "rank {rank}: {error}"
     );
 }
+
+/// Regions of different sizes in one call, some empty, some small, some large (a backend's
+/// paths for small and large regions in the same exchange): rank `from` sends
+/// `[0, 100, 5000][(from + to) % 3]` rows of four floats to rank `to`.
+pub(crate) fn all_to_all_v_moves_regions_of_every_size(group: Group) {
+    let (rank, size) = (group.rank(), group.size());
+    let count = |from: usize, to: usize| [0usize, 100, 5000][(from + to) % 3];
+    let rows = |from: usize, to: usize| -> Vec<f32> {
+        (0..count(from, to) * 4)
+            .map(|i| (from * 1_000_000 + to * 1000) as f32 + (i % 1000) as f32)
+            .collect()
+    };
+    let send: Vec<usize> = (0..size).map(|to| count(rank, to)).collect();
+    let recv: Vec<usize> = (0..size).map(|from| count(from, rank)).collect();
+    let mine: Vec<f32> = (0..size).flat_map(|to| rows(rank, to)).collect();
+    let x = Array::from_vec(mine, &[send.iter().sum::<usize>() as i32, 4]);
+    let got = distributed::all_to_all_v(&x, &send, &recv, Some(&group));
+    let want: Vec<f32> = (0..size).flat_map(|from| rows(from, rank)).collect();
+    assert!(
+        got.to_vec::<f32>().unwrap() == want,
+        "rank {rank}: the rows differ"
+    );
+}

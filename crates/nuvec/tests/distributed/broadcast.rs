@@ -47,6 +47,21 @@ fn all_to_all_v_sends_rows_by_count_on_3_ranks() {
 }
 
 #[test]
+fn all_to_all_v_moves_regions_of_every_size_on_3_and_4_ranks() {
+    for n in [3, 4] {
+        run_ranks(
+            test_name!(),
+            n,
+            TIMEOUT,
+            exchanges::all_to_all_v_moves_regions_of_every_size,
+        );
+        if nuvec_test_support::ranks::is_child() {
+            return;
+        }
+    }
+}
+
+#[test]
 fn all_to_all_refuses_uneven_or_mismatched_sizes() {
     run_ranks(test_name!(), 3, TIMEOUT, |group| {
         exchanges::all_to_all_refuses_an_uneven_first_axis(group);
@@ -155,6 +170,8 @@ fn broadcast_and_all_to_all_over_tcp_and_without_reading_memory_on_3_ranks() {
         launch_with_each(test_name!(), 3, (variable, &[value]), |group, _| {
             bodies::broadcast_gives_every_rank_the_roots_array(group);
             exchanges::all_to_all_sends_each_rank_its_blocks(group);
+            exchanges::all_to_all_v_sends_rows_by_count(group);
+            exchanges::all_to_all_v_moves_regions_of_every_size(group);
         });
         if nuvec_test_support::ranks::is_child() {
             return;

@@ -1,27 +1,51 @@
-//! All-to-all: block `j` of every rank's input goes to rank `j`, which puts the block from
-//! rank `i` at block `i` of its output.
+//! All-to-all, fixed and variable: region `j` of every rank's input goes to rank `j`, which
+//! puts the region from rank `i` at region `i` of its output (for `all_to_all` every region
+//! is one block; for `all_to_all_v` their sizes are the counts, checked to agree first).
 //!
-//! - On one machine, through the mailboxes: every rank posts block `j` to rank `j` and takes
-//!   its block from every peer; blocks of [`ONE_COPY_FROM`] bytes or more are read straight
-//!   from the peers' memory instead (`single_copy.rs`).
+//! - On one machine: every rank posts its region for rank `j` to rank `j` through the
+//!   mailboxes and takes its region from every peer; regions of [`ONE_COPY_FROM`] bytes or
+//!   more are read straight from the peers' memory instead (`single_copy.rs`).
 //! - Where every rank reaches every other: in `size − 1` steps, at step `s` each rank sends
-//!   its block for rank `r + s` and receives the block of rank `r − s`, chunk by chunk, so
-//!   every block crosses one connection once.
+//!   its region for rank `r + s` and receives the region of rank `r − s`, chunk by chunk, so
+//!   every region crosses one connection once.
 //! - Otherwise the caller falls back to the communicator's default (an all-gather).
 
-use super::mailboxes::{pieces, start};
-use super::{chunk_bytes, single_copy, Calls};
+use super::{chunk_bytes, single_copy, Calls, CHUNK_BYTES};
 use crate::ring::transport::{same_call, Transport};
 use crate::schedule::chunks;
-use crate::tcp::frame::Kind;
-use nuvec_core::{DType, Result};
+use crate::tcp::frame::{Header, Kind};
+use nuvec_core::{DType, Error, Result};
 
-/// The smallest block read from a peer's memory (as for all-gathers).
+/// The smallest region read from a peer's memory (as for all-gathers' blocks).
 const ONE_COPY_FROM: usize = 32 << 10;
 
 /// Whether this transport has a path for all-to-all (else the default's all-gather).
 pub(crate) fn has_path<T: Transport + ?Sized>(t: &T) -> bool {
     t.size() == 1 || t.mailboxes().is_some() || t.full_mesh()
+}
+
+/// `bytes` cut into consecutive regions of `lengths` (which add up to at most its length).
+fn regions<'a>(bytes: &'a [u8], lengths: &[usize]) -> Vec<&'a [u8]> {
+    let mut at = 0;
+    lengths
+        .iter()
+        .map(|&len| {
+            at += len;
+            &bytes[at - len..at]
+        })
+        .collect()
+}
+
+/// [`regions`] of a buffer written to.
+fn regions_mut<'a>(mut bytes: &'a mut [u8], lengths: &[usize]) -> Vec<&'a mut [u8]> {
+    lengths
+        .iter()
+        .map(|&len| {
+            let (head, tail) = std::mem::take(&mut bytes).split_at_mut(len);
+            bytes = tail;
+            head
+        })
+        .collect()
 }
 
 /// All-to-all of `input` into `output` (as long; both `size` blocks).
@@ -31,58 +55,120 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
     (input, output): (&[u8], &mut [u8]),
     dtype: DType,
 ) -> Result<()> {
+    let blocks = vec![input.len() / t.size(); t.size()];
+    let header = (Kind::AllToAll, dtype, input.len());
+    let chunk = chunk_bytes(input.len());
+    let parts = (regions(input, &blocks), regions_mut(output, &blocks));
+    exchange(t, calls, header, parts, chunk)
+}
+
+/// All-to-all of `send[j]` rows of `row_bytes` of `input` to each rank `j`, the `recv[j]`
+/// rows from each rank `j` into `output`, in rank order (the counts checked to agree).
+pub(crate) fn all_to_all_v<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    (input, output): (&[u8], &mut [u8]),
+    (send, recv, row_bytes): (&[usize], &[usize], usize),
+    dtype: DType,
+) -> Result<()> {
+    let bytes = |counts: &[usize]| -> Vec<usize> { counts.iter().map(|c| c * row_bytes).collect() };
+    // Every rank's header names the row size, which the ranks share.
+    let header = (Kind::AllToAllV, dtype, row_bytes);
+    let parts = (
+        regions(input, &bytes(send)),
+        regions_mut(output, &bytes(recv)),
+    );
+    exchange(t, calls, header, parts, CHUNK_BYTES)
+}
+
+/// The exchange of `sends[j]` to rank `j` into `lands[j]` from rank `j`, on the path this
+/// transport has; over TCP in chunks of `chunk` bytes.
+fn exchange<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    (kind, dtype, bytes): (Kind, DType, usize),
+    (sends, mut lands): (Vec<&[u8]>, Vec<&mut [u8]>),
+    chunk: usize,
+) -> Result<()> {
     let (rank, n) = (t.rank(), t.size());
-    let block = input.len() / n;
     if n == 1 {
-        output.copy_from_slice(input);
+        lands[0].copy_from_slice(sends[0]);
         return Ok(());
     }
-    let of = |j: usize| j * block..(j + 1) * block;
     if let Some(near) = t.mailboxes() {
-        if cfg!(target_os = "linux") && block >= ONE_COPY_FROM {
-            return single_copy::all_to_all(t, near, calls, (input, output), dtype);
-        }
-        let call = start(t, near, calls, (Kind::AllToAll, dtype, input.len()));
-        output[of(rank)].copy_from_slice(&input[of(rank)]);
-        for piece in pieces(block) {
-            for peer in call.after_me() {
-                let at = of(peer).start + piece.start;
-                call.post(peer, piece.start, &input[at..at + piece.len()])?;
-            }
-            for peer in call.after_me() {
-                let at = of(peer).start + piece.start;
-                let part = call.take(peer, piece.start, piece.len())?;
-                output[at..at + piece.len()].copy_from_slice(part);
-                call.release(peer)?;
-            }
-        }
-        return Ok(());
+        let header = (kind, dtype, bytes);
+        return single_copy::exchange_regions(
+            (t, near),
+            calls,
+            header,
+            (sends, lands),
+            ONE_COPY_FROM,
+        );
     }
-    let ours = calls.header(t, Kind::AllToAll, dtype, input.len());
-    let kind = Kind::AllToAll;
-    let pass = (kind, ours.sequence);
-    output[of(rank)].copy_from_slice(&input[of(rank)]);
+    let ours = calls.header(t, kind, dtype, bytes);
+    lands[rank].copy_from_slice(sends[rank]);
     for step in 1..n {
         let (to, from) = ((rank + step) % n, (rank + n - step) % n);
-        // The header, then the block in chunks, each sent before the same chunk is received:
-        // every rank sends to one and receives from another, and the sockets keep moving.
-        t.send_frame(to, 0, &ours, &[])?;
-        let mut checked = false;
-        for piece in chunks(0..block, chunk_bytes(input.len())) {
-            let (send, recv) = (of(to).start + piece.start, of(from).start + piece.start);
-            t.send_chunk((to, 0), pass, &input[send..send + piece.len()])?;
-            if !checked {
-                same_call(rank, from, &t.recv_header(from, 0, kind.name())?, &ours)?;
-                checked = true;
-            }
-            t.recv_chunk((from, 0), pass, &mut output[recv..recv + piece.len()])?;
-        }
-        if !checked {
-            same_call(rank, from, &t.recv_header(from, 0, kind.name())?, &ours)?;
-        }
+        pairwise_step(t, &ours, (to, sends[to]), (from, &mut *lands[from]), chunk)?;
     }
     for peer in (0..n).filter(|&p| p != rank) {
         t.finish_exchange(peer, kind.name())?;
     }
     Ok(())
+}
+
+/// One step of the pairwise exchange: the header to `to`, then the region in chunks, each
+/// sent before the same chunk is received from `from` (whose header is checked before its
+/// first chunk is used): every rank sends to one and receives from another, and the sockets
+/// keep moving. Chunks go as frames on the connections, never through a shared-memory
+/// channel, whose writer waits for room: with regions of different sizes a rank may send
+/// several chunks in a row, and a ring of ranks waiting for room would never read.
+fn pairwise_step<T: Transport + ?Sized>(
+    t: &T,
+    ours: &Header,
+    (to, send): (usize, &[u8]),
+    (from, land): (usize, &mut [u8]),
+    chunk: usize,
+) -> Result<()> {
+    let (rank, name) = (t.rank(), ours.kind.name());
+    let framed = |len: usize| Header {
+        kind: Kind::Chunk,
+        dtype: DType::U8,
+        sequence: ours.sequence,
+        bytes: len as u64,
+    };
+    t.send_frame(to, 0, ours, &[])?;
+    let mut outgoing = chunks(0..send.len(), chunk);
+    let mut incoming = chunks(0..land.len(), chunk);
+    let mut checked = false;
+    loop {
+        let out = outgoing.next();
+        if let Some(piece) = out.clone() {
+            t.send_frame(to, 0, &framed(piece.len()), &send[piece])?;
+        }
+        if !checked {
+            same_call(rank, from, &t.recv_header(from, 0, name)?, ours)?;
+            checked = true;
+        }
+        let Some(piece) = incoming.next() else {
+            if out.is_none() {
+                return Ok(());
+            }
+            continue;
+        };
+        let theirs = t.recv_header(from, 0, name)?;
+        if theirs != framed(piece.len()) {
+            return Err(Error::Distributed {
+                op: name.into(),
+                rank: Some(from),
+                reason: format!(
+                    "rank {from} sent {}, where rank {rank} expected a chunk of {} bytes of call #{}",
+                    theirs.describe(),
+                    piece.len(),
+                    ours.sequence
+                ),
+            });
+        }
+        t.recv_payload(from, 0, name, &mut land[piece])?;
+    }
 }

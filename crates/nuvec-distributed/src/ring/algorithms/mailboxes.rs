@@ -138,12 +138,6 @@ impl<'a, T: Transport + ?Sized> Call<'a, T> {
         (0..self.t.size()).filter(move |&peer| peer != rank)
     }
 
-    /// The other ranks, from the one after this rank round to the one before.
-    pub(super) fn after_me(&self) -> impl Iterator<Item = usize> + '_ {
-        let (rank, n) = (self.t.rank(), self.t.size());
-        (1..n).map(move |step| (rank + step) % n)
-    }
-
     /// Folds into `out`, in rank order, every rank's piece at `offset` (this rank's from
     /// `own`), releasing each peer's piece once used.
     fn fold(

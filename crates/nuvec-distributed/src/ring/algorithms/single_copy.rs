@@ -92,30 +92,43 @@ pub(crate) fn all_gather<T: Transport + ?Sized>(
     let (_, own) = blocks.remove(rank);
     let offers = call.others().map(|peer| (peer, input)).collect();
     let local = || own.copy_from_slice(input);
-    exchange(&call, &mut calls.cross_memory, (offers, blocks), local)
+    let by_posts = (Vec::new(), Vec::new());
+    exchange(
+        &call,
+        &mut calls.cross_memory,
+        ((offers, blocks), by_posts),
+        local,
+    )
 }
 
-/// All-to-all of `input` (block `j` for rank `j`) into `output` (block `j` from rank `j`),
-/// each peer's block for this rank read from its memory.
-pub(crate) fn all_to_all<T: Transport + ?Sized>(
-    t: &T,
-    near: &Nearby,
+/// An exchange of one region per rank on a group on one machine: `sends[j]` (this rank's
+/// memory) goes to rank `j`, and what rank `j` sends lands in `lands[j]` (this rank's own in
+/// place, copied). A pair whose region holds `one_copy_from` bytes or more is read from the
+/// sender's memory, the others go in pieces through the mailboxes (both ends of a pair see
+/// the same size, so they agree). All-to-alls, fixed and variable.
+pub(crate) fn exchange_regions<T: Transport + ?Sized>(
+    (t, near): (&T, &Nearby),
     calls: &mut Calls,
-    (input, output): (&[u8], &mut [u8]),
-    dtype: DType,
+    (kind, dtype, bytes): (Kind, DType, usize),
+    (sends, lands): (Vec<&[u8]>, Vec<&mut [u8]>),
+    one_copy_from: usize,
 ) -> Result<()> {
-    let call = start(t, near, calls, (Kind::AllToAll, dtype, input.len()));
-    let (rank, block) = (t.rank(), input.len() / t.size());
-    let mut offers: Vec<(usize, &[u8])> = input.chunks(block).enumerate().collect();
-    let (_, mine) = offers.remove(rank);
-    let mut blocks: Vec<(usize, &mut [u8])> = output.chunks_mut(block).enumerate().collect();
-    let (_, own) = blocks.remove(rank);
+    let call = start(t, near, calls, (kind, dtype, bytes));
+    let rank = t.rank();
+    let mut sends: Vec<Region<'_>> = sends.into_iter().enumerate().collect();
+    let (_, mine) = sends.remove(rank);
+    let mut lands: Vec<Landing<'_>> = lands.into_iter().enumerate().collect();
+    let (_, own) = lands.remove(rank);
     // Each rank starts with the rank after it, so that the ranks do not all read one peer's
     // memory first.
-    offers.rotate_left(rank);
-    blocks.rotate_left(rank);
+    sends.rotate_left(rank);
+    lands.rotate_left(rank);
+    let by_reading = |len: usize| cfg!(target_os = "linux") && len >= one_copy_from;
+    let (offers, posted) = sends.into_iter().partition(|(_, r)| by_reading(r.len()));
+    let (reads, taken) = lands.into_iter().partition(|(_, r)| by_reading(r.len()));
     let local = || own.copy_from_slice(mine);
-    exchange(&call, &mut calls.cross_memory, (offers, blocks), local)
+    let known = &mut calls.cross_memory;
+    exchange(&call, known, ((offers, reads), (posted, taken)), local)
 }
 
 /// A peer and the region of this rank's memory offered to it.
@@ -123,23 +136,28 @@ type Region<'a> = (usize, &'a [u8]);
 /// A peer and where what it offers this rank goes.
 type Landing<'a> = (usize, &'a mut [u8]);
 
+/// The regions of one exchange: offered to be read and read, or posted and taken.
+type Regions<'a, 'b> = (Vec<Region<'a>>, Vec<Landing<'b>>);
+
 /// One call's exchange through each other's memory: this rank offers each peer of `offers`
 /// its region, and reads from each peer of `reads` the region that peer offers it; `local`
 /// (this rank's own block) runs once its reads are done and told, while peers may still be
-/// reading this rank's memory. A pair whose read the kernel refuses goes through the
-/// mailboxes instead, now and later.
+/// reading this rank's memory. The regions of `posted` and `taken`, and those of a pair
+/// whose read the kernel refuses (now and later), go in pieces through the mailboxes.
 fn exchange<T: Transport + ?Sized>(
     call: &Call<'_, T>,
     known: &mut CrossMemory,
-    (offers, reads): (Vec<Region<'_>>, Vec<Landing<'_>>),
+    ((offers, reads), (mut posted, mut taken)): (Regions<'_, '_>, Regions<'_, '_>),
     local: impl FnOnce(),
 ) -> Result<()> {
-    let (mut offered, mut posted): (Vec<_>, Vec<_>) = offers
+    let (mut offered, refused): (Vec<_>, Vec<_>) = offers
         .into_iter()
         .partition(|(peer, _)| !known.not_read_by.contains(peer));
-    let (to_read, mut taken): (Vec<_>, Vec<_>) = reads
+    posted.extend(refused);
+    let (to_read, refused): (Vec<_>, Vec<_>) = reads
         .into_iter()
         .partition(|(peer, _)| !known.cannot_read.contains(peer));
+    taken.extend(refused);
     for (peer, region) in &offered {
         call.post(*peer, WHERE_AT, &Location::of(region).encode())?;
     }
