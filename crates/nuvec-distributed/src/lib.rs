@@ -32,4 +32,4 @@ mod test_random;
 
 pub use backend::{init, init_backend, init_with, is_available, Backend};
 pub use hostfile::{parse_hostfile, read_hostfile, Address};
-pub use options::{CrossMemory, Options, Polling, SharedMemory, StreamingStores};
+pub use options::{CrossMemory, Options, Polling, SharedMemory, StreamingStores, Tuning};

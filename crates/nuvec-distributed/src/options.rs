@@ -39,6 +39,9 @@ pub struct Options {
     /// Whether this rank reads other ranks' memory for large all-gathers on one machine;
     /// `None`: `NUVEC_RING_CROSS_MEMORY`.
     pub cross_memory: Option<CrossMemory>,
+    /// Whether collectives on one machine time their two paths to choose between them;
+    /// `None`: `NUVEC_RING_TUNING`.
+    pub tuning: Option<Tuning>,
 }
 
 /// How a ring's read waits for data before it sleeps in the kernel (`NUVEC_RING_POLL`:
@@ -77,6 +80,18 @@ pub enum CrossMemory {
     Off,
 }
 
+/// Whether the ring's collectives on one machine choose between their two paths (posting
+/// through shared memory, or reading each other's memory; for two ranks' sums, the mailboxes
+/// or the ring) by timing both on their first calls of each size, the same way on every rank
+/// (`NUVEC_RING_TUNING`: `auto`, `off`). Both paths give the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tuning {
+    /// Time both paths on the first calls of each size, then keep the faster.
+    Auto,
+    /// Keep the fixed thresholds measured when nuvec was tuned.
+    Off,
+}
+
 /// How a sender copies into shared memory (`NUVEC_RING_STREAMING_STORES`: `auto`, `on`,
 /// `off`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +113,7 @@ impl Default for Options {
             shared_memory: None,
             streaming_stores: None,
             cross_memory: None,
+            tuning: None,
         }
     }
 }
@@ -126,6 +142,7 @@ pub(crate) struct RingSettings {
     pub(crate) shared_memory: SharedMemory,
     pub(crate) streaming_stores: StreamingStores,
     pub(crate) cross_memory: CrossMemory,
+    pub(crate) tuning: Tuning,
 }
 
 impl Options {
@@ -172,6 +189,13 @@ impl Options {
     /// `NUVEC_RING_CROSS_MEMORY`).
     pub fn cross_memory(mut self, cross_memory: CrossMemory) -> Options {
         self.cross_memory = Some(cross_memory);
+        self
+    }
+
+    /// Sets whether collectives on one machine time their two paths (instead of
+    /// `NUVEC_RING_TUNING`).
+    pub fn tuning(mut self, tuning: Tuning) -> Options {
+        self.tuning = Some(tuning);
         self
     }
 
@@ -228,11 +252,20 @@ impl Options {
                 &[("auto", CrossMemory::Auto), ("off", CrossMemory::Off)],
             )?,
         };
+        let tuning = match self.tuning {
+            Some(choice) => choice,
+            None => choice_of(
+                "NUVEC_RING_TUNING",
+                read("NUVEC_RING_TUNING").as_deref(),
+                &[("auto", Tuning::Auto), ("off", Tuning::Off)],
+            )?,
+        };
         Ok(RingSettings {
             polling,
             shared_memory,
             streaming_stores,
             cross_memory,
+            tuning,
         })
     }
 
@@ -291,6 +324,7 @@ mod tests {
             shared_memory: SharedMemory::Auto,
             streaming_stores: StreamingStores::Auto,
             cross_memory: CrossMemory::Auto,
+            tuning: Tuning::Auto,
         };
         assert_eq!(settings(&Options::default(), &[]), Ok(auto));
         let from_env = settings(
@@ -299,9 +333,11 @@ mod tests {
                 ("NUVEC_RING_POLL", " yield "),
                 ("NUVEC_RING_SHARED_MEMORY", "off"),
                 ("NUVEC_RING_CROSS_MEMORY", "off"),
+                ("NUVEC_RING_TUNING", "off"),
             ],
         )
         .unwrap();
+        assert_eq!(from_env.tuning, Tuning::Off);
         assert_eq!(from_env.polling, Polling::Yield);
         assert_eq!(from_env.shared_memory, SharedMemory::Off);
         assert_eq!(from_env.cross_memory, CrossMemory::Off);
@@ -323,6 +359,7 @@ mod tests {
             ("NUVEC_RING_SHARED_MEMORY", "yes"),
             ("NUVEC_RING_STREAMING_STORES", "maybe"),
             ("NUVEC_RING_CROSS_MEMORY", "on"),
+            ("NUVEC_RING_TUNING", "fast"),
         ] {
             let error = settings(&Options::default(), &[(name, value)]).unwrap_err();
             assert!(

@@ -83,7 +83,7 @@ pub mod distributed {
     pub use nuvec_distributed::jaccl;
     pub use nuvec_distributed::{
         init, init_backend, init_with, is_available, parse_hostfile, read_hostfile, Address,
-        Backend, CrossMemory, Options, Polling, SharedMemory, StreamingStores,
+        Backend, CrossMemory, Options, Polling, SharedMemory, StreamingStores, Tuning,
     };
 }
 

@@ -81,8 +81,13 @@ impl RingCommunicator {
             });
         }
         let network = Network::connect(nodes, rank, options)?;
+        let mut calls = Calls::default();
+        // Read (and checked) by `Network::connect` already.
+        calls.tuning.enabled = options
+            .ring_settings()
+            .is_ok_and(|settings| settings.tuning == crate::options::Tuning::Auto);
         let state = State {
-            calls: Calls::default(),
+            calls,
             messages: Counts {
                 sent: vec![0; size],
                 received: vec![0; size],

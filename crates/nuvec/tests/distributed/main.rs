@@ -19,6 +19,7 @@ mod messages;
 mod settings;
 mod split;
 mod transforms;
+mod tuning;
 mod whereabouts;
 
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);

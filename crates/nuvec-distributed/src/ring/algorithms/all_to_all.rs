@@ -10,7 +10,7 @@
 //!   every region crosses one connection once.
 //! - Otherwise the caller falls back to the communicator's default (an all-gather).
 
-use super::{chunk_bytes, single_copy, Calls, CHUNK_BYTES};
+use super::{chunk_bytes, single_copy, tuning, Calls, CHUNK_BYTES};
 use crate::ring::transport::{same_call, Transport};
 use crate::schedule::chunks;
 use crate::tcp::frame::{Header, Kind};
@@ -55,11 +55,21 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
     (input, output): (&[u8], &mut [u8]),
     dtype: DType,
 ) -> Result<()> {
-    let blocks = vec![input.len() / t.size(); t.size()];
+    let block = input.len() / t.size();
+    let blocks = vec![block; t.size()];
     let header = (Kind::AllToAll, dtype, input.len());
     let chunk = chunk_bytes(input.len());
-    let parts = (regions(input, &blocks), regions_mut(output, &blocks));
-    exchange(t, calls, header, parts, chunk)
+    // On one machine, reading the peers' blocks or taking their posts: the crossing point
+    // is timed.
+    let timed =
+        t.mailboxes().is_some() && cfg!(target_os = "linux") && super::TUNED.contains(&block);
+    let bucket = timed.then(|| tuning::bucket(Kind::AllToAll, t.size(), block));
+    super::tuned(t, calls, bucket, |calls, path| {
+        let reads = (path == tuning::Path::Thresholds) == (block >= ONE_COPY_FROM);
+        let from = if reads { 0 } else { usize::MAX };
+        let parts = (regions(input, &blocks), regions_mut(output, &blocks));
+        exchange(t, calls, header, parts, (chunk, from))
+    })
 }
 
 /// All-to-all of `send[j]` rows of `row_bytes` of `input` to each rank `j`, the `recv[j]`
@@ -78,17 +88,18 @@ pub(crate) fn all_to_all_v<T: Transport + ?Sized>(
         regions(input, &bytes(send)),
         regions_mut(output, &bytes(recv)),
     );
-    exchange(t, calls, header, parts, CHUNK_BYTES)
+    exchange(t, calls, header, parts, (CHUNK_BYTES, ONE_COPY_FROM))
 }
 
 /// The exchange of `sends[j]` to rank `j` into `lands[j]` from rank `j`, on the path this
-/// transport has; over TCP in chunks of `chunk` bytes.
+/// transport has: on one machine regions of `one_copy_from` bytes or more read from the
+/// sender's memory; over TCP in chunks of `chunk` bytes.
 fn exchange<T: Transport + ?Sized>(
     t: &T,
     calls: &mut Calls,
     (kind, dtype, bytes): (Kind, DType, usize),
     (sends, mut lands): (Vec<&[u8]>, Vec<&mut [u8]>),
-    chunk: usize,
+    (chunk, one_copy_from): (usize, usize),
 ) -> Result<()> {
     let (rank, n) = (t.rank(), t.size());
     if n == 1 {
@@ -102,7 +113,7 @@ fn exchange<T: Transport + ?Sized>(
             calls,
             header,
             (sends, lands),
-            ONE_COPY_FROM,
+            one_copy_from,
         );
     }
     let ours = calls.header(t, kind, dtype, bytes);

@@ -12,7 +12,7 @@
 
 use super::mailboxes::{pieces, start, Call};
 use super::single_copy::{read_block, READ_AT, WHERE_AT};
-use super::{Calls, CHUNK_BYTES};
+use super::{tuning, Calls, CHUNK_BYTES};
 use crate::ring::cross_memory::Location;
 use crate::ring::transport::{same_call, Transport};
 use crate::schedule::chunks;
@@ -36,11 +36,18 @@ pub(crate) fn broadcast<T: Transport + ?Sized>(
     }
     let bytes = Header::broadcast_bytes(data.len(), root);
     if let Some(near) = t.mailboxes() {
-        let call = start(t, near, calls, (Kind::Broadcast, dtype, bytes));
-        if cfg!(target_os = "linux") && data.len() >= ONE_COPY_FROM {
-            return in_one_copy(&call, calls, data, root);
-        }
-        return through_mailboxes(&call, data, root);
+        let linux = cfg!(target_os = "linux");
+        let by_reading = linux && data.len() >= ONE_COPY_FROM;
+        // Reading the root's array or taking its posts: the crossing point is timed.
+        let timed = linux && super::TUNED.contains(&data.len());
+        let bucket = timed.then(|| tuning::bucket(Kind::Broadcast, t.size(), data.len()));
+        return super::tuned(t, calls, bucket, |calls, path| {
+            let call = start(t, near, calls, (Kind::Broadcast, dtype, bytes));
+            match (path == tuning::Path::Thresholds) == by_reading {
+                true => in_one_copy(&call, calls, data, root),
+                false => through_mailboxes(&call, data, root),
+            }
+        });
     }
     let ours = calls.header(t, Kind::Broadcast, dtype, bytes);
     along_the_ring(t, ours, data, root)

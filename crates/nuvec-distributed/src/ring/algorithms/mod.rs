@@ -17,6 +17,7 @@ mod reduce_scatter;
 mod ring_phases;
 mod single_copy;
 pub(crate) mod star;
+pub(crate) mod tuning;
 
 use super::transport::{Link, Transport};
 use crate::schedule::chunks;
@@ -65,6 +66,36 @@ pub(crate) struct Calls {
     scratch: Vec<u8>,
     lane_scratch: Vec<Vec<u8>>,
     cross_memory: single_copy::CrossMemory,
+    /// The paths chosen by timing (`tuning.rs`).
+    pub(crate) tuning: tuning::Tuning,
+}
+
+/// The sizes (bytes a rank contributes) at which a collective on one machine times its two
+/// paths; past them one path is far ahead and trials would only cost time.
+pub(super) const TUNED: std::ops::RangeInclusive<usize> = (8 << 10)..=(4 << 20);
+
+/// Runs a call of `bucket` (or, without one, on the thresholds' path) on the path `run` is
+/// given, timing it; when the bucket's trials end, agrees with the other ranks on its path
+/// (`tuning.rs`).
+pub(super) fn tuned<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    bucket: Option<tuning::Bucket>,
+    run: impl FnOnce(&mut Calls, tuning::Path) -> Result<()>,
+) -> Result<()> {
+    let Some(bucket) = bucket else {
+        return run(calls, tuning::Path::Thresholds);
+    };
+    let path = calls.tuning.next(bucket);
+    let start = std::time::Instant::now();
+    run(calls, path)?;
+    if let Some(mine) = calls.tuning.record(bucket, path, start.elapsed()) {
+        let mut agreed: Vec<u8> = mine.iter().flat_map(|m| m.to_le_bytes()).collect();
+        all_reduce(t, calls, (None, &mut agreed), (DType::F64, ReduceOp::Max))?;
+        let at = |i: usize| f64::from_le_bytes(agreed[8 * i..8 * i + 8].try_into().expect("8"));
+        calls.tuning.decide(bucket, [at(0), at(1)]);
+    }
+    Ok(())
 }
 
 impl Calls {
@@ -110,13 +141,42 @@ pub(crate) fn all_reduce<T: Transport + ?Sized>(
         }
         return Ok(());
     }
+    let (n, bytes) = (t.size(), data.len());
     let near = t.mailboxes();
-    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), data.len(), true)) {
-        if mailboxes::reduces_in_blocks(t.size(), data.len()) {
-            return mailboxes::all_reduce_in_blocks(t, near, calls, (input, data), (dtype, op));
+    let by_mailboxes = mailboxes::uses_mailboxes(n, bytes, true);
+    if let Some(near) = near {
+        // On two ranks the mailboxes and the ring give the same bits (a + b is b + a): the
+        // crossing point between them is timed.
+        if n == 2 && TUNED.contains(&bytes) && bytes <= TWO_RANK_TUNED_TO {
+            let bucket = tuning::bucket(kind_of(op), n, bytes);
+            return tuned(t, calls, Some(bucket), |calls, path| {
+                match (path == tuning::Path::Thresholds) == by_mailboxes {
+                    true => mailboxes::all_reduce(t, near, calls, (input, data), (dtype, op)),
+                    false => over_connections(t, calls, (input, data), (dtype, op)),
+                }
+            });
         }
-        return mailboxes::all_reduce(t, near, calls, (input, data), (dtype, op));
+        if by_mailboxes {
+            if mailboxes::reduces_in_blocks(n, bytes) {
+                return mailboxes::all_reduce_in_blocks(t, near, calls, (input, data), (dtype, op));
+            }
+            return mailboxes::all_reduce(t, near, calls, (input, data), (dtype, op));
+        }
     }
+    over_connections(t, calls, (input, data), (dtype, op))
+}
+
+/// The largest two-rank all-reduce whose path is timed.
+const TWO_RANK_TUNED_TO: usize = 1 << 20;
+
+/// The all-reduce over the connections (and channels): through rank 0, by recursive
+/// doubling, or round the ring.
+fn over_connections<T: Transport + ?Sized>(
+    t: &T,
+    calls: &mut Calls,
+    (input, data): (Option<&[u8]>, &mut [u8]),
+    (dtype, op): (DType, ReduceOp),
+) -> Result<()> {
     let star = t.full_mesh() && star::uses_star(t.size(), data.len());
     if star || (t.full_mesh() && doubling::uses_doubling(t.size(), data.len())) {
         if let Some(input) = input {
@@ -150,11 +210,20 @@ pub(crate) fn all_gather<T: Transport + ?Sized>(
         return Ok(());
     }
     let near = t.mailboxes();
-    if let Some(near) = near.filter(|_| single_copy::gathers_in_one_copy(input.len())) {
-        return single_copy::all_gather(t, near, calls, (input, output), dtype);
-    }
-    if let Some(near) = near.filter(|_| mailboxes::uses_mailboxes(t.size(), output.len(), false)) {
-        return mailboxes::all_gather(t, near, calls, (input, output), dtype);
+    let by_reading = single_copy::gathers_in_one_copy(input.len());
+    let fits = mailboxes::uses_mailboxes(t.size(), output.len(), false);
+    if let Some(near) = near {
+        // Reading the peers' blocks or posting them: the crossing point is timed.
+        let both = fits && cfg!(target_os = "linux") && TUNED.contains(&input.len());
+        let bucket = both.then(|| tuning::bucket(Kind::AllGather, t.size(), input.len()));
+        if by_reading || fits {
+            return tuned(t, calls, bucket, |calls, path| {
+                match (path == tuning::Path::Thresholds) == by_reading {
+                    true => single_copy::all_gather(t, near, calls, (input, output), dtype),
+                    false => mailboxes::all_gather(t, near, calls, (input, output), dtype),
+                }
+            });
+        }
     }
     let block = input.len();
     let own = t.rank() * block..(t.rank() + 1) * block;
