@@ -12,7 +12,9 @@ fn every_call_is_right_while_the_paths_are_timed(group: Group) {
     for i in 0..30 {
         let block = 16_384;
         let x = ops::full(&[block], value(rank, i), DType::F32);
-        let all = distributed::all_gather(&x, Some(&group)).to_vec::<f32>().unwrap();
+        let all = distributed::all_gather(&x, Some(&group))
+            .to_vec::<f32>()
+            .unwrap();
         for r in 0..n {
             assert!(
                 all[r * block as usize..(r + 1) * block as usize]
@@ -23,13 +25,17 @@ fn every_call_is_right_while_the_paths_are_timed(group: Group) {
         }
         let root = i % n;
         let y = ops::full(&[20_000], value(rank, i), DType::F32);
-        let got = distributed::broadcast(&y, root, Some(&group)).to_vec::<f32>().unwrap();
+        let got = distributed::broadcast(&y, root, Some(&group))
+            .to_vec::<f32>()
+            .unwrap();
         assert!(
             got.iter().all(|&v| v == value(root, i) as f32),
             "broadcast call {i} on rank {rank}"
         );
         let z = ops::full(&[n as i32 * 10_000], value(rank, i), DType::F32);
-        let got = distributed::all_to_all(&z, Some(&group)).to_vec::<f32>().unwrap();
+        let got = distributed::all_to_all(&z, Some(&group))
+            .to_vec::<f32>()
+            .unwrap();
         for r in 0..n {
             assert!(
                 got[r * 10_000..(r + 1) * 10_000]
@@ -41,7 +47,9 @@ fn every_call_is_right_while_the_paths_are_timed(group: Group) {
         if n == 2 {
             // Halves that do not add exactly in any order but one: a + b is b + a.
             let w = ops::full(&[65_536], value(rank, i) + 0.1, DType::F32);
-            let sum = distributed::all_sum(&w, Some(&group)).to_vec::<f32>().unwrap();
+            let sum = distributed::all_sum(&w, Some(&group))
+                .to_vec::<f32>()
+                .unwrap();
             let want = (value(0, i) + 0.1) as f32 + (value(1, i) + 0.1) as f32;
             assert!(
                 sum.iter().all(|&v| v == want),
