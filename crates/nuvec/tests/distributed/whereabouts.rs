@@ -78,37 +78,30 @@ fn where_part(error: &str) -> &str {
         .map_or("", |(_, after)| after)
 }
 
+/// What every rank but the stalled one reports: that rank silent, the others in the gather.
+fn the_stalled_rank_is_silent(rank: usize, error: &str) {
+    if rank == ODD {
+        return;
+    }
+    let report = where_part(error);
+    assert!(
+        report.starts_with("rank 2 did not answer within 0.5 s")
+            && report.contains(the_others_in_the_gather())
+            && report.contains("whereabouts.rs:"),
+        "rank {rank}: {error}"
+    );
+}
+
 #[test]
 fn a_stalled_rank_is_reported_as_silent_and_the_others_where_they_wait() {
-    run_fault(test_name!(), Fault::Stalls, |rank, error| {
-        if rank == ODD {
-            return;
-        }
-        let report = where_part(error);
-        assert!(
-            report.starts_with("rank 2 did not answer within 0.5 s")
-                && report.contains(the_others_in_the_gather())
-                && report.contains("whereabouts.rs:"),
-            "rank {rank}: {error}"
-        );
-    });
+    run_fault(test_name!(), Fault::Stalls, the_stalled_rank_is_silent);
 }
 
 /// The same over TCP alone, where the gather's frames share the connections with the notices.
 #[test]
 fn a_stalled_rank_is_reported_as_silent_over_tcp_alone() {
     let tcp = vec![("NUVEC_RING_SHARED_MEMORY".to_string(), "off".to_string())];
-    run_fault_with(test_name!(), Fault::Stalls, tcp, |rank, error| {
-        if rank == ODD {
-            return;
-        }
-        let report = where_part(error);
-        assert!(
-            report.starts_with("rank 2 did not answer within 0.5 s")
-                && report.contains(the_others_in_the_gather()),
-            "rank {rank}: {error}"
-        );
-    });
+    run_fault_with(test_name!(), Fault::Stalls, tcp, the_stalled_rank_is_silent);
 }
 
 #[test]
