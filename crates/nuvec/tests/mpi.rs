@@ -39,6 +39,8 @@ fn mpi_collectives_split_into_pieces_beyond_the_count_limit() {
             assert_eq!(std::env::var("NUVEC_MPI_MAX_COUNT").as_deref(), Ok("2"));
             check_collectives(group);
             collectives::send_and_recv_ring(group);
+            // Past the limit, all_to_all_v takes the checked default.
+            common::all_to_all::all_to_all_v_sends_rows_by_count(group);
         },
     );
 }

@@ -64,6 +64,17 @@ type Allgather =
     unsafe extern "C" fn(*const c_void, c_int, Handle, *mut c_void, c_int, Handle, Handle) -> c_int;
 type Bcast = unsafe extern "C" fn(*mut c_void, c_int, Handle, c_int, Handle) -> c_int;
 type Alltoall = Allgather;
+type Alltoallv = unsafe extern "C" fn(
+    *const c_void,
+    *const c_int,
+    *const c_int,
+    Handle,
+    *mut c_void,
+    *const c_int,
+    *const c_int,
+    Handle,
+    Handle,
+) -> c_int;
 type Barrier = unsafe extern "C" fn(Handle) -> c_int;
 type ReduceScatterBlock =
     unsafe extern "C" fn(*const c_void, *mut c_void, c_int, Handle, Handle, Handle) -> c_int;
@@ -136,6 +147,7 @@ pub(crate) struct Mpi {
     allgather: Allgather,
     bcast: Bcast,
     alltoall: Alltoall,
+    alltoallv: Alltoallv,
     barrier: Barrier,
     reduce_scatter_block: ReduceScatterBlock,
     send: SendFn,
@@ -246,6 +258,7 @@ impl Mpi {
             allgather: function(l, "MPI_Allgather")?,
             bcast: function(l, "MPI_Bcast")?,
             alltoall: function(l, "MPI_Alltoall")?,
+            alltoallv: function(l, "MPI_Alltoallv")?,
             barrier: function(l, "MPI_Barrier")?,
             reduce_scatter_block: function(l, "MPI_Reduce_scatter_block")?,
             send: function(l, "MPI_Send")?,
@@ -461,6 +474,37 @@ impl Mpi {
                 datatype,
                 into.cast(),
                 count as c_int,
+                datatype,
+                comm,
+            )
+        })
+    }
+
+    /// `MPI_Alltoallv`: `counts.0[j]` elements from `displacements.0[j]` of `input` to rank
+    /// `j`, `counts.1[j]` elements from rank `j` at `displacements.1[j]` of `output`.
+    pub(crate) fn alltoallv(
+        &self,
+        (input, output): (&[u8], &mut [u8]),
+        counts: (&[c_int], &[c_int]),
+        displacements: (&[c_int], &[c_int]),
+        datatype: Handle,
+        comm: Handle,
+    ) -> Result<(), c_int> {
+        let mut spare = [0u8; 2];
+        let any = input.len().max(output.len());
+        let (from, into) = distinct_buffers((input, output), any, &mut spare);
+        // SAFETY: the caller gives one count and displacement per rank, each region within
+        // its buffer (checked there), and every count fits an int; for empty buffers, two
+        // live spare bytes nothing touches (every count is then 0).
+        check(unsafe {
+            (self.alltoallv)(
+                from.cast(),
+                counts.0.as_ptr(),
+                displacements.0.as_ptr(),
+                datatype,
+                into.cast(),
+                counts.1.as_ptr(),
+                displacements.1.as_ptr(),
                 datatype,
                 comm,
             )

@@ -312,6 +312,51 @@ impl Communicator for MpiCommunicator {
         })
     }
 
+    /// Open MPI's `MPI_Alltoallv`, after the counts are checked to agree (one small
+    /// all-gather, as the default does); counts or offsets past the int range take the
+    /// default's path.
+    fn all_to_all_v(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        (send, recv, row_bytes): (&[usize], &[usize], usize),
+        dtype: DType,
+    ) -> Result<()> {
+        let width = dtype.size();
+        let row = row_bytes / width;
+        // Elements and offsets of each rank's rows, as ints (within the count limit).
+        let limit = max_count();
+        let int = |n: usize| (n <= limit).then(|| c_int::try_from(n).ok()).flatten();
+        let layout = |counts: &[usize]| -> Option<(Vec<c_int>, Vec<c_int>)> {
+            let (mut sizes, mut offsets, mut at) = (Vec::new(), Vec::new(), 0usize);
+            for &count in counts {
+                let elements = count.checked_mul(row)?;
+                sizes.push(int(elements)?);
+                offsets.push(int(at)?);
+                at = at.checked_add(elements)?;
+            }
+            int(at)?;
+            Some((sizes, offsets))
+        };
+        let (Some(sending), Some(receiving)) = (layout(send), layout(recv)) else {
+            let counts = (send, recv, row_bytes);
+            return nuvec_core::distributed::all_to_all_v_by_gathering(
+                self,
+                (input, output),
+                counts,
+                dtype,
+            );
+        };
+        nuvec_core::distributed::check_all_to_all_counts(self, (send, recv))?;
+        self.run("all_to_all_v", |mpi| {
+            let kind = datatype(mpi, dtype);
+            let counts = (&sending.0[..], &receiving.0[..]);
+            let offsets = (&sending.1[..], &receiving.1[..]);
+            mpi.alltoallv((input, output), counts, offsets, kind, self.comm)
+                .map_err(named("MPI_Alltoallv"))
+        })
+    }
+
     /// Open MPI's `MPI_Barrier`.
     fn barrier(&self) -> Result<()> {
         self.run("barrier", |mpi| {
