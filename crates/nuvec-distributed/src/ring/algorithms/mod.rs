@@ -94,15 +94,6 @@ pub(super) fn tuned<T: Transport + ?Sized>(
         all_reduce(t, calls, (None, &mut agreed), (DType::F64, ReduceOp::Max))?;
         let at = |i: usize| f64::from_le_bytes(agreed[8 * i..8 * i + 8].try_into().expect("8"));
         calls.tuning.decide(bucket, [at(0), at(1)]);
-        if std::env::var_os("XTUNE").is_some() {
-            eprintln!(
-                "XTUNE rank {} bucket {:?} mine {:?} agreed {:?}",
-                t.rank(),
-                bucket,
-                mine,
-                [at(0), at(1)]
-            );
-        }
     }
     Ok(())
 }
