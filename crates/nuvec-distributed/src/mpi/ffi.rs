@@ -493,9 +493,9 @@ impl Mpi {
         let mut spare = [0u8; 2];
         let any = input.len().max(output.len());
         let (from, into) = distinct_buffers((input, output), any, &mut spare);
-        // SAFETY: the caller gives one count and displacement per rank, each region within
-        // its buffer (checked there), and every count fits an int; for empty buffers, two
-        // live spare bytes nothing touches (every count is then 0).
+        // SAFETY: the caller gives one count and displacement per rank, the regions tiling
+        // each buffer (checked in `MpiCommunicator::all_to_all_v`), every count an int; for
+        // empty buffers, two live spare bytes nothing touches (every count is then 0).
         check(unsafe {
             (self.alltoallv)(
                 from.cast(),

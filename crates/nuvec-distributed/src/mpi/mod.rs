@@ -347,6 +347,27 @@ impl Communicator for MpiCommunicator {
                 dtype,
             );
         };
+        // Every region within its buffer: what the FFI call relies on.
+        let elements = |bytes: &[u8]| bytes.len() / width;
+        let total =
+            |layout: &(Vec<c_int>, Vec<c_int>)| layout.0.iter().map(|&c| c as usize).sum::<usize>();
+        if send.len() != self.size
+            || recv.len() != self.size
+            || total(&sending) != elements(input)
+            || total(&receiving) != elements(output)
+        {
+            return Err(self.error(
+                "all_to_all_v",
+                format!(
+                    "counts for {} and {} ranks do not match a group of {} and buffers of {} and {} elements",
+                    send.len(),
+                    recv.len(),
+                    self.size,
+                    elements(input),
+                    elements(output)
+                ),
+            ));
+        }
         nuvec_core::distributed::check_all_to_all_counts(self, (send, recv))?;
         self.run("all_to_all_v", |mpi| {
             let kind = datatype(mpi, dtype);
