@@ -5,7 +5,7 @@
 //! without its own gets them built on its all-gather ([`all_to_all_by_gathering`],
 //! [`all_to_all_v_by_gathering`]).
 
-use super::shared::{along_first_axis, as_op, bytes_of, group_or_default};
+use super::shared::{along_first_axis, as_op, group_or_default, into_new_output};
 use super::{Communicator, Group};
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, DType, Error, Result};
@@ -24,13 +24,11 @@ impl Primitive for AllToAll {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let mut out = outputs[0].alloc();
         let (input, dtype) = (&inputs[0], outputs[0].dtype);
-        let what = (dtype, &input.shape[..], None);
-        self.group.communicate("all_to_all", what, self.at, |c| {
-            c.all_to_all(bytes_of(input), out.as_mut_bytes(), dtype)
-        })?;
-        Ok(vec![Arc::new(out)])
+        let call = (&self.group, "all_to_all", self.at);
+        into_new_output(call, input, &outputs[0], |c, input, out| {
+            c.all_to_all(input, out, dtype)
+        })
     }
 
     /// `all_to_all` is its own inverse (block `j` of rank `r` comes back from block `r` of
@@ -160,15 +158,13 @@ impl Primitive for AllToAllV {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let mut out = outputs[0].alloc();
         let (input, dtype) = (&inputs[0], outputs[0].dtype);
         let row_bytes = input.shape[1..].iter().product::<usize>() * dtype.size();
-        let what = (dtype, &input.shape[..], None);
-        self.group.communicate("all_to_all_v", what, self.at, |c| {
+        let call = (&self.group, "all_to_all_v", self.at);
+        into_new_output(call, input, &outputs[0], |c, input, out| {
             let counts = (&self.send[..], &self.recv[..], row_bytes);
-            c.all_to_all_v(bytes_of(input), out.as_mut_bytes(), counts, dtype)
-        })?;
-        Ok(vec![Arc::new(out)])
+            c.all_to_all_v(input, out, counts, dtype)
+        })
     }
 
     /// The rows go back the way they came: the same exchange with the counts swapped.

@@ -1,7 +1,7 @@
 //! The collectives as graph primitives: they run when their result is evaluated, on the
 //! group's communicator, and are effects (compile never merges or folds them).
 
-use super::shared::{along_first_axis, bytes_of, dims, group_or_default};
+use super::shared::{along_first_axis, bytes_of, dims, group_or_default, into_new_output};
 use super::{Group, ReduceOp};
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{Array, DType, Result};
@@ -88,13 +88,11 @@ impl Primitive for AllGather {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let mut out = outputs[0].alloc();
         let (input, dtype) = (&inputs[0], outputs[0].dtype);
-        let what = (dtype, &input.shape[..], None);
-        self.group.communicate("all_gather", what, self.at, |c| {
-            c.all_gather(bytes_of(input), out.as_mut_bytes(), dtype)
-        })?;
-        Ok(vec![Arc::new(out)])
+        let call = (&self.group, "all_gather", self.at);
+        into_new_output(call, input, &outputs[0], |c, input, out| {
+            c.all_gather(input, out, dtype)
+        })
     }
 
     /// This rank's rows of the cotangent.
@@ -159,13 +157,11 @@ impl Primitive for ReduceScatter {
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
-        let mut out = outputs[0].alloc();
         let (input, dtype) = (&inputs[0], outputs[0].dtype);
-        let what = (dtype, &input.shape[..], None);
-        self.group.communicate("sum_scatter", what, self.at, |c| {
-            c.reduce_scatter(bytes_of(input), out.as_mut_bytes(), dtype, ReduceOp::Sum)
-        })?;
-        Ok(vec![Arc::new(out)])
+        let call = (&self.group, "sum_scatter", self.at);
+        into_new_output(call, input, &outputs[0], |c, input, out| {
+            c.reduce_scatter(input, out, dtype, ReduceOp::Sum)
+        })
     }
 
     /// The cotangent in this rank's rows and zero elsewhere (MLX has no rule).

@@ -2,9 +2,12 @@
 //! batching rule along the first axis, and the renaming of an error of the collective a
 //! backend's default is built on.
 
-use super::Group;
-use crate::primitive::Input;
-use crate::{Array, Error};
+use super::{Communicator, Group};
+use crate::primitive::{Input, OutputSpec};
+use crate::{Array, Error, Result};
+use nuvec_cpu::Buffer;
+use std::panic::Location;
+use std::sync::Arc;
 
 /// The batching rule of a collective along axis 0 (all_gather, sum_scatter): the batch axis
 /// goes second, so the collective's axis stays first, whichever axis was batched.
@@ -54,4 +57,21 @@ pub(super) fn as_op(error: Error, underlying: &str, op: &str) -> Error {
         },
         other => other,
     }
+}
+
+/// The CPU evaluation of a collective that reads its one input and fills a fresh output
+/// (all_gather, sum_scatter, all_to_all, all_to_all_v): allocates the output, then records
+/// and runs `run(communicator, input bytes, output bytes)` as the group's `op`, called at `at`.
+pub(super) fn into_new_output(
+    (group, op, at): (&Group, &'static str, &'static Location<'static>),
+    input: &Input,
+    output: &OutputSpec,
+    run: impl FnOnce(&dyn Communicator, &[u8], &mut [u8]) -> Result<()>,
+) -> Result<Vec<Arc<Buffer>>> {
+    let mut out = output.alloc();
+    let what = (output.dtype, &input.shape[..], None);
+    group.communicate(op, what, at, |c| {
+        run(c, bytes_of(input), out.as_mut_bytes())
+    })?;
+    Ok(vec![Arc::new(out)])
 }

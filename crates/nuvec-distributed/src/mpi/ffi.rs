@@ -1,6 +1,6 @@
 //! Open MPI loaded at run time: the few functions and predefined handles nuvec uses, declared
-//! by hand (no `mpi.h`, no libclang at build time). The one place in this backend with
-//! `unsafe` code.
+//! by hand (no `mpi.h`, no libclang at build time). With `ffi/calls.rs` (the collective and
+//! point-to-point calls), the one place in this backend with `unsafe` code.
 //!
 //! # Handles
 //! Open MPI's handles (`MPI_Comm`, `MPI_Datatype`, `MPI_Op`, `MPI_Errhandler`) are pointers to
@@ -10,6 +10,8 @@
 //! targets). The test `mpi_abi` compiles a C program against the installed `mpi.h` and checks
 //! every value here.
 #![allow(unsafe_code)]
+
+mod calls;
 
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -114,23 +116,6 @@ pub(crate) const OP_SYMBOLS: [&str; 5] = [
     "ompi_mpi_op_lor",
     "ompi_mpi_op_land",
 ];
-
-/// The send and receive buffers of a collective of `count` elements each way. Open MPI
-/// refuses a send buffer equal to the receive buffer, which two empty slices can be: with
-/// nothing to move, two distinct bytes of `spare`.
-fn distinct_buffers(
-    (input, output): (&[u8], &mut [u8]),
-    count: usize,
-    spare: &mut [u8; 2],
-) -> (*const u8, *mut u8) {
-    match count {
-        0 => {
-            let (first, second) = spare.split_at_mut(1);
-            (first.as_ptr(), second.as_mut_ptr())
-        }
-        _ => (input.as_ptr(), output.as_mut_ptr()),
-    }
-}
 
 /// The loaded library: its functions and predefined handles.
 pub(crate) struct Mpi {
@@ -378,216 +363,6 @@ impl Mpi {
     pub(crate) fn free(&self, mut comm: Handle) {
         // SAFETY: `comm` came from MPI_Comm_split and is freed once (by `close`).
         unsafe { (self.comm_free)(&mut comm) };
-    }
-
-    /// `MPI_Allreduce` of `count` elements; in place when `input` is `None`.
-    pub(crate) fn allreduce(
-        &self,
-        input: Option<&[u8]>,
-        output: &mut [u8],
-        count: usize,
-        datatype: Handle,
-        op: Handle,
-        comm: Handle,
-    ) -> Result<(), c_int> {
-        let source = input.map_or(IN_PLACE as *const c_void, |i| i.as_ptr().cast());
-        // SAFETY: the buffers hold `count` elements of `datatype` (the caller sizes them) and
-        // `count` fits an int (the caller chunks).
-        check(unsafe {
-            (self.allreduce)(
-                source,
-                output.as_mut_ptr().cast(),
-                count as c_int,
-                datatype,
-                op,
-                comm,
-            )
-        })
-    }
-
-    /// `MPI_Allgather` of `count` elements from every rank.
-    pub(crate) fn allgather(
-        &self,
-        input: &[u8],
-        output: &mut [u8],
-        count: usize,
-        datatype: Handle,
-        comm: Handle,
-    ) -> Result<(), c_int> {
-        let mut spare = [0u8; 2];
-        let (from, into) = distinct_buffers((input, output), count, &mut spare);
-        // SAFETY: `input` holds `count` elements and `output` `count` per rank (or, for no
-        // elements, two live spare bytes that nothing reads or writes); `count` fits an int
-        // (the caller chunks).
-        check(unsafe {
-            (self.allgather)(
-                from.cast(),
-                count as c_int,
-                datatype,
-                into.cast(),
-                count as c_int,
-                datatype,
-                comm,
-            )
-        })
-    }
-
-    /// `MPI_Bcast` of `count` elements of `data` from rank `root`.
-    pub(crate) fn bcast(
-        &self,
-        data: &mut [u8],
-        count: usize,
-        datatype: Handle,
-        root: usize,
-        comm: Handle,
-    ) -> Result<(), c_int> {
-        // SAFETY: `data` holds `count` elements (`count` fits an int: the caller chunks); MPI
-        // reads it on the root and writes it elsewhere.
-        check(unsafe {
-            (self.bcast)(
-                data.as_mut_ptr().cast(),
-                count as c_int,
-                datatype,
-                root as c_int,
-                comm,
-            )
-        })
-    }
-
-    /// `MPI_Alltoall` of `count` elements to and from every rank.
-    pub(crate) fn alltoall(
-        &self,
-        input: &[u8],
-        output: &mut [u8],
-        count: usize,
-        datatype: Handle,
-        comm: Handle,
-    ) -> Result<(), c_int> {
-        let mut spare = [0u8; 2];
-        let (from, into) = distinct_buffers((input, output), count, &mut spare);
-        // SAFETY: `input` and `output` hold `count` elements per rank (or, for none, two live
-        // spare bytes nothing touches); `count` fits an int (the caller chunks).
-        check(unsafe {
-            (self.alltoall)(
-                from.cast(),
-                count as c_int,
-                datatype,
-                into.cast(),
-                count as c_int,
-                datatype,
-                comm,
-            )
-        })
-    }
-
-    /// `MPI_Alltoallv`: `counts.0[j]` elements from `displacements.0[j]` of `input` to rank
-    /// `j`, `counts.1[j]` elements from rank `j` at `displacements.1[j]` of `output`.
-    pub(crate) fn alltoallv(
-        &self,
-        (input, output): (&[u8], &mut [u8]),
-        counts: (&[c_int], &[c_int]),
-        displacements: (&[c_int], &[c_int]),
-        datatype: Handle,
-        comm: Handle,
-    ) -> Result<(), c_int> {
-        let mut spare = [0u8; 2];
-        let any = input.len().max(output.len());
-        let (from, into) = distinct_buffers((input, output), any, &mut spare);
-        // SAFETY: the caller gives one count and displacement per rank, the regions tiling
-        // each buffer (checked in `MpiCommunicator::all_to_all_v`), every count an int; for
-        // empty buffers, two live spare bytes nothing touches (every count is then 0).
-        check(unsafe {
-            (self.alltoallv)(
-                from.cast(),
-                counts.0.as_ptr(),
-                displacements.0.as_ptr(),
-                datatype,
-                into.cast(),
-                counts.1.as_ptr(),
-                displacements.1.as_ptr(),
-                datatype,
-                comm,
-            )
-        })
-    }
-
-    /// `MPI_Barrier`.
-    pub(crate) fn barrier(&self, comm: Handle) -> Result<(), c_int> {
-        // SAFETY: a communicator handle MPI gave us; the call touches no memory of ours.
-        check(unsafe { (self.barrier)(comm) })
-    }
-
-    /// `MPI_Reduce_scatter_block`: `count` elements of the reduction land on each rank.
-    pub(crate) fn reduce_scatter_block(
-        &self,
-        input: &[u8],
-        output: &mut [u8],
-        count: usize,
-        datatype: Handle,
-        op: Handle,
-        comm: Handle,
-    ) -> Result<(), c_int> {
-        // SAFETY: `input` holds `count` elements per rank and `output` `count`; `count` fits
-        // an int (the caller chunks).
-        check(unsafe {
-            (self.reduce_scatter_block)(
-                input.as_ptr().cast(),
-                output.as_mut_ptr().cast(),
-                count as c_int,
-                datatype,
-                op,
-                comm,
-            )
-        })
-    }
-
-    /// `MPI_Send` of `data` as bytes.
-    pub(crate) fn send(
-        &self,
-        data: &[u8],
-        dst: usize,
-        tag: c_int,
-        comm: Handle,
-    ) -> Result<(), c_int> {
-        // SAFETY: `data` is a valid buffer of `len` bytes (the caller chunks to fit an int).
-        check(unsafe {
-            (self.send)(
-                data.as_ptr().cast(),
-                data.len() as c_int,
-                self.byte,
-                dst as c_int,
-                tag,
-                comm,
-            )
-        })
-    }
-
-    /// `MPI_Recv` into `data` (as bytes); returns how many bytes arrived.
-    pub(crate) fn recv(
-        &self,
-        data: &mut [u8],
-        src: usize,
-        tag: c_int,
-        comm: Handle,
-    ) -> Result<usize, c_int> {
-        let mut status = Status::default();
-        // SAFETY: `data` is a valid buffer of `len` bytes (chunked to fit an int); `status`
-        // has Open MPI's layout.
-        check(unsafe {
-            (self.recv)(
-                data.as_mut_ptr().cast(),
-                data.len() as c_int,
-                self.byte,
-                src as c_int,
-                tag,
-                comm,
-                &mut status,
-            )
-        })?;
-        let mut count: c_int = 0;
-        // SAFETY: `status` was filled by MPI_Recv.
-        check(unsafe { (self.get_count)(&status, self.byte, &mut count) })?;
-        Ok(count.max(0) as usize)
     }
 
     /// `MPI_Op_create` of a commutative user operation.
