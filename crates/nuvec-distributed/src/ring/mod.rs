@@ -359,11 +359,17 @@ impl Communicator for RingCommunicator {
 
     fn split(&self, color: i32, key: i32) -> Result<std::sync::Arc<dyn Communicator>> {
         let (nodes, rank) = split::plan(self, &self.nodes, (color, key))?;
-        Ok(std::sync::Arc::new(RingCommunicator::connect(
-            &nodes,
-            rank,
-            &self.options,
-        )?))
+        // Forming the sub-group is this split's work: its errors name the split.
+        let formed =
+            RingCommunicator::connect(&nodes, rank, &self.options).map_err(|e| match e {
+                Error::Distributed { rank, reason, .. } => Error::Distributed {
+                    op: "split".into(),
+                    rank,
+                    reason: format!("forming the group of color {color}: {reason}"),
+                },
+                other => other,
+            })?;
+        Ok(std::sync::Arc::new(formed))
     }
 
     fn attach_trace(&self, trace: std::sync::Arc<nuvec_core::distributed::Trace>) {
