@@ -86,6 +86,38 @@ pub fn state() -> Array {
     Array::from_slice(&current, &[2])
 }
 
+/// A random state of its own: the keys the global state would hand out after
+/// [`seed`]`(seed)`, one per [`next_key`](KeyStream::next_key), without touching the global
+/// state (so several generators, a server's requests say, each repeat their own draws).
+///
+/// ```
+/// use nuvec_core::{random, DType};
+/// let mut stream = random::KeyStream::new(7);
+/// random::seed(7);
+/// let global = random::normal(&[3], DType::F32, None);
+/// let own = random::normal(&[3], DType::F32, Some(&stream.next_key()));
+/// assert_eq!(own.to_vec::<f32>()?, global.to_vec::<f32>()?);
+/// # Ok::<(), nuvec_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyStream {
+    state: [u32; 2],
+}
+
+impl KeyStream {
+    /// The stream of `seed`.
+    pub fn new(seed: u64) -> KeyStream {
+        KeyStream {
+            state: threefry::key_from_seed(seed),
+        }
+    }
+
+    /// The next key (uint32 `[2]`), splitting the state as a global draw does.
+    pub fn next_key(&mut self) -> Array {
+        Array::from_slice(&threefry::next_key(&mut self.state), &[2])
+    }
+}
+
 /// The key of `seed`: `[seed >> 32, seed & 0xffffffff]` as uint32.
 pub fn key(seed: u64) -> Array {
     Array::from_slice(&threefry::key_from_seed(seed), &[2])

@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod batch;
 pub mod cache;
 mod chat_template;
 mod detokenizer;
@@ -29,6 +30,7 @@ pub mod sample;
 mod tokenizer;
 pub mod weights;
 
+pub use batch::{BatchGenerator, BatchToken};
 pub use cache::KvCache;
 pub use detokenizer::StreamingDetokenizer;
 pub use error::{Error, Result};

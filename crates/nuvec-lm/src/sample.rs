@@ -65,6 +65,12 @@ impl SamplerOptions {
 
     /// A token id `[B]` drawn from log-probabilities `[B, V]` (uint32 for greedy picks).
     pub fn sample(&self, logprobs: &Array) -> Array {
+        self.sample_with_key(logprobs, None)
+    }
+
+    /// [`sample`](SamplerOptions::sample) drawing with `key` (uint32 `[2]`) rather than the
+    /// next key of the global random state.
+    pub fn sample_with_key(&self, logprobs: &Array, key: Option<&Array>) -> Array {
         if self.temp == 0.0 {
             return ops::argmax(logprobs, Some(-1), false);
         }
@@ -78,7 +84,7 @@ impl SamplerOptions {
         if self.top_k > 0 {
             x = apply_top_k(&x, self.top_k);
         }
-        random::categorical(&(x * (1.0 / self.temp as f64)), -1, None, None)
+        random::categorical(&(x * (1.0 / self.temp as f64)), -1, None, key)
     }
 }
 

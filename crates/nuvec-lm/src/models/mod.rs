@@ -172,4 +172,30 @@ impl Model {
         }
         self.transformer.forward(&tokens.astype(DType::I32), cache)
     }
+
+    /// Logits `[B, L, vocabulary]` for `tokens` `[B, L]`, row `b` continuing the sequence
+    /// whose cache is `caches[b]`: the sequences of a continuous batch, each at its own
+    /// position, decoded in one forward pass (the projections and feed-forward layers run on
+    /// the whole batch, the attention row by row).
+    pub fn forward_rows(&self, tokens: &Array, caches: &mut [&mut [KvCache]]) -> Result<Array> {
+        let rows = tokens.shape().first().copied().unwrap_or(0) as usize;
+        if tokens.ndim() != 2 || tokens.dtype().is_float() || rows != caches.len() || rows == 0 {
+            return Err(Error::Generate(format!(
+                "forward_rows takes integer tokens [rows, length] and one cache per row, got {} \
+                 of shape {:?} and {} caches",
+                tokens.dtype(),
+                tokens.shape(),
+                caches.len()
+            )));
+        }
+        if let Some(bad) = caches.iter().find(|c| c.len() != self.local_layers()) {
+            return Err(Error::Generate(format!(
+                "a cache has {} layers, the model {} on this rank",
+                bad.len(),
+                self.local_layers()
+            )));
+        }
+        self.transformer
+            .forward_rows(&tokens.astype(DType::I32), caches)
+    }
 }

@@ -229,8 +229,10 @@ impl Attention {
         })
     }
 
-    /// `x` `[B, L, D]` attending to the cache and itself.
-    fn forward(&self, x: &Array, cache: &mut KvCache) -> Array {
+    /// `x` `[B, L, D]` attending to the cache and itself: one cache for the whole batch, or
+    /// one per row (sequences of a continuous batch, each at its own position). The
+    /// projections run on the whole batch; each row attends to its own cache.
+    fn forward_rows(&self, x: &Array, caches: &mut [&mut KvCache]) -> Array {
         let (b, l) = (x.shape()[0], x.shape()[1]);
         let split_heads = |y: Array, heads: i32, norm: &Option<RmsNorm>| {
             let y = ops::reshape(&y, &[b, l, heads, self.head_dim]);
@@ -243,16 +245,35 @@ impl Attention {
         let q = split_heads(self.q.forward(x), self.heads, &self.q_norm);
         let k = split_heads(self.k.forward(x), self.kv_heads, &self.k_norm);
         let v = split_heads(self.v.forward(x), self.kv_heads, &None);
-        let offset = cache.offset();
-        let (q, k) = (self.rope.apply(&q, offset), self.rope.apply(&k, offset));
-        let (k, v) = cache.update_and_fetch(&k, &v);
-        let mask = if l > 1 {
-            AttentionMask::Causal
-        } else {
-            AttentionMask::None
+        let attend = |q: &Array, k: &Array, v: &Array, cache: &mut KvCache| {
+            let offset = cache.offset();
+            let (q, k) = (self.rope.apply(q, offset), self.rope.apply(k, offset));
+            let (k, v) = cache.update_and_fetch(&k, v);
+            let mask = if l > 1 {
+                AttentionMask::Causal
+            } else {
+                AttentionMask::None
+            };
+            let scale = (self.head_dim as f32).powf(-0.5);
+            fast::scaled_dot_product_attention(&q, &k, &v, scale, mask)
         };
-        let scale = (self.head_dim as f32).powf(-0.5);
-        let out = fast::scaled_dot_product_attention(&q, &k, &v, scale, mask);
+        let out = match caches {
+            [cache] => attend(&q, &k, &v, cache),
+            rows => {
+                let row = |a: &Array, i: usize| {
+                    let mut stop = a.shape().to_vec();
+                    stop[0] = i as i32 + 1;
+                    let start = [i as i32, 0, 0, 0];
+                    ops::slice(a, &start, &stop, &[1, 1, 1, 1])
+                };
+                let outs: Vec<Array> = rows
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, cache)| attend(&row(&q, i), &row(&k, i), &row(&v, i), cache))
+                    .collect();
+                ops::concatenate(&outs, 0)
+            }
+        };
         let out = ops::reshape(
             &ops::transpose(&out, Some(&[0, 2, 1, 3])),
             &[b, l, self.heads * self.head_dim],
@@ -487,6 +508,26 @@ impl Transformer {
     /// Logits `[B, L, vocabulary]` of tokens `[B, L]`, appending their keys and values to
     /// `cache` (one per layer).
     pub fn forward(&self, tokens: &Array, cache: &mut [KvCache]) -> Result<Array> {
+        let mut layers: Vec<Vec<&mut KvCache>> = cache.iter_mut().map(|c| vec![c]).collect();
+        self.forward_layers(tokens, &mut layers)
+    }
+
+    /// Logits `[B, L, vocabulary]` of tokens `[B, L]` where row `b` continues the sequence
+    /// whose cache is `caches[b]` (one per layer): a continuous batch's decoding step.
+    pub fn forward_rows(&self, tokens: &Array, caches: &mut [&mut [KvCache]]) -> Result<Array> {
+        let layers = caches.first().map_or(0, |c| c.len());
+        let mut by_layer: Vec<Vec<&mut KvCache>> = (0..layers).map(|_| Vec::new()).collect();
+        for row in caches.iter_mut() {
+            for (layer, cache) in row.iter_mut().enumerate() {
+                by_layer[layer].push(cache);
+            }
+        }
+        self.forward_layers(tokens, &mut by_layer)
+    }
+
+    /// The decoder over `tokens`, layer `i` attending through `caches[i]` (one cache for the
+    /// batch or one per row).
+    fn forward_layers(&self, tokens: &Array, caches: &mut [Vec<&mut KvCache>]) -> Result<Array> {
         let mut h = self.embed.forward(tokens);
         if let Some(stage) = &self.stage {
             // The activations of the previous stage (the next rank), as mlx-lm's pipeline.
@@ -495,10 +536,10 @@ impl Transformer {
                 h = recv_like(&h, rank + 1, Some(&stage.group));
             }
         }
-        for (layer, cache) in self.layers.iter().zip(cache.iter_mut()) {
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
             let attended = layer
                 .attention
-                .forward(&layer.input_norm.forward(&h), cache);
+                .forward_rows(&layer.input_norm.forward(&h), cache);
             h = h + attended;
             let normed = layer.post_norm.forward(&h);
             let ff = match &layer.feed_forward {
@@ -513,7 +554,7 @@ impl Transformer {
                 h = send(&h, stage.group.rank() - 1, Some(&stage.group));
                 // Evaluating the cache (the prompt's chunks) sends them on: the next chunk's
                 // first stages run while the later ones work on this one.
-                if let Some(last) = cache.last_mut() {
+                if let Some(last) = caches.last_mut().and_then(|c| c.first_mut()) {
                     last.evaluate_with(h.clone());
                 }
             }
