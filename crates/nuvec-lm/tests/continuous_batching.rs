@@ -35,7 +35,7 @@ fn options(i: usize) -> GenerateOptions {
     };
     GenerateOptions {
         max_tokens: 6 + i,
-        sampler: if i % 2 == 0 {
+        sampler: if i.is_multiple_of(2) {
             sampled
         } else {
             SamplerOptions::default()
