@@ -106,7 +106,7 @@ fn parse_bool(value: &str) -> Result<bool, String> {
 
 /// The model and tokenizer of `dir`: this rank's share of the model when `group` has
 /// several ranks (tensor parallel, or pipeline stages), as mlx-lm's `sharded_load`.
-fn load_for(
+pub(crate) fn load_for(
     dir: &std::path::Path,
     group: &Group,
     splitting: &Splitting,

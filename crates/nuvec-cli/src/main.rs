@@ -3,7 +3,8 @@
 //! `nuvec launch -n 4 -- ./my-program` starts a distributed program as 4 processes on this
 //! machine (or on the hosts of `--hosts`/`--hostfile`, through ssh), giving each rank the
 //! environment mlx.launch writes. See [docs/launch.md](https://github.com/nuvec/nuvec/blob/main/docs/launch.md). `nuvec generate` and `nuvec chat` run
-//! a language model folder through nuvec-lm ([docs/lm.md](https://github.com/nuvec/nuvec/blob/main/docs/lm.md)). `nuvec config` checks
+//! a language model folder through nuvec-lm ([docs/lm.md](https://github.com/nuvec/nuvec/blob/main/docs/lm.md)); `nuvec serve` serves it over
+//! OpenAI's API ([docs/serve.md](https://github.com/nuvec/nuvec/blob/main/docs/serve.md)). `nuvec config` checks
 //! the hosts, finds how they are joined and writes the hostfile
 //! ([docs/config.md](https://github.com/nuvec/nuvec/blob/main/docs/config.md)). `nuvec trace`
 //! reads the flight recorder's files.
@@ -13,6 +14,7 @@ mod group;
 mod launch;
 mod lm;
 mod os;
+mod serve;
 mod trace;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +34,8 @@ enum Commands {
     Generate(lm::GenerateArgs),
     /// Chat with a language model in the terminal (as mlx_lm.chat).
     Chat(lm::ChatArgs),
+    /// Serve a language model over OpenAI's HTTP API (as mlx_lm.server).
+    Serve(serve::ServeArgs),
     /// Check the hosts, find how they are joined, and write a hostfile (as
     /// mlx.distributed_config).
     Config(config::ConfigArgs),
@@ -134,6 +138,10 @@ fn main() {
         }),
         Commands::Chat(args) => lm::chat(args).unwrap_or_else(|error| {
             eprintln!("nuvec chat: {error}");
+            1
+        }),
+        Commands::Serve(args) => serve::run(args).unwrap_or_else(|error| {
+            eprintln!("nuvec serve: {error}");
             1
         }),
         Commands::Config(args) => config::run(args).unwrap_or_else(|error| {
