@@ -12,6 +12,7 @@ use nuvec_lm::{
     BatchGenerator, BatchToken, GenerateOptions, Model, StreamingDetokenizer, Tokenizer,
 };
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +38,8 @@ pub(crate) struct Job {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct TokenLogprob {
     pub(crate) token: u32,
+    /// The text the token added (its pieces make up the answer's text).
+    pub(crate) text: String,
     pub(crate) logprob: f32,
     pub(crate) top: Vec<(u32, f32)>,
 }
@@ -61,17 +64,42 @@ pub(crate) enum Event {
     Failed(ApiError),
 }
 
-/// Whether the server can generate: `None` when it can, else why not.
+/// What `/health` reports: whether the server can generate (`None` when it can, else why
+/// not), and the requests being generated and waiting.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Health(Arc<Mutex<Option<String>>>);
+pub(crate) struct Health(Arc<HealthState>);
+
+#[derive(Debug, Default)]
+struct HealthState {
+    failure: Mutex<Option<String>>,
+    active: AtomicUsize,
+    waiting: AtomicUsize,
+}
 
 impl Health {
     pub(crate) fn failure(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn fail(&self, reason: String) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+        *self.0.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    }
+
+    /// Requests being generated, and waiting for room in the batch.
+    pub(crate) fn load(&self) -> (usize, usize) {
+        (
+            self.0.active.load(Ordering::Relaxed),
+            self.0.waiting.load(Ordering::Relaxed),
+        )
+    }
+
+    fn set_load(&self, active: usize, waiting: usize) {
+        self.0.active.store(active, Ordering::Relaxed);
+        self.0.waiting.store(waiting, Ordering::Relaxed);
     }
 }
 
@@ -118,6 +146,7 @@ pub(crate) fn run(
                 Ok(job) => engine.waiting.push_back(job),
                 Err(RecvTimeoutError::Timeout) => {
                     engine.round(Plan::default());
+                    engine.health.set_load(0, 0);
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -128,6 +157,7 @@ pub(crate) fn run(
         }
         let plan = engine.plan();
         engine.round(plan);
+        (engine.health).set_load(engine.active.len(), engine.waiting.len());
     }
     engine.round(Plan {
         shutdown: true,
@@ -265,6 +295,7 @@ impl Engine<'_> {
         let eos = self.tokenizer.eos_token_ids().contains(&drawn.token);
         let a = &mut self.active[at];
         a.generated += 1;
+        let mut piece = String::new();
         let finish = if eos {
             Some("stop")
         } else {
@@ -273,7 +304,8 @@ impl Engine<'_> {
             if at_limit {
                 a.detokenizer.finalize();
             }
-            let stopped = a.text.push(&a.detokenizer.last_segment());
+            piece = a.detokenizer.last_segment();
+            let stopped = a.text.push(&piece);
             match (stopped, at_limit) {
                 (true, _) => Some("stop"),
                 (false, true) => Some("length"),
@@ -281,7 +313,7 @@ impl Engine<'_> {
             }
         };
         if !eos {
-            let logprob = a.job.logprobs.map(|top| token_logprob(&drawn, top));
+            let logprob = (a.job.logprobs).map(|top| token_logprob(&drawn, piece, top));
             let text = a.text.release(finish.is_some());
             a.job.events.send(Event::Token { text, logprob }).ok();
         }
@@ -313,7 +345,7 @@ impl Engine<'_> {
 }
 
 /// The drawn token's log-probability and the `top` most likely tokens'.
-fn token_logprob(drawn: &BatchToken, top: usize) -> TokenLogprob {
+fn token_logprob(drawn: &BatchToken, text: String, top: usize) -> TokenLogprob {
     let values = drawn
         .logprobs
         .astype(nuvec_core::DType::F32)
@@ -334,6 +366,7 @@ fn token_logprob(drawn: &BatchToken, top: usize) -> TokenLogprob {
     }
     TokenLogprob {
         token: drawn.token,
+        text,
         logprob,
         top: (order.iter().take(top))
             .map(|&t| (t, values[t as usize]))

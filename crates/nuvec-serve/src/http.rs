@@ -91,9 +91,16 @@ async fn authorize(
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> Response {
+    let (active, waiting) = state.health.load();
     match state.health.failure() {
-        None => Json(json!({"status": "ok", "model": state.model_id, "ranks": state.ranks}))
-            .into_response(),
+        None => Json(json!({
+            "status": "ok",
+            "model": state.model_id,
+            "ranks": state.ranks,
+            "active_requests": active,
+            "waiting_requests": waiting,
+        }))
+        .into_response(),
         Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"status": "unavailable", "reason": reason, "ranks": state.ranks})),

@@ -49,7 +49,7 @@ impl Logprobs {
         let text = |t: u32| tokenizer.decode(&[t], false).unwrap_or_default();
         let top = (logprob.top.iter()).map(|&(t, lp)| (text(t), lp)).collect();
         self.entries
-            .push((text(logprob.token), logprob.logprob, top));
+            .push((logprob.text.clone(), logprob.logprob, top));
     }
 
     pub(crate) fn is_empty(&self) -> bool {
