@@ -213,7 +213,7 @@ pub fn streamed_text(events: &[String]) -> String {
         if let Some(choice) = chunk["choices"].get(0) {
             let piece = choice["delta"]["content"]
                 .as_str()
-                .or(choice["text"].as_str());
+                .or_else(|| choice["text"].as_str());
             text.push_str(piece.unwrap_or(""));
         }
     }
