@@ -85,6 +85,11 @@ pub(crate) struct LaunchArgs {
     /// Seconds ranks get to end after SIGTERM before SIGKILL.
     #[arg(long, default_value_t = 5.0)]
     grace: f64,
+    /// When a rank fails, let the others run on rather than ending them (a group's server
+    /// then answers 503 and reports the loss on /health); the launcher still exits with the
+    /// first failing rank's status once every rank has ended.
+    #[arg(long)]
+    keep_going: bool,
     /// The program and its arguments (after `--`, or after the last option).
     #[arg(trailing_var_arg = true)]
     command: Vec<String>,
@@ -399,6 +404,7 @@ pub(crate) fn run(args: LaunchArgs) -> Result<i32, String> {
         &context,
         &label,
         Duration::from_secs_f64(args.grace),
+        args.keep_going,
     );
     let _ = std::fs::remove_dir_all(&files);
     outcome

@@ -1,6 +1,7 @@
 //! Running the ranks: start them, forward their output, wait. The first rank that fails, or a
 //! Ctrl-C/SIGTERM to the launcher, ends every other rank's whole process group (SIGTERM, then
-//! SIGKILL after a grace period); the launcher exits with the failing rank's status. Nothing
+//! SIGKILL after a grace period), unless `--keep-going` lets them run on after a failure;
+//! the launcher exits with the failing rank's status. Nothing
 //! polls: threads block on pipes, on `wait` and on signals.
 
 use super::lock;
@@ -134,6 +135,7 @@ pub(crate) fn run(
     context: &Context,
     label: &Label,
     grace: Duration,
+    keep_going: bool,
 ) -> Result<i32, String> {
     let (events, incoming) = channel();
     watch_signals(events.clone())?;
@@ -207,10 +209,15 @@ pub(crate) fn run(
                         let started = lock(pgid).is_some();
                         (host.as_str(), started)
                     });
-                    say(&format!(
-                        "{}; ending the other ranks",
-                        why_it_ended(rank, &outcome, remote)
-                    ));
+                    let why = why_it_ended(rank, &outcome, remote);
+                    if keep_going {
+                        say(&format!("{why}; the other ranks go on (--keep-going)"));
+                        if status == 0 {
+                            status = code;
+                        }
+                        continue;
+                    }
+                    say(&format!("{why}; ending the other ranks"));
                     status = code;
                     end(&ranks, context, Signal::Term);
                     ending = Some(Instant::now() + grace);

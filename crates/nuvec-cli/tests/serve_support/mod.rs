@@ -36,7 +36,7 @@ impl Server {
             let port = free_ports(1)[0];
             command
                 .args(["launch", "-n", &ranks.to_string(), "-p", &port.to_string()])
-                .args(["--no-prefix", "--", nuvec]);
+                .args(["--no-prefix", "--keep-going", "--", nuvec]);
         }
         command
             .args(["serve", "--model"])
@@ -82,6 +82,27 @@ impl Server {
                 panic!("nuvec serve did not start: {}", log.lock().unwrap());
             }
         }
+    }
+
+    /// The pid of rank `rank` of a launched server: the launcher's child whose environment
+    /// says `MLX_RANK=<rank>`.
+    pub fn rank_pid(&self, rank: usize) -> Option<i32> {
+        let wanted = format!("MLX_RANK={rank}");
+        let launcher = self.child.id().to_string();
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // The parent's pid is the second field after the parenthesized name.
+            let parent = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1));
+            if parent != Some(launcher.as_str()) {
+                continue;
+            }
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            if environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes()) {
+                return Some(pid);
+            }
+        }
+        None
     }
 
     pub fn log(&self) -> String {
