@@ -90,10 +90,15 @@ impl Server {
         let wanted = format!("MLX_RANK={rank}");
         let launcher = self.child.id().to_string();
         for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             // The parent's pid is the second field after the parenthesized name.
-            let parent = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1));
+            let parent = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().nth(1));
             if parent != Some(launcher.as_str()) {
                 continue;
             }
