@@ -13,6 +13,8 @@
 //!   and `quantized_matmul` against `matmul`.
 //! - `bench-lm`: nuvec-lm against mlx-lm on a model of Qwen2.5-0.5B's shape (bf16 and
 //!   4-bit), prompt 512 / generation 128.
+//! - `bench-serve`: `nuvec serve` against `mlx_lm.server` on that model, 1, 8 and 32
+//!   concurrent streaming clients: throughput and time to first token.
 //! - `fuzz-mlx [--cases N] [--seed S]`: the differential tester against MLX, a long run.
 //! - `tidy`: repository hygiene (also run as a test: `cargo test -p xtask`).
 
@@ -27,6 +29,7 @@ mod bench_lm_parallel;
 mod bench_mlx;
 mod bench_plot;
 mod bench_rounds;
+mod bench_serve;
 mod bench_table;
 mod demo;
 mod stats;
@@ -52,10 +55,11 @@ fn main() -> ExitCode {
         ),
         Some("bench-nn") => bench_nn(),
         Some("bench-lm") => bench_lm::run_bench(&args[1..]),
+        Some("bench-serve") => bench_serve::run_bench(&args[1..]),
         Some("fuzz-mlx") => fuzz_mlx(&args[1..]),
         Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),
         _ => Err(
-            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-plot | bench-transforms | bench-nn | bench-lm | fuzz-mlx | tidy>"
+            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-plot | bench-transforms | bench-nn | bench-lm | bench-serve | fuzz-mlx | tidy>"
                 .to_string(),
         ),
     };

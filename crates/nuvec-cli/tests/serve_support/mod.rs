@@ -150,11 +150,20 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // The whole process group: the launcher and its ranks.
-        // SAFETY: kill with a negative pid signals the group this test made; no memory is touched.
-        unsafe {
-            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        // SIGTERM first: a launcher ends its ranks (each in a process group of its own);
+        // then SIGKILL to this test's process group, for whatever is left.
+        let group = -(self.child.id() as i32);
+        // SAFETY: kill signals processes this test started; no memory is touched.
+        unsafe { libc::kill(group, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
+        // SAFETY: as above.
+        unsafe { libc::kill(group, libc::SIGKILL) };
         self.child.wait().ok();
     }
 }
