@@ -168,15 +168,25 @@ fn end_tokens(model: &Path) -> Vec<u64> {
     ids
 }
 
+/// What one load measured.
+struct Load {
+    tokens_per_second: f64,
+    /// Milliseconds to the first text of each request that succeeded.
+    ttft: Vec<f64>,
+    /// Requests that failed, and the first reason.
+    failed: usize,
+    reason: Option<String>,
+}
+
 /// One load: `clients` threads, each `requests` completions in turn.
 fn load(
     address: &str,
     clients: usize,
     requests: usize,
     body: impl Fn(usize) -> String + Sync,
-) -> Result<(f64, Vec<f64>), String> {
+) -> Load {
     let started = Instant::now();
-    let results: Vec<Result<Vec<(Duration, usize)>, String>> = std::thread::scope(|scope| {
+    let results: Vec<Vec<Result<(Duration, usize), String>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
                 let body = &body;
@@ -189,19 +199,32 @@ fn load(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a client panicked".into())))
+            .map(|h| h.join().unwrap_or_default())
             .collect()
     });
     let elapsed = started.elapsed().as_secs_f64();
-    let mut ttft = Vec::new();
+    let mut load = Load {
+        tokens_per_second: 0.0,
+        ttft: Vec::new(),
+        failed: 0,
+        reason: None,
+    };
     let mut tokens = 0;
-    for result in results {
-        for (first, n) in result? {
-            ttft.push(first.as_secs_f64() * 1e3);
-            tokens += n;
+    for result in results.into_iter().flatten() {
+        match result {
+            Ok((first, n)) => {
+                load.ttft.push(first.as_secs_f64() * 1e3);
+                tokens += n;
+            }
+            Err(reason) => {
+                load.failed += 1;
+                load.reason.get_or_insert(reason);
+            }
         }
     }
-    Ok((tokens as f64 / elapsed, ttft))
+    load.tokens_per_second = tokens as f64 / elapsed;
+    load.ttft.sort_by(f64::total_cmp);
+    load
 }
 
 pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
@@ -262,8 +285,8 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         .to_string()
     };
     println!("model {folder}, prompt {prompt} words, {generate} generated, {requests} requests per client");
-    println!("| clients | side | generated tok/s | TTFT p50 ms | TTFT p99 ms |");
-    println!("|---|---|---|---|---|");
+    println!("| clients | side | generated tok/s | TTFT p50 ms | TTFT p99 ms | failed requests |");
+    println!("|---|---|---|---|---|---|");
     let mut summary = Vec::new();
     for &c in &clients {
         for round in 0..rounds {
@@ -272,14 +295,18 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                 let server = start(side, &model, &python, &root)?;
                 // Warm-up: one request, not counted.
                 streamed(&server.address, &body(1_000_000))?;
-                let (tps, mut ttft) = load(&server.address, c, requests, body)?;
-                ttft.sort_by(f64::total_cmp);
-                let (p50, p99) = (percentile(&ttft, 50.0), percentile(&ttft, 99.0));
+                let load = load(&server.address, c, requests, body);
+                let (p50, p99) = (percentile(&load.ttft, 50.0), percentile(&load.ttft, 99.0));
+                let failed = match &load.reason {
+                    Some(reason) => format!("{} of {} ({reason})", load.failed, c * requests),
+                    None => "0".to_string(),
+                };
                 println!(
-                    "| {c} (round {}) | {side} | {tps:.1} | {p50:.0} | {p99:.0} |",
-                    round + 1
+                    "| {c} (round {}) | {side} | {:.1} | {p50:.0} | {p99:.0} | {failed} |",
+                    round + 1,
+                    load.tokens_per_second
                 );
-                figures.push((tps, p99));
+                figures.push((load.tokens_per_second, p99));
             }
             summary.push((c, figures[0].0 / figures[1].0, figures[0].1 / figures[1].1));
         }

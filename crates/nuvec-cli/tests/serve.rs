@@ -381,3 +381,50 @@ fn abandon_stream_with_key(address: &str, body: &Value, auth: &str) {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     drop(stream);
 }
+
+#[test]
+fn sigterm_ends_streams_in_flight_with_503_and_the_server_exits() {
+    let mut server = Server::start(MODEL, 1, &[], &[]);
+    let endless = chat(
+        "go on",
+        json!({"max_tokens": 100000, "stream": true, "logit_bias": no_end()}),
+    );
+    let started = Instant::now();
+    let events = std::thread::scope(|scope| {
+        let stream = scope.spawn(|| server.stream("/v1/chat/completions", &endless));
+        while server.health().1["active_requests"] != 1 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the request never started"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: kill signals the server this test started; no memory is touched.
+        unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+        stream.join().unwrap()
+    });
+    let (status, events) = events;
+    assert_eq!(status, 200);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let error: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shutting down"),
+        "{error}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let exited = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not exit: {}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exited.success(), "{exited}: {}", server.log());
+}

@@ -72,6 +72,8 @@ pub(crate) struct Health(Arc<HealthState>);
 #[derive(Debug, Default)]
 struct HealthState {
     failure: Mutex<Option<String>>,
+    /// The server was told to stop: requests in flight end, no new one starts.
+    stopping: std::sync::atomic::AtomicBool,
     active: AtomicUsize,
     waiting: AtomicUsize,
 }
@@ -87,6 +89,21 @@ impl Health {
 
     fn fail(&self, reason: String) {
         *self.0.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    }
+
+    /// Ends the requests in flight (`503`, the server is stopping) and refuses new ones, so
+    /// that a stopping server's connections close.
+    pub(crate) fn stop(&self) {
+        self.0.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Why requests cannot be served now, if they cannot: the group failed, or the server
+    /// is stopping.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        self.failure().or_else(|| {
+            (self.0.stopping.load(Ordering::Relaxed))
+                .then(|| "the server is shutting down".to_string())
+        })
     }
 
     /// Requests being generated, and waiting for room in the batch.
@@ -181,15 +198,23 @@ struct Engine<'m> {
 impl Engine<'_> {
     /// The next round: who leaves (finished, or the client is gone), who joins.
     fn plan(&mut self) -> Plan {
-        if let Some(reason) = self.health.failure() {
+        let mut remove = std::mem::take(&mut self.finished);
+        if let Some(reason) = self.health.refusal() {
+            for active in self.active.drain(..) {
+                remove.push(active.id);
+                let event = Event::Failed(ApiError::unavailable(reason.clone()));
+                active.job.events.send(event).ok();
+            }
             for job in self.waiting.drain(..) {
                 job.events
                     .send(Event::Failed(ApiError::unavailable(reason.clone())))
                     .ok();
             }
-            return Plan::default();
+            return Plan {
+                remove,
+                ..Plan::default()
+            };
         }
-        let mut remove = std::mem::take(&mut self.finished);
         self.active.retain(|a| {
             let gone = a.job.events.is_closed();
             if gone {

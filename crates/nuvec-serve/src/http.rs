@@ -286,7 +286,7 @@ async fn answer(
         Ok(request) => request,
         Err(error) => return error.into_response(),
     };
-    if let Some(reason) = state.health.failure() {
+    if let Some(reason) = state.health.refusal() {
         return ApiError::unavailable(reason).into_response();
     }
     let (job, mut events) = match job(&state, &request) {

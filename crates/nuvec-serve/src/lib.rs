@@ -125,17 +125,32 @@ pub fn serve(
     let app = http::router(state);
     let distributed = (group.size() > 1).then_some(group);
     std::thread::scope(|scope| {
-        let engine =
-            scope.spawn(|| engine::run(&model, &tokenizer, distributed, receiver, health, limits));
+        let engine_health = health.clone();
+        let engine = scope.spawn(|| {
+            engine::run(
+                &model,
+                &tokenizer,
+                distributed,
+                receiver,
+                engine_health,
+                limits,
+            )
+        });
         eprintln!(
             "nuvec serve: listening on http://{bound} (model {}, {} rank{})",
             options.model_id,
             group.size(),
             if group.size() == 1 { "" } else { "s" }
         );
-        let served = runtime.block_on(async {
+        let stopping = health.clone();
+        let served = runtime.block_on(async move {
+            let signal = async move {
+                stopped().await;
+                // Requests in flight end with 503, so their connections close.
+                stopping.stop();
+            };
             axum::serve(listener, app)
-                .with_graceful_shutdown(stopped())
+                .with_graceful_shutdown(signal)
                 .await
         });
         // The router, and with it the engine's queue, is gone: the engine ends its group.
