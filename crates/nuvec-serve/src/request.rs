@@ -269,6 +269,41 @@ impl Request {
                 None => return Err(ApiError::invalid(Some("prompt"), "'prompt' is required")),
             },
         };
+        // Fields mlx_lm.server or OpenAI know that change the answer and are not served
+        // here: refused rather than ignored.
+        for name in ["presence_penalty", "frequency_penalty", "xtc_probability"] {
+            if number(&body, name)?.is_some_and(|x| x != 0.0) {
+                return Err(ApiError::invalid(
+                    Some(name),
+                    format!("'{name}' is not supported by this server (leave it out or 0)"),
+                ));
+            }
+        }
+        for name in [
+            "tools",
+            "chat_template_kwargs",
+            "response_format",
+            "adapters",
+            "draft_model",
+        ] {
+            let given = match field(&body, name) {
+                None => false,
+                Some(Value::Array(a)) => !a.is_empty(),
+                Some(Value::Object(o)) => {
+                    let plain_text = name == "response_format"
+                        && o.get("type").and_then(Value::as_str) == Some("text");
+                    !o.is_empty() && !plain_text
+                }
+                Some(Value::String(s)) => !(name == "draft_model" && s == "default_model"),
+                Some(_) => true,
+            };
+            if given {
+                return Err(ApiError::invalid(
+                    Some(name),
+                    format!("'{name}' is not supported by this server"),
+                ));
+            }
+        }
         if let Some(n) = count(&body, "n")? {
             if n != 1 {
                 return Err(ApiError::invalid(
@@ -386,6 +421,10 @@ mod tests {
         assert_eq!(r.processors.logit_bias.get(&5), Some(&-1.5));
         assert!(r.stream && r.include_usage);
         assert!(matches!(r.input, Input::Messages(ref m) if m.len() == 1));
+        // What clients send by default is accepted.
+        let defaults = r#"{"messages": [{"role": "user"}], "presence_penalty": 0,
+            "frequency_penalty": 0.0, "response_format": {"type": "text"}, "tools": []}"#;
+        assert!(chat(defaults).is_ok());
     }
 
     #[test]
@@ -432,6 +471,18 @@ mod tests {
             (
                 r#"{"messages": [{"role": "user"}], "stream": "yes"}"#,
                 "'stream' must be a boolean",
+            ),
+            (
+                r#"{"messages": [{"role": "user"}], "presence_penalty": 0.5}"#,
+                "'presence_penalty' is not supported",
+            ),
+            (
+                r#"{"messages": [{"role": "user"}], "tools": [{"type": "function"}]}"#,
+                "'tools' is not supported",
+            ),
+            (
+                r#"{"messages": [{"role": "user"}], "response_format": {"type": "json_object"}}"#,
+                "'response_format' is not supported",
             ),
         ];
         for (body, expected) in cases {
