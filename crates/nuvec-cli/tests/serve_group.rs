@@ -111,3 +111,42 @@ fn two_ranks_answer_as_one_process_and_a_killed_rank_gives_503_within_the_timeou
     );
     assert_eq!(status, 503);
 }
+
+#[test]
+fn two_pipeline_stages_answer_as_one_process_alone_and_batched() {
+    let server = Server::start(MODEL, 2, &["--pipeline"], &[]);
+    let bodies: Vec<(Value, String)> = (0..4)
+        .map(|i| {
+            let prompt = format!("stage question {i}");
+            let (tokens, seed) = ((6 + i).to_string(), i.to_string());
+            let args = [
+                "--prompt",
+                &prompt,
+                "--max-tokens",
+                &tokens,
+                "--temp",
+                "0.6",
+                "--seed",
+                &seed,
+            ];
+            let expected = generate(MODEL, &args);
+            let body = json!({"max_tokens": 6 + i, "temperature": 0.6, "seed": i, "stream": true});
+            (chat(&prompt, body), expected)
+        })
+        .collect();
+    for (body, expected) in &bodies {
+        let (status, events) = server.stream("/v1/chat/completions", body);
+        assert_eq!(status, 200, "{}", server.log());
+        assert_eq!(streamed_text(&events), *expected);
+    }
+    let together: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (bodies.iter())
+            .map(|(b, _)| {
+                scope.spawn(|| streamed_text(&server.stream("/v1/chat/completions", b).1))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let expected: Vec<String> = bodies.into_iter().map(|(_, e)| e).collect();
+    assert_eq!(together, expected);
+}

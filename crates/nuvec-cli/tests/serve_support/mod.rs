@@ -33,7 +33,7 @@ impl Server {
         let model = fixture(model);
         let mut command = Command::new(nuvec);
         if ranks > 1 {
-            let port = free_ports(1)[0];
+            let port = free_ports(ranks)[0];
             command
                 .args(["launch", "-n", &ranks.to_string(), "-p", &port.to_string()])
                 .args(["--no-prefix", "--keep-going", "--", nuvec]);
