@@ -150,3 +150,38 @@ fn two_pipeline_stages_answer_as_one_process_alone_and_batched() {
     let expected: Vec<String> = bodies.into_iter().map(|(_, e)| e).collect();
     assert_eq!(together, expected);
 }
+
+#[test]
+fn a_stalled_rank_is_reported_on_health_within_the_timeout_even_when_idle() {
+    let server = Server::start(MODEL, 2, &[], &[("NUVEC_DISTRIBUTED_TIMEOUT", "3")]);
+    let (status, _) = server.post(
+        "/v1/chat/completions",
+        &chat("warm", json!({"max_tokens": 2})),
+    );
+    assert_eq!(status, 200, "{}", server.log());
+    let rank_1 = server.rank_pid(1).expect("rank 1's pid");
+    // SAFETY: kill signals a process this test started; no memory is touched.
+    unsafe { libc::kill(rank_1, libc::SIGSTOP) };
+    let started = Instant::now();
+    let health = loop {
+        let (status, health) = server.health();
+        if status == 503 {
+            break health;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "still healthy: {health}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // SAFETY: as above; the stopped rank is let go so the launcher can end it.
+    unsafe { libc::kill(rank_1, libc::SIGCONT) };
+    let reason = health["reason"].as_str().unwrap();
+    assert!(reason.contains("rank 1"), "{reason}");
+    let (status, answer) = server.post(
+        "/v1/chat/completions",
+        &chat("again", json!({"max_tokens": 2})),
+    );
+    assert_eq!(status, 503);
+    assert_eq!(answer["error"]["message"], reason);
+}
