@@ -159,11 +159,11 @@ fn seconds_now() -> u64 {
 }
 
 /// The prompt's token ids.
-fn tokens(state: &AppState, input: &Input) -> Result<Vec<u32>, ApiError> {
+fn tokens(state: &AppState, request: &Request) -> Result<Vec<u32>, ApiError> {
     let tokenizer = &state.tokenizer;
     let failed =
         |e: nuvec_lm::Error| ApiError::invalid(None, format!("the prompt cannot be read: {e}"));
-    let tokens = match input {
+    let tokens = match &request.input {
         Input::Text(text) => tokenizer.encode_prompt(text).map_err(failed)?,
         Input::Tokens(ids) => {
             if let Some(&bad) = ids.iter().find(|&&t| t as usize >= state.vocabulary) {
@@ -183,10 +183,8 @@ fn tokens(state: &AppState, input: &Input) -> Result<Vec<u32>, ApiError> {
             tokenizer.encode(&text, false).map_err(failed)?
         }
         Input::Messages(messages) => {
-            let text: Vec<String> = (messages.iter())
-                .map(|m| format!("{}: {}", m.role, m.content))
-                .collect();
-            tokenizer.encode_prompt(&text.join("\n")).map_err(failed)?
+            let text = plain_chat(messages, request.role_mapping.as_ref());
+            tokenizer.encode_prompt(&text).map_err(failed)?
         }
     };
     if tokens.is_empty() {
@@ -196,6 +194,34 @@ fn tokens(state: &AppState, input: &Input) -> Result<Vec<u32>, ApiError> {
         ));
     }
     Ok(tokens)
+}
+
+/// A chat written for a tokenizer without a chat template, as mlx_lm.server's `convert_chat`:
+/// each message after its role's prefix and followed by the `stop` text, then the assistant's
+/// prefix, trailing whitespace trimmed. Its default mapping is mlx_lm.server's.
+fn plain_chat(
+    messages: &[nuvec_lm::Message],
+    mapping: Option<&std::collections::BTreeMap<String, String>>,
+) -> String {
+    let default = |role: &str| match role {
+        "system" => "ASSISTANT's RULE: ",
+        "user" => "USER: ",
+        "assistant" => "ASSISTANT: ",
+        "stop" => "\n",
+        _ => "",
+    };
+    let get = |role: &str| match mapping {
+        Some(map) => map.get(role).map_or("", String::as_str),
+        None => default(role),
+    };
+    let mut prompt = String::new();
+    for message in messages {
+        prompt.push_str(get(&message.role));
+        prompt.push_str(&message.content);
+        prompt.push_str(get("stop"));
+    }
+    prompt.push_str(get("assistant"));
+    prompt.trim_end().to_string()
 }
 
 /// A checked request made into a job for the engine, and the receiving end of its events.
@@ -215,7 +241,7 @@ fn job(state: &AppState, request: &Request) -> Result<(Job, UnboundedReceiver<Ev
             .with_code("model_not_found"));
         }
     }
-    let prompt = tokens(state, &request.input)?;
+    let prompt = tokens(state, request)?;
     let mut max_tokens = request.max_tokens;
     if let Some(context) = state.context {
         if prompt.len() >= context {
@@ -456,5 +482,35 @@ impl Streaming {
     fn finish(&mut self) {
         self.queue.push_back("[DONE]".to_string());
         self.ended = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_chat;
+    use nuvec_lm::Message;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_chat_without_a_template_is_written_as_mlx_lm_server_writes_it() {
+        let messages = [
+            Message::new("system", "be brief"),
+            Message::new("user", "hi"),
+            Message::new("assistant", "hello"),
+            Message::new("user", "and?"),
+        ];
+        assert_eq!(
+            plain_chat(&messages, None),
+            "ASSISTANT's RULE: be brief\nUSER: hi\nASSISTANT: hello\nUSER: and?\nASSISTANT:"
+        );
+        let mapping = BTreeMap::from([
+            ("user".to_string(), "<u>".to_string()),
+            ("assistant".to_string(), "<a>".to_string()),
+            ("stop".to_string(), "|".to_string()),
+        ]);
+        assert_eq!(
+            plain_chat(&messages[1..], Some(&mapping)),
+            "<u>hi|<a>hello|<u>and?|<a>"
+        );
     }
 }

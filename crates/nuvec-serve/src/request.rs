@@ -57,6 +57,9 @@ pub struct Request {
     pub stream: bool,
     /// A last streamed event carries the usage counts.
     pub include_usage: bool,
+    /// How a chat is written for a tokenizer without a chat template (mlx_lm.server's
+    /// `role_mapping`: a prefix per role, `stop` after each message, `system_prompt`).
+    pub role_mapping: Option<BTreeMap<String, String>>,
 }
 
 /// The field `name` of `body`, if present and not null.
@@ -380,8 +383,24 @@ impl Request {
             Some(Value::Object(options)) => flag(options, "include_usage")?.unwrap_or(false),
             Some(other) => return Err(wrong("stream_options", "an object", other)),
         };
+        let role_mapping = match field(&body, "role_mapping") {
+            None => None,
+            Some(Value::Object(map)) => Some(
+                (map.iter())
+                    .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                    .collect::<Option<BTreeMap<_, _>>>()
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            Some("role_mapping"),
+                            "'role_mapping' values must be strings",
+                        )
+                    })?,
+            ),
+            Some(other) => return Err(wrong("role_mapping", "an object of strings", other)),
+        };
         Ok(Request {
             endpoint,
+            role_mapping,
             model,
             input,
             max_tokens,
