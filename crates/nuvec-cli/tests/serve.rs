@@ -145,6 +145,8 @@ fn stop_texts_logprobs_and_token_prompts_are_answered_as_openai_does() {
         .unwrap();
     assert!(!content.is_empty());
     assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 2);
+    // Token ids beside the text, as mlx_lm.server gives them.
+    assert!(content[0]["id"].is_u64() && content[0]["top_logprobs"][0]["id"].is_u64());
 
     // Token ids are a prompt too: the same answer as their text's.
     let (_, tokenizer) = nuvec_lm::load(fixture(MODEL)).unwrap();

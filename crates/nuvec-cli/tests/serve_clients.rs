@@ -1,7 +1,8 @@
 //! `nuvec serve` through real clients: OpenAI's Python package (pinned in .ci/run) and curl,
-//! streamed and whole, give `nuvec generate`'s text for the same seed. Without the package or
-//! curl the test says SKIPPED with the reason, and fails instead when CI asks for them
-//! (`NUVEC_REQUIRE_OPENAI=1`, `NUVEC_REQUIRE_CURL=1`).
+//! streamed and whole, give `nuvec generate`'s text for the same seed; mlx_lm.server (mlx-lm
+//! 0.32.2) answers the same requests with the same text and counts. Without the package, curl
+//! or mlx-lm a test says SKIPPED with the reason, and fails instead when CI asks for them
+//! (`NUVEC_REQUIRE_OPENAI=1`, `NUVEC_REQUIRE_CURL=1`, `NUVEC_REQUIRE_MLX_LM=1`).
 
 mod serve_support;
 
@@ -132,4 +133,96 @@ fn curl_gets_nuvec_generates_text_whole_and_streamed() {
         .collect();
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     assert_eq!(serve_support::streamed_text(&events), expected);
+}
+
+/// The repository's MLX venv when mlx-lm is installed in it.
+fn python_with_mlx_lm() -> Option<PathBuf> {
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv-mlx/bin/python");
+    let works = Command::new(&python)
+        .args(["-c", "import mlx_lm"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    works.then_some(python)
+}
+
+#[test]
+fn the_same_requests_get_mlx_lm_servers_text_and_counts() {
+    let Some(python) = python_with_mlx_lm() else {
+        let reason = "mlx-lm is not installed in .venv-mlx (pip install mlx-lm==0.32.2)";
+        assert!(!required("NUVEC_REQUIRE_MLX_LM"), "{reason}");
+        return skip(&format!("serve_clients: {reason}"));
+    };
+    let ours = Server::start(MODEL, 1, &[], &[]);
+    let port = nuvec_test_support::ranks::free_ports(1)[0];
+    let mut theirs = Command::new(&python)
+        .args(["-m", "mlx_lm", "server", "--model"])
+        .arg(serve_support::fixture(MODEL))
+        .args(["--port", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let address = format!("127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let up = || {
+        std::net::TcpStream::connect(&address).is_ok()
+            && serve_support::http(&address, "GET", "/health", &[], b"").0 == 200
+    };
+    while !up() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "mlx_lm.server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let requests = [
+        (
+            "/v1/chat/completions",
+            r#"{"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 16}"#,
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "why?"}], "max_tokens": 40}"#,
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt": "once upon a time", "max_tokens": 12}"#,
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt": "the end", "max_tokens": 200}"#,
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt": "once", "max_tokens": 8, "logit_bias": {"264": 3.0}, "repetition_penalty": 1.3}"#,
+        ),
+    ];
+    for (path, body) in requests {
+        let answer = |address: &str| -> Value {
+            let (status, text) = serve_support::http(address, "POST", path, &[], body.as_bytes());
+            assert_eq!(status, 200, "{address}{path} {body}: {text}");
+            serde_json::from_str(&text).unwrap()
+        };
+        let (a, b) = (answer(&ours.address), answer(&address));
+        let choice = |v: &Value| {
+            let c = &v["choices"][0];
+            (
+                c["message"]["content"]
+                    .as_str()
+                    .or_else(|| c["text"].as_str())
+                    .map(str::to_string),
+                c["finish_reason"].clone(),
+            )
+        };
+        assert_eq!(choice(&a), choice(&b), "{path} {body}");
+        for count in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+            assert_eq!(
+                a["usage"][count], b["usage"][count],
+                "{path} {body}: {count}"
+            );
+        }
+        assert_eq!(a["object"], b["object"]);
+    }
+    theirs.kill().ok();
+    theirs.wait().ok();
 }

@@ -34,29 +34,32 @@ impl Usage {
     }
 }
 
-/// A token's text and log-probability.
-type Scored = (String, f32);
+/// A token's id, text and log-probability.
+type Scored = (u32, String, f32);
 
 /// Log-probabilities of the tokens of one answer (or chunk), in the endpoint's shape: each
 /// chosen token with its alternatives.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Logprobs {
-    entries: Vec<(String, f32, Vec<Scored>)>,
+    entries: Vec<(Scored, Vec<Scored>)>,
 }
 
 impl Logprobs {
     pub(crate) fn push(&mut self, tokenizer: &Tokenizer, logprob: &TokenLogprob) {
         let text = |t: u32| tokenizer.decode(&[t], false).unwrap_or_default();
-        let top = (logprob.top.iter()).map(|&(t, lp)| (text(t), lp)).collect();
-        self.entries
-            .push((logprob.text.clone(), logprob.logprob, top));
+        let top = (logprob.top.iter())
+            .map(|&(t, lp)| (t, text(t), lp))
+            .collect();
+        let chosen = (logprob.token, logprob.text.clone(), logprob.logprob);
+        self.entries.push((chosen, top));
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
-    /// Chat's `{"content": [{token, logprob, bytes, top_logprobs}]}`, or completions'
+    /// Chat's `{"content": [{id, token, logprob, bytes, top_logprobs}]}` (the ids as
+    /// mlx_lm.server adds them), or completions'
     /// `{tokens, token_logprobs, top_logprobs, text_offset}` (offsets from `offset`).
     pub(crate) fn json(&self, endpoint: Endpoint, offset: usize) -> Value {
         let number = |x: f32| {
@@ -69,11 +72,11 @@ impl Logprobs {
         match endpoint {
             Endpoint::Chat => {
                 let content: Vec<Value> = (self.entries.iter())
-                    .map(|(token, lp, top)| {
+                    .map(|((id, token, lp), top)| {
                         let top: Vec<Value> = (top.iter())
-                            .map(|(t, lp)| json!({"token": t, "logprob": number(*lp), "bytes": t.as_bytes()}))
+                            .map(|(id, t, lp)| json!({"id": id, "token": t, "logprob": number(*lp), "bytes": t.as_bytes()}))
                             .collect();
-                        json!({"token": token, "logprob": number(*lp), "bytes": token.as_bytes(), "top_logprobs": top})
+                        json!({"id": id, "token": token, "logprob": number(*lp), "bytes": token.as_bytes(), "top_logprobs": top})
                     })
                     .collect();
                 json!({ "content": content })
@@ -81,21 +84,21 @@ impl Logprobs {
             Endpoint::Completions => {
                 let mut at = offset;
                 let mut offsets = Vec::new();
-                for (token, _, _) in &self.entries {
+                for ((_, token, _), _) in &self.entries {
                     offsets.push(at);
                     at += token.len();
                 }
                 let top: Vec<Value> = (self.entries.iter())
-                    .map(|(_, _, top)| {
+                    .map(|(_, top)| {
                         let map: Map<String, Value> = (top.iter())
-                            .map(|(t, lp)| (t.clone(), number(*lp)))
+                            .map(|(_, t, lp)| (t.clone(), number(*lp)))
                             .collect();
                         Value::Object(map)
                     })
                     .collect();
                 json!({
-                    "tokens": self.entries.iter().map(|e| e.0.clone()).collect::<Vec<_>>(),
-                    "token_logprobs": self.entries.iter().map(|e| number(e.1)).collect::<Vec<_>>(),
+                    "tokens": self.entries.iter().map(|e| e.0 .1.clone()).collect::<Vec<_>>(),
+                    "token_logprobs": self.entries.iter().map(|e| number(e.0 .2)).collect::<Vec<_>>(),
                     "top_logprobs": top,
                     "text_offset": offsets,
                 })
