@@ -135,10 +135,15 @@ fn a_prompt_sharing_a_finished_prefix_reuses_its_cache_and_draws_the_same() {
     assert_eq!(tokens, alone(&model, &second, options(1)));
     // The same prompt again: everything but its last token comes from the cache.
     assert!(batch.remove(2));
-    assert_eq!(
-        batch.insert(3, &second, options(1)).unwrap(),
-        second.len() - 1
-    );
+    let cached = batch.insert(3, &second, options(1)).unwrap();
+    assert_eq!(cached, second.len() - 1);
+    assert!(batch.remove(3));
+    // The first prompt's kept cache was not written over by the prompts that reused it.
+    assert!(batch.insert(4, &first, options(1)).unwrap() >= 30);
+    let again: Vec<u32> = (0..options(1).max_tokens)
+        .map(|_| batch.step().unwrap()[0].token)
+        .collect();
+    assert_eq!(again, alone(&model, &first, options(1)));
 }
 
 #[test]
