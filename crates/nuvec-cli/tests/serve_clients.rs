@@ -154,7 +154,7 @@ fn the_same_requests_get_mlx_lm_servers_text_and_counts() {
     };
     let ours = Server::start(MODEL, 1, &[], &[]);
     let port = nuvec_test_support::ranks::free_ports(1)[0];
-    let mut theirs = Command::new(&python)
+    let theirs = Command::new(&python)
         .args(["-m", "mlx_lm", "server", "--model"])
         .arg(serve_support::fixture(MODEL))
         .args(["--port", &port.to_string()])
@@ -162,6 +162,8 @@ fn the_same_requests_get_mlx_lm_servers_text_and_counts() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // Stopped however the test ends.
+    let _theirs = KillOnDrop(theirs);
     let address = format!("127.0.0.1:{port}");
     let started = std::time::Instant::now();
     let up = || {
@@ -223,6 +225,14 @@ fn the_same_requests_get_mlx_lm_servers_text_and_counts() {
         }
         assert_eq!(a["object"], b["object"]);
     }
-    theirs.kill().ok();
-    theirs.wait().ok();
+}
+
+/// A child process killed when this goes out of scope.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
 }
