@@ -1,5 +1,6 @@
 //! `quantized_matmul` (4-bit, groups of 64, `x · Wᵀ`) against the float32 `matmul` of the
-//! same shape and against dequantize-then-matmul, for the shapes of a Qwen-0.5B MLP:
+//! same shape and against dequantize-then-matmul, for the shapes of a Qwen-0.5B MLP (and, in
+//! bfloat16, the 8 and 32 rows of a continuous batch's decoding step):
 //! `cargo run --release -p nuvec-bench --bin bench_quantized_matmul [runs]`.
 //!
 //! Dequantize-then-matmul is timed through `transpose = false` on the quantized `Wᵀ`, which
@@ -75,6 +76,9 @@ fn main() -> Result<()> {
         bench_shape(m, n, k, DType::F32, runs)?;
     }
     bench_shape(1, 4864, 896, DType::BF16, runs)?;
+    // A continuous batch's decoding step: several rows, each a sequence's token.
+    bench_shape(8, 4864, 896, DType::BF16, runs)?;
+    bench_shape(32, 4864, 896, DType::BF16, runs)?;
     bench_shape(512, 4864, 896, DType::BF16, runs)?;
     Ok(())
 }
