@@ -67,7 +67,6 @@ fn refused_values_say_which_option_to_use() {
             &["launch", "--hosts", "127.0.0.1:5000", "--", "true"],
             "--starting-port",
         ),
-        (&["launch", "--backend", "nccl", "--", "true"], "nccl"),
         (&["launch", "--", "./no-such-program"], "--no-verify-script"),
         (&["launch", "--", "no-such-program-anywhere"], "on PATH"),
     ] {
@@ -262,4 +261,53 @@ fn launch_help_has_examples_and_explains_repeat_hosts() {
     for option in ["--print-python", "--no-verify-script", "--nccl-port"] {
         assert!(help.contains(option), "{option} missing from\n{help}");
     }
+}
+
+#[test]
+fn nccl_ranks_get_mlx_launch_s_environment_and_a_nuvec_program_says_it_has_no_nccl() {
+    let output = nuvec(&[
+        "launch",
+        "-n",
+        "2",
+        "--backend",
+        "nccl",
+        "--nccl-port",
+        "23456",
+        "--print-hostfile",
+        "--",
+        "true",
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    for expected in [
+        "NCCL_HOST_IP=127.0.0.1",
+        "NCCL_PORT=23456",
+        "MLX_WORLD_SIZE=2",
+        "CUDA_VISIBLE_DEVICES=1",
+    ] {
+        assert!(stdout.contains(expected), "{expected}: {stdout}");
+    }
+    // A nuvec program started so fails at init, naming the reason, rather than running alone.
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../nuvec-lm/tests/fixtures/qwen3-f32");
+    let model = dir.to_string_lossy();
+    let nuvec_binary = env!("CARGO_BIN_EXE_nuvec");
+    let output = nuvec(&[
+        "launch",
+        "-n",
+        "2",
+        "--backend",
+        "nccl",
+        "--",
+        nuvec_binary,
+        "generate",
+        "--model",
+        &model,
+    ]);
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("launched for NCCL") && stderr.contains("no NCCL backend"),
+        "{stderr}"
+    );
 }

@@ -46,6 +46,14 @@ pub fn is_available(backend: Backend) -> bool {
     }
 }
 
+/// The world's size when the process was launched for NCCL (`NCCL_HOST_IP` set and
+/// `MLX_WORLD_SIZE` above 1), as mlx.launch's nccl backend starts ranks.
+fn nccl_launch_size() -> Option<usize> {
+    std::env::var_os("NCCL_HOST_IP")?;
+    let size: usize = std::env::var("MLX_WORLD_SIZE").ok()?.trim().parse().ok()?;
+    (size > 1).then_some(size)
+}
+
 /// Serialises `init` calls so two threads cannot form two default groups.
 static INIT: Mutex<()> = Mutex::new(());
 
@@ -114,6 +122,14 @@ fn init_serially(strict: bool, backend: Backend) -> Result<Group> {
     };
     if use_mpi {
         return init_mpi(strict);
+    }
+    if let Some(size) = nccl_launch_size().filter(|_| !ring_present && backend == Backend::Any) {
+        // Launched for NCCL (`nuvec launch --backend nccl` or mlx.launch's): running alone
+        // would give every rank a group of one, so say why not instead, strict or not.
+        return Err(init_error(format!(
+            "this process was launched for NCCL (NCCL_HOST_IP and MLX_WORLD_SIZE={size} are \
+             set) and nuvec has no NCCL backend yet: launch it with --backend ring, jaccl or mpi"
+        )));
     }
     if !is_available(backend) {
         if strict {

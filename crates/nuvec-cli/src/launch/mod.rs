@@ -33,7 +33,7 @@ pub(crate) struct LaunchArgs {
     /// {"backend", "envs", "hosts"}.
     #[arg(long)]
     hostfile: Option<PathBuf>,
-    /// ring, jaccl, jaccl-ring or mpi (default: the hostfile's, else ring).
+    /// ring, jaccl, jaccl-ring, mpi or nccl (default: the hostfile's, else ring).
     #[arg(long)]
     backend: Option<String>,
     /// K=V exported to every rank (repeatable).
@@ -62,8 +62,8 @@ pub(crate) struct LaunchArgs {
     /// differently from this one).
     #[arg(long = "no-verify-script")]
     no_verify_script: bool,
-    /// NCCL's port (mlx.launch's --nccl-port; only for --backend nccl, which nuvec does not
-    /// launch yet).
+    /// NCCL's port on rank 0's host (mlx.launch's --nccl-port; --backend nccl; 12345 when
+    /// absent).
     #[arg(long = "nccl-port", value_parser = clap::value_parser!(u16).range(1..))]
     nccl_port: Option<u16>,
     /// Log what the launcher does (each rank's command, ssh's included); the ring also gets
@@ -154,6 +154,9 @@ fn hosts_and_backend(args: &LaunchArgs) -> Result<(Vec<Host>, LaunchBackend, Vec
         .unwrap_or_else(|| "ring".into());
     Ok((hosts, LaunchBackend::parse(&backend)?, file_envs))
 }
+
+/// mlx.launch's default `--nccl-port`.
+const DEFAULT_NCCL_PORT: u16 = 12345;
 
 /// A note on stderr about options that have no effect.
 fn warn(message: &str) {
@@ -267,8 +270,8 @@ pub(crate) fn run(args: LaunchArgs) -> Result<i32, String> {
         return Ok(0);
     }
     let (hosts, backend, mut env) = hosts_and_backend(&args)?;
-    if args.nccl_port.is_some() {
-        warn("--nccl-port is for --backend nccl, which nuvec does not launch; it is ignored");
+    if args.nccl_port.is_some() && backend != LaunchBackend::Nccl {
+        warn("--nccl-port is for --backend nccl; it is ignored");
     }
     env.extend(args.env.iter().cloned());
     // The key travels apart from the other variables (never on a command line).
@@ -294,6 +297,8 @@ pub(crate) fn run(args: LaunchArgs) -> Result<i32, String> {
         connections_per_ip: args.connections_per_ip as usize,
         verbose: args.verbose,
         env: kept,
+        nccl_port: args.nccl_port.unwrap_or(DEFAULT_NCCL_PORT),
+        repeat_hosts: args.repeat_hosts.unwrap_or(1) as usize,
     };
     let plans = plan(&hosts, &options)?;
     if args.print_hostfile {

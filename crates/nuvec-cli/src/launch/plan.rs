@@ -11,6 +11,7 @@ pub(crate) enum LaunchBackend {
     Jaccl,
     JacclRing,
     Mpi,
+    Nccl,
 }
 
 impl LaunchBackend {
@@ -20,16 +21,10 @@ impl LaunchBackend {
             "jaccl" => LaunchBackend::Jaccl,
             "jaccl-ring" => LaunchBackend::JacclRing,
             "mpi" => LaunchBackend::Mpi,
-            "nccl" => {
-                return Err(
-                    "mlx.launch's nccl backend is not one nuvec launches yet; use ring, \
-                            jaccl, jaccl-ring or mpi"
-                        .into(),
-                )
-            }
+            "nccl" => LaunchBackend::Nccl,
             other => {
                 return Err(format!(
-                    "unknown backend {other:?} (ring, jaccl, jaccl-ring or mpi)"
+                    "unknown backend {other:?} (ring, jaccl, jaccl-ring, mpi or nccl)"
                 ))
             }
         })
@@ -42,6 +37,7 @@ impl LaunchBackend {
             LaunchBackend::Jaccl => "jaccl",
             LaunchBackend::JacclRing => "jaccl-ring",
             LaunchBackend::Mpi => "mpi",
+            LaunchBackend::Nccl => "nccl",
         }
     }
 }
@@ -55,6 +51,10 @@ pub(crate) struct PlanOptions {
     pub(crate) verbose: bool,
     /// `K=V` entries from `--env` and the hostfile.
     pub(crate) env: Vec<String>,
+    /// NCCL's port on rank 0's host (`--nccl-port`).
+    pub(crate) nccl_port: u16,
+    /// Ranks per host (`-n`): NCCL's ranks take GPU `rank % repeat_hosts`.
+    pub(crate) repeat_hosts: usize,
 }
 
 /// One rank's launch.
@@ -198,12 +198,29 @@ pub(crate) fn plan(hosts: &[Host], options: &PlanOptions) -> Result<Vec<RankPlan
             files.push(("MLX_IBV_DEVICES".to_string(), python_json(&rows)));
         }
         LaunchBackend::Mpi => {}
+        LaunchBackend::Nccl => {
+            // As mlx.launch: rank 0's first IP and --nccl-port for NCCL's bootstrap, the
+            // world's size, and each rank's GPU (below).
+            let host_ip = hosts[0].ips.first().ok_or(
+                "the nccl backend needs an IP address for rank 0, reachable from every rank (use IPs in --hosts, or \"ips\" in the hostfile)",
+            )?;
+            if options.verbose {
+                env.push(("NCCL_DEBUG".into(), "INFO".into()));
+            }
+            env.push(("NCCL_HOST_IP".into(), host_ip.clone()));
+            env.push(("NCCL_PORT".into(), options.nccl_port.to_string()));
+            env.push(("MLX_WORLD_SIZE".into(), hosts.len().to_string()));
+        }
     }
     Ok(hosts
         .iter()
         .enumerate()
         .map(|(rank, host)| {
             let mut env = env.clone();
+            if options.backend == LaunchBackend::Nccl {
+                let gpu = rank % options.repeat_hosts.max(1);
+                env.push(("CUDA_VISIBLE_DEVICES".into(), gpu.to_string()));
+            }
             env.push(("MLX_RANK".into(), rank.to_string()));
             RankPlan {
                 rank,
@@ -227,6 +244,8 @@ mod tests {
             connections_per_ip: connections,
             verbose,
             env: vec!["A=1".into(), "B".into()],
+            nccl_port: 12345,
+            repeat_hosts: 1,
         }
     }
 
@@ -326,5 +345,60 @@ mod tests {
         assert!(parse_env("A-B=1").unwrap_err().contains("letters"));
         assert_eq!(parse_env("K").unwrap(), ("K".into(), String::new()));
         assert_eq!(parse_env("K=a=b").unwrap(), ("K".into(), "a=b".into()));
+    }
+
+    /// mlx.launch 0.32.4's `launch_nccl`: rank 0's first IP and the port for NCCL's
+    /// bootstrap, the world's size, each rank's GPU (`rank % -n`), then the rank.
+    #[test]
+    fn nccl_ranks_get_what_mlx_launch_writes() {
+        let hosts = parse_host_list("127.0.0.1", 4).unwrap();
+        let options = PlanOptions {
+            backend: LaunchBackend::parse("nccl").unwrap(),
+            starting_port: 32323,
+            connections_per_ip: 1,
+            verbose: true,
+            env: vec!["A=1".into()],
+            nccl_port: 23456,
+            repeat_hosts: 4,
+        };
+        let plans = plan(&hosts, &options).unwrap();
+        assert_eq!(plans.len(), 4);
+        assert!(plans[2].files.is_empty());
+        let expected = [
+            ("A", "1"),
+            ("NCCL_DEBUG", "INFO"),
+            ("NCCL_HOST_IP", "127.0.0.1"),
+            ("NCCL_PORT", "23456"),
+            ("MLX_WORLD_SIZE", "4"),
+            ("CUDA_VISIBLE_DEVICES", "2"),
+            ("MLX_RANK", "2"),
+        ];
+        assert_eq!(
+            plans[2].env,
+            expected.map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        // Two hosts of two ranks each: GPUs 0 and 1 on each.
+        let hosts = parse_host_list("10.0.0.1,10.0.0.2", 2).unwrap();
+        let options = PlanOptions {
+            repeat_hosts: 2,
+            verbose: false,
+            env: Vec::new(),
+            ..options
+        };
+        let plans = plan(&hosts, &options).unwrap();
+        let gpus: Vec<&str> = (plans.iter())
+            .map(|p| {
+                p.env
+                    .iter()
+                    .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
+                    .unwrap()
+                    .1
+                    .as_str()
+            })
+            .collect();
+        assert_eq!(gpus, ["0", "1", "0", "1"]);
+        assert!(plans[3]
+            .env
+            .contains(&("NCCL_HOST_IP".to_string(), "10.0.0.1".to_string())));
     }
 }
