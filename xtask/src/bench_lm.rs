@@ -106,7 +106,32 @@ fn theirs(python: &Path, model: &Path, prompt: usize, generate: usize) -> Result
     Ok(figures)
 }
 
-fn option(args: &[String], name: &str, default: &str) -> String {
+/// MLX's Python with mlx-lm (installed into .venv-mlx when missing), after making the models
+/// of Qwen2.5-0.5B's shape in `models` (kept when they exist).
+pub(crate) fn make_models(root: &Path, models: &Path) -> Result<std::path::PathBuf, String> {
+    let python = mlx_python(root)?;
+    let has_lm = Command::new(&python)
+        .args(["-c", "import mlx_lm"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_lm {
+        run(
+            ".venv-mlx/bin/pip",
+            &["install", "--quiet", "mlx-lm==0.32.2"],
+        )?;
+    }
+    run(
+        &python.to_string_lossy(),
+        &[
+            "scripts/bench/make_lm_bench_model.py",
+            &models.to_string_lossy(),
+        ],
+    )?;
+    Ok(python)
+}
+
+/// The value after `name` in `args`, or `default`.
+pub(crate) fn option(args: &[String], name: &str, default: &str) -> String {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
@@ -128,24 +153,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
     let models = root.join(option(args, "--models", "target/lm-bench"));
     let only = option(args, "--only", "");
-    let python = mlx_python(&root)?;
-    let has_lm = Command::new(&python)
-        .args(["-c", "import mlx_lm"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_lm {
-        run(
-            ".venv-mlx/bin/pip",
-            &["install", "--quiet", "mlx-lm==0.32.2"],
-        )?;
-    }
-    run(
-        &python.to_string_lossy(),
-        &[
-            "scripts/bench/make_lm_bench_model.py",
-            &models.to_string_lossy(),
-        ],
-    )?;
+    let python = make_models(&root, &models)?;
     run(
         "cargo",
         &[

@@ -10,7 +10,7 @@
 //! `--only bf16|4bit` (bf16: MLX's 4-bit path on this CPU generates 0.28 tokens a second,
 //! see docs/performance.md). The sizes are small because mlx_lm.server is slow here.
 
-use crate::bench_mlx::mlx_python;
+use crate::bench_lm::{make_models, option};
 use crate::stats::percentile;
 use crate::{run, workspace_root};
 use serde_json::{json, Value};
@@ -19,13 +19,6 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn option(args: &[String], name: &str, default: &str) -> String {
-    (args.iter().position(|a| a == name))
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-        .unwrap_or_else(|| default.to_string())
-}
 
 /// A server under test, killed when dropped.
 struct Server {
@@ -253,22 +246,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         "4bit" => "qwen2.5-0.5b-shape-4bit",
         _ => "qwen2.5-0.5b-shape-bf16",
     };
-    let python = mlx_python(&root)?;
-    let has_lm =
-        (Command::new(&python).args(["-c", "import mlx_lm"]).status()).is_ok_and(|s| s.success());
-    if !has_lm {
-        run(
-            ".venv-mlx/bin/pip",
-            &["install", "--quiet", "mlx-lm==0.32.2"],
-        )?;
-    }
-    run(
-        &python.to_string_lossy(),
-        &[
-            "scripts/bench/make_lm_bench_model.py",
-            &models.to_string_lossy(),
-        ],
-    )?;
+    let python = make_models(&root, &models)?;
     run("cargo", &["build", "--release", "-p", "nuvec-cli"])?;
     let model = models.join(folder);
     let bias: serde_json::Map<String, Value> = (end_tokens(&model).into_iter())

@@ -5,7 +5,7 @@
 mod serve_support;
 
 use serde_json::{json, Value};
-use serve_support::{fixture, generate, streamed_text, Server};
+use serve_support::{chat, fixture, generate, streamed_text, Server};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -14,14 +14,6 @@ const MODEL: &str = "qwen3-f32";
 /// their limit.
 fn no_end() -> Value {
     json!({"393": -100, "395": -100})
-}
-
-fn chat(prompt: &str, extra: Value) -> Value {
-    let mut body = json!({"messages": [{"role": "user", "content": prompt}]});
-    body.as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
-    body
 }
 
 #[test]

@@ -5,18 +5,10 @@
 mod serve_support;
 
 use serde_json::{json, Value};
-use serve_support::{generate, streamed_text, Server};
+use serve_support::{chat, generate, streamed_text, Server};
 use std::time::{Duration, Instant};
 
 const MODEL: &str = "qwen3-f32";
-
-fn chat(prompt: &str, extra: Value) -> Value {
-    let mut body = json!({"messages": [{"role": "user", "content": prompt}]});
-    body.as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
-    body
-}
 
 #[test]
 fn two_ranks_answer_as_one_process_and_a_killed_rank_gives_503_within_the_timeout() {

@@ -9,7 +9,7 @@
 //! else is in the batch.
 
 use crate::cache::KvCache;
-use crate::generate::GenerateOptions;
+use crate::generate::{check_generation, prefill, GenerateOptions};
 use crate::{Error, Model, Result};
 use nuvec_core::random::KeyStream;
 use nuvec_core::{ops, Array, DType};
@@ -98,30 +98,17 @@ impl<'m> BatchGenerator<'m> {
                 "sequence {id} is already in the batch"
             )));
         }
+        check_generation(self.model, prompt, &options)?;
         let Some((&last, head)) = prompt.split_last() else {
             return Err(Error::Generate("the prompt has no tokens".into()));
         };
-        let vocabulary = self.model.vocab_size();
-        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocabulary) {
-            return Err(Error::Generate(format!(
-                "prompt token {bad} is past the model's vocabulary of {vocabulary}"
-            )));
-        }
-        options.sampler.check(vocabulary)?;
-        options.logits_processors.check(vocabulary)?;
-        if options.prefill_step_size == 0 {
-            return Err(Error::Generate(
-                "prefill_step_size must be at least 1".into(),
-            ));
-        }
         let (mut cache, reused) = self.reuse(head);
-        for chunk in head[reused..].chunks(options.prefill_step_size) {
-            let values: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
-            let tokens = Array::from_vec(values, &[1, chunk.len() as i32]);
-            let _logits = self.model.forward(&tokens, &mut cache)?;
-            let state: Vec<Array> = cache.iter().flat_map(KvCache::state).collect();
-            nuvec_core::eval_on_pool(&state)?;
-        }
+        prefill(
+            self.model,
+            &mut cache,
+            &head[reused..],
+            options.prefill_step_size,
+        )?;
         self.sequences.push(Sequence {
             id,
             cache,

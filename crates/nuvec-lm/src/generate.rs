@@ -135,22 +135,7 @@ impl<'m> TokenGenerator<'m> {
         options: GenerateOptions,
         cache: Vec<KvCache>,
     ) -> Result<TokenGenerator<'m>> {
-        if prompt.is_empty() {
-            return Err(Error::Generate("the prompt has no tokens".into()));
-        }
-        let vocabulary = model.vocab_size();
-        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocabulary) {
-            return Err(Error::Generate(format!(
-                "prompt token {bad} is past the model's vocabulary of {vocabulary}"
-            )));
-        }
-        options.sampler.check(vocabulary)?;
-        options.logits_processors.check(vocabulary)?;
-        if options.prefill_step_size == 0 {
-            return Err(Error::Generate(
-                "prefill_step_size must be at least 1".into(),
-            ));
-        }
+        check_generation(model, prompt, &options)?;
         if let Some(seed) = options.seed {
             random::seed(seed);
         }
@@ -170,21 +155,13 @@ impl<'m> TokenGenerator<'m> {
     /// Runs all but the last prompt token through the model, a chunk at a time.
     fn prefill(&mut self, prompt: &[u32]) -> Result<()> {
         let (head, last) = prompt.split_at(prompt.len() - 1);
-        // In a pipeline, a stage starts the next chunk once it has sent this one on: enough
-        // chunks (four per stage) keep every stage busy.
-        let stages = self.model.stage().map_or(1, |stage| stage.stages());
-        let step = match stages {
-            1 => self.options.prefill_step_size,
-            _ => (self.options.prefill_step_size)
-                .min(head.len().div_ceil(4 * stages).max(MIN_PIPELINED_CHUNK)),
-        };
-        for chunk in head.chunks(step) {
-            // Only the cache is evaluated: the chunk's logits are never computed.
-            let _logits = self.model.forward(&token_row(chunk), &mut self.cache)?;
-            let state: Vec<Array> = self.cache.iter().flat_map(KvCache::state).collect();
-            nuvec_core::eval_on_pool(&state)?;
-            self.history.extend_from_slice(chunk);
-        }
+        prefill(
+            self.model,
+            &mut self.cache,
+            head,
+            self.options.prefill_step_size,
+        )?;
+        self.history.extend_from_slice(head);
         self.pending = last.to_vec();
         Ok(())
     }
@@ -228,6 +205,55 @@ impl<'m> TokenGenerator<'m> {
 
 /// The fewest prompt tokens per chunk when a pipeline's chunks are made smaller.
 const MIN_PIPELINED_CHUNK: usize = 32;
+
+/// Why `prompt` and `options` cannot be generated from with `model`, if they cannot: an
+/// empty prompt, a token past the vocabulary, or options the vocabulary refuses.
+pub(crate) fn check_generation(
+    model: &Model,
+    prompt: &[u32],
+    options: &GenerateOptions,
+) -> Result<()> {
+    if prompt.is_empty() {
+        return Err(Error::Generate("the prompt has no tokens".into()));
+    }
+    let vocabulary = model.vocab_size();
+    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocabulary) {
+        return Err(Error::Generate(format!(
+            "prompt token {bad} is past the model's vocabulary of {vocabulary}"
+        )));
+    }
+    options.sampler.check(vocabulary)?;
+    options.logits_processors.check(vocabulary)?;
+    if options.prefill_step_size == 0 {
+        return Err(Error::Generate(
+            "prefill_step_size must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `tokens` through the model into `cache`, `step` tokens per forward pass (fewer in a
+/// pipeline); only the cache is evaluated, the chunks' logits never are.
+pub(crate) fn prefill(
+    model: &Model,
+    cache: &mut [KvCache],
+    tokens: &[u32],
+    step: usize,
+) -> Result<()> {
+    // In a pipeline, a stage starts the next chunk once it has sent this one on: enough
+    // chunks (four per stage) keep every stage busy.
+    let stages = model.stage().map_or(1, |stage| stage.stages());
+    let step = match stages {
+        1 => step,
+        _ => step.min(tokens.len().div_ceil(4 * stages).max(MIN_PIPELINED_CHUNK)),
+    };
+    for chunk in tokens.chunks(step) {
+        let _logits = model.forward(&token_row(chunk), cache)?;
+        let state: Vec<Array> = cache.iter().flat_map(KvCache::state).collect();
+        nuvec_core::eval_on_pool(&state)?;
+    }
+    Ok(())
+}
 
 /// Tokens `[1, L]` (int32).
 fn token_row(tokens: &[u32]) -> Array {

@@ -225,12 +225,13 @@ impl Engine<'_> {
         self.waiting.retain(|job| !job.events.is_closed());
         let room = self.limits.max_batch.saturating_sub(self.active.len());
         let mut join = Vec::new();
-        for job in self.waiting.drain(..room.min(self.waiting.len())) {
+        for mut job in self.waiting.drain(..room.min(self.waiting.len())) {
             let id = self.next_id;
             self.next_id += 1;
+            // The prompt goes to the batch; the request keeps the rest.
             join.push(Join {
                 id,
-                prompt: job.prompt.clone(),
+                prompt: std::mem::take(&mut job.prompt),
                 options: job.options.clone(),
             });
             self.active.push(Active {

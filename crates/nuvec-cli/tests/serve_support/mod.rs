@@ -222,6 +222,15 @@ fn parse_response(raw: &[u8]) -> (u16, String) {
     (status, out)
 }
 
+/// A chat request of one user message, with `extra` fields.
+pub fn chat(prompt: &str, extra: Value) -> Value {
+    let mut body = serde_json::json!({"messages": [{"role": "user", "content": prompt}]});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    body
+}
+
 /// `nuvec generate`'s text (without its trailing newline) for `args`.
 pub fn generate(model: &str, args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_nuvec"))
