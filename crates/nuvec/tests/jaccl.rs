@@ -657,3 +657,73 @@ fn broadcast_and_all_to_all_on_the_ring_match_references_and_differentiate() {
         common::all_to_all::all_to_all_v_moves_regions_of_every_size(group);
     });
 }
+
+#[test]
+fn mesh_groups_split_by_color_and_order_by_key() {
+    run(test_name!(), 4, &mesh(), |world| {
+        common::split::groups_split_by_color_and_order_by_key(world);
+        common::split::a_split_group_runs_beside_its_parent(world);
+    });
+}
+
+/// Neighbours of a ring form rings of two; ranks that are not cabled to each other cannot
+/// form a group, and every rank says so (naming the color) instead of waiting.
+#[test]
+fn a_ring_splits_into_cabled_neighbours_and_refuses_uncabled_ranks_on_every_rank() {
+    run(test_name!(), 4, &ring(2), |world| {
+        let rank = world.rank();
+        let pair = world.split((rank / 2) as i32, -1).unwrap();
+        assert_eq!((pair.rank(), pair.size()), (rank % 2, 2));
+        let x = ops::full(&[100_000], (rank + 1) as f64, DType::F32);
+        let sum = distributed::all_sum(&x, Some(&pair))
+            .to_vec::<f32>()
+            .unwrap();
+        let want = if rank < 2 { 3.0 } else { 7.0 };
+        assert!(sum.iter().all(|&v| v == want), "rank {rank}: {}", sum[0]);
+        let traffic = pair.traffic();
+        assert_eq!(
+            traffic.len(),
+            2,
+            "two cables to the one neighbour: {traffic:?}"
+        );
+        assert!(
+            traffic.iter().all(|t| t.peer == 1 - rank % 2),
+            "{traffic:?}"
+        );
+        let error = world.split((rank % 2) as i32, -1).unwrap_err().to_string();
+        assert!(
+            error.contains("[split]") && error.contains("neither a mesh nor a ring"),
+            "{error}"
+        );
+        assert!(error.contains("color 0 ([0, 2]"), "{error}");
+        // The failed split left the world as it was.
+        let total = distributed::all_sum(&Array::scalar(rank as i32), Some(&world));
+        assert_eq!(total.item::<i32>().unwrap(), 6);
+    });
+}
+
+/// A sub-group learns of a lost rank of its parent through the parent's side channel, even
+/// when the rank lost is in another sub-group; the lost rank's partner also through its
+/// queue pair.
+#[test]
+fn a_split_group_finds_a_rank_its_parent_lost() {
+    let mut launch = mesh();
+    launch.expendable = vec![3];
+    launch_ranks(test_name!(), 4, TIMEOUT, &launch, |world| {
+        let world = world.unwrap();
+        let rank = world.rank();
+        let half = world.split((rank / 2) as i32, -1).unwrap();
+        let sum = distributed::all_sum(&array![1.0f32], Some(&half));
+        assert_eq!(sum.to_vec::<f32>().unwrap(), [2.0]);
+        if rank == 3 {
+            std::process::exit(0);
+        }
+        let error = health_error(&half);
+        let from_parent =
+            error.contains("split from lost a rank") && error.contains("rank 3 is gone");
+        // Rank 2 may first see its own queue pair to rank 3 (rank 1 of the half) close.
+        let from_pair = rank == 2 && error.contains("rank 1 is gone");
+        assert!(from_parent || from_pair, "rank {rank}: {error}");
+        std::thread::sleep(Duration::from_secs(1));
+    });
+}

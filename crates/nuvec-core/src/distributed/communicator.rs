@@ -115,13 +115,13 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
     }
     /// Splits the group: ranks that pass the same `color` form a new group, ordered by `key`
     /// (a negative key keeps this rank's order). Every rank must call it. Backends that cannot
-    /// split (JACCL) keep this default, an error saying so.
+    /// split keep this default, an error saying so (every backend of nuvec's splits).
     fn split(&self, color: i32, key: i32) -> Result<std::sync::Arc<dyn Communicator>> {
         Err(crate::Error::Distributed {
             op: "split".into(),
             rank: None,
             reason: format!(
-                "the {} backend cannot split groups (color {color}, key {key}); the ring and mpi backends can",
+                "the {} backend cannot split groups (color {color}, key {key}); the ring, jaccl and mpi backends can",
                 self.backend()
             ),
         })

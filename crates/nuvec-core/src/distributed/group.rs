@@ -165,9 +165,9 @@ impl Group {
 
     /// Splits the group: ranks that pass the same `color` (0 or more) form a new group,
     /// ordered by `key`, then by rank (a negative key keeps the current order). Every rank
-    /// must call it. The ring (where MLX's refuses) and MPI split; JACCL returns an error
-    /// saying it cannot. A ring sub-group has connections of its own: it runs at the same time
-    /// as its parent and its siblings.
+    /// must call it. The ring, JACCL (where MLX's refuse) and MPI split. A ring or JACCL
+    /// sub-group has connections (queue pairs) of its own: it runs at the same time as its
+    /// parent and its siblings.
     pub fn split(&self, color: i32, key: i32) -> Result<Group> {
         if self.size == 1 {
             return Ok(*self);

@@ -2,17 +2,17 @@
 
 use super::channel::Channel;
 use super::exchange::{reduce_kind, Links, Transfer, SEND_RECV};
-use super::fabric::{self, QueuePair};
+use super::fabric::{self, Fabric, QueuePair};
 use super::jaccl_error;
 use super::mesh::Mesh;
 use super::ring::Ring;
 use super::scratch::Scratch;
-use super::side::SideChannel;
+use super::side::{Losses, SideChannel};
 use super::{Config, Options, Topology, RING_MAX_WIRES};
 use crate::sync::lock;
 use nuvec_core::distributed::{Communicator, Group, LinkTraffic, ReduceOp};
 use nuvec_core::{DType, Error, Result};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Receive (and send) slots per queue pair.
 pub(crate) const SLOTS: usize = 8;
@@ -39,25 +39,36 @@ pub struct JacclCommunicator {
     rank: usize,
     size: usize,
     shape: Shape,
-    fabric: &'static str,
+    formed: Formed,
     /// Per channel, the peer and the device of its cable.
     cables: Vec<(usize, String)>,
     state: Mutex<State>,
     side: Mutex<SideChannel>,
 }
 
+/// What a group was formed from: a group split from it forms with the same options, on the
+/// same fabric, over the cables its members have between them.
+#[derive(Debug)]
+pub(super) struct Formed {
+    pub(super) config: Config,
+    pub(super) options: Options,
+    /// `None` for a group of one.
+    pub(super) topology: Option<Topology>,
+    pub(super) fabric: Arc<dyn Fabric>,
+}
+
 /// Forms the JACCL group `config` describes over the fabric `NUVEC_JACCL_FABRIC` selects (the
 /// system's ibverbs by default). The group is not made the default.
 pub fn init_with(config: &Config, options: &Options) -> Result<Group> {
     let communicator = JacclCommunicator::connect(config, options)?;
-    Ok(Group::register(std::sync::Arc::new(communicator)))
+    Ok(Group::register(Arc::new(communicator)))
 }
 
 /// One queue pair to open: the peer, the cable's index and its device.
-struct Planned {
-    peer: usize,
-    wire: usize,
-    device: String,
+pub(super) struct Planned {
+    pub(super) peer: usize,
+    pub(super) wire: usize,
+    pub(super) device: String,
 }
 
 impl JacclCommunicator {
@@ -70,14 +81,11 @@ impl JacclCommunicator {
             .validate()
             .map_err(|e| jaccl_error("init", rank, e))?;
         let topology = config.choose(options.side_channel.is_some())?;
-        let fabric = fabric::select(rank, options.fabric)?;
+        let fabric: Arc<dyn Fabric> = Arc::from(fabric::select(rank, options.fabric)?);
         // Queue pairs first, so a missing or unusable device is reported before waiting on
         // the other ranks.
-        let plan = plan(config, topology);
-        let queue_pairs = plan
-            .iter()
-            .map(|p| fabric.open(&p.device, SLOTS, SLOT_BYTES))
-            .collect::<Result<Vec<_>>>()?;
+        let plan = plan(config, Some(topology));
+        let queue_pairs = open(&*fabric, &plan)?;
         let mut side = match &options.side_channel {
             Some(all_gather) => SideChannel::Custom {
                 rank,
@@ -89,18 +97,43 @@ impl JacclCommunicator {
                 SideChannel::star(coordinator, rank, size, &options.base)?
             }
         };
-        let links = connect_links(queue_pairs, &plan, rank, &mut side, options)?;
+        let records = side.all_gather(&publish(&plan, &queue_pairs))?;
+        let channels = join(queue_pairs, &plan, rank, &records)?;
+        // Every receive is posted before anyone sends.
+        side.all_gather(&[])?;
         side.start_watching()?;
+        Ok(JacclCommunicator::assemble(
+            Formed {
+                config: config.clone(),
+                options: options.clone(),
+                topology: Some(topology),
+                fabric,
+            },
+            &plan,
+            channels,
+            side,
+        ))
+    }
+
+    /// The communicator over `channels`, the connected queue pairs of `plan`.
+    pub(super) fn assemble(
+        formed: Formed,
+        plan: &[Planned],
+        channels: Vec<Channel>,
+        side: SideChannel,
+    ) -> JacclCommunicator {
+        let (rank, size) = (formed.config.rank, formed.config.size());
         let index_of =
             |peer: usize, wire: usize| plan.iter().position(|p| p.peer == peer && p.wire == wire);
-        let shape = match topology {
-            Topology::Mesh => Shape::Mesh(Mesh {
+        let shape = match formed.topology {
+            // A group of one has no channel; its collectives never reach the communicator.
+            Some(Topology::Mesh) | None => Shape::Mesh(Mesh {
                 rank,
                 channel_of: (0..size)
                     .map(|p| (0..RING_MAX_WIRES).map_while(|w| index_of(p, w)).collect())
                     .collect(),
             }),
-            Topology::Ring { wires } => {
+            Some(Topology::Ring { wires }) => {
                 let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
                 let find = |peer: usize| -> Vec<usize> {
                     (0..wires)
@@ -115,24 +148,35 @@ impl JacclCommunicator {
                 })
             }
         };
-        Ok(JacclCommunicator {
+        let links = Links::new(rank, channels, SLOT_BYTES, formed.options.base.timeout);
+        JacclCommunicator {
             rank,
             size,
             shape,
-            fabric: fabric.name(),
             cables: plan.iter().map(|p| (p.peer, p.device.clone())).collect(),
+            formed,
             state: Mutex::new(State {
                 links: Some(links),
                 scratch: Scratch::default(),
                 failure: None,
             }),
             side: Mutex::new(side),
-        })
+        }
     }
 
     /// The fabric this group runs on (`"verbs"` or `"emulated"`).
     pub fn fabric(&self) -> &'static str {
-        self.fabric
+        self.formed.fabric.name()
+    }
+
+    /// What the group was formed from, for splitting it.
+    pub(super) fn formed(&self) -> &Formed {
+        &self.formed
+    }
+
+    /// The loss the group's side channel recorded, shared with groups split from it.
+    pub(super) fn side_losses(&self) -> Option<Losses> {
+        lock(&self.side).losses()
     }
 
     /// Runs `body` on the group's links unless the group failed or was closed; a failure
@@ -185,10 +229,14 @@ impl JacclCommunicator {
 }
 
 /// The queue pairs this rank opens: one per cable, to every peer on a mesh and to each
-/// neighbour on a ring (the same neighbour on both sides for a ring of two).
-fn plan(config: &Config, topology: Topology) -> Vec<Planned> {
+/// neighbour on a ring (the same neighbour on both sides for a ring of two); none for a
+/// group of one (no topology).
+pub(super) fn plan(config: &Config, topology: Option<Topology>) -> Vec<Planned> {
     let (rank, size) = (config.rank, config.size());
     let row = &config.devices[rank];
+    let Some(topology) = topology else {
+        return Vec::new();
+    };
     match topology {
         Topology::Mesh => (0..size)
             .filter(|&p| p != rank)
@@ -218,42 +266,54 @@ fn plan(config: &Config, topology: Topology) -> Vec<Planned> {
     }
 }
 
-/// Trades the queue pairs' addresses over the side channel, connects them and posts their
-/// receives; a final exchange makes sure every rank is ready.
-fn connect_links(
-    queue_pairs: Vec<Box<dyn QueuePair>>,
-    plan: &[Planned],
-    rank: usize,
-    side: &mut SideChannel,
-    options: &Options,
-) -> Result<Links> {
+/// Opens a queue pair for each planned cable.
+pub(super) fn open(fabric: &dyn Fabric, plan: &[Planned]) -> Result<Vec<Box<dyn QueuePair>>> {
+    plan.iter()
+        .map(|p| fabric.open(&p.device, SLOTS, SLOT_BYTES))
+        .collect()
+}
+
+/// This rank's record for the exchange of addresses: for each queue pair, the peer, the
+/// cable and the address.
+pub(super) fn publish(plan: &[Planned], queue_pairs: &[Box<dyn QueuePair>]) -> Vec<u8> {
     let mut record = Vec::new();
-    for (planned, qp) in plan.iter().zip(&queue_pairs) {
+    for (planned, qp) in plan.iter().zip(queue_pairs) {
         let address = qp.address();
         record.extend_from_slice(&(planned.peer as u32).to_le_bytes());
         record.extend_from_slice(&(planned.wire as u32).to_le_bytes());
         record.extend_from_slice(&(address.len() as u32).to_le_bytes());
         record.extend_from_slice(&address);
     }
-    let records = side.all_gather(&record)?;
+    record
+}
+
+/// Connects each queue pair to the address its peer published in `records` (one per rank of
+/// the group) and posts its receives.
+pub(super) fn join(
+    queue_pairs: Vec<Box<dyn QueuePair>>,
+    plan: &[Planned],
+    rank: usize,
+    records: &[Vec<u8>],
+) -> Result<Vec<Channel>> {
     let mut channels = Vec::with_capacity(plan.len());
     for (planned, mut qp) in plan.iter().zip(queue_pairs) {
-        let remote = find_address(&records[planned.peer], rank, planned.wire).ok_or_else(|| {
-            jaccl_error(
-                "init",
-                rank,
-                format!(
-                    "rank {} published no queue pair for rank {rank} on cable {}: the ranks disagree on the topology (check that every rank has the same device file)",
-                    planned.peer, planned.wire
-                ),
-            )
-        })?;
+        let remote = records
+            .get(planned.peer)
+            .and_then(|record| find_address(record, rank, planned.wire))
+            .ok_or_else(|| {
+                jaccl_error(
+                    "init",
+                    rank,
+                    format!(
+                        "rank {} published no queue pair for rank {rank} on cable {}: the ranks disagree on the topology (check that every rank has the same device file)",
+                        planned.peer, planned.wire
+                    ),
+                )
+            })?;
         qp.connect(remote)?;
         channels.push(Channel::new(qp, planned.peer, SLOTS)?);
     }
-    // Every receive is posted before anyone sends.
-    side.all_gather(&[])?;
-    Ok(Links::new(rank, channels, SLOT_BYTES, options.base.timeout))
+    Ok(channels)
 }
 
 /// The address `owner`'s record gives for its queue pair to `rank` on cable `wire`.
@@ -463,6 +523,10 @@ impl Communicator for JacclCommunicator {
                 received: links.received_bytes[channel],
             })
             .collect()
+    }
+
+    fn split(&self, color: i32, key: i32) -> Result<Arc<dyn Communicator>> {
+        Ok(Arc::new(super::split::split(self, color, key)?))
     }
 
     fn close(&self) {

@@ -38,6 +38,8 @@ mod ring;
 mod scratch;
 #[cfg(feature = "jaccl")]
 mod side;
+#[cfg(feature = "jaccl")]
+mod split;
 
 pub use config::{Config, Topology, MESH_MAX_RANKS, RING_MAX_WIRES};
 #[cfg(feature = "jaccl")]

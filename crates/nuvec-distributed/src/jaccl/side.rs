@@ -45,13 +45,20 @@ pub(crate) enum SideChannel {
         size: usize,
         all_gather: AllGather,
     },
+    /// A group split from another: it formed over its parent's collectives and watches
+    /// through the parent's side channel (its losses, when the parent has a star).
+    Inherited { losses: Option<Losses> },
 }
+
+/// Where a star's watcher records the first rank it lost.
+pub(crate) type Losses = Arc<Mutex<Option<String>>>;
 
 impl std::fmt::Debug for SideChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SideChannel::Star { rank, .. } => write!(f, "SideChannel::Star(rank {rank})"),
             SideChannel::Custom { rank, .. } => write!(f, "SideChannel::Custom(rank {rank})"),
+            SideChannel::Inherited { .. } => write!(f, "SideChannel::Inherited"),
         }
     }
 }
@@ -149,42 +156,20 @@ impl SideChannel {
                 rank,
                 size,
                 all_gather,
-            } => {
-                let (rank, size) = (*rank, *size);
-                // Lengths first, then every record padded to the longest.
-                let lengths = all_gather(&(bytes.len() as u64).to_le_bytes())?;
-                if lengths.len() != 8 * size {
-                    return Err(side_error(
-                        rank,
-                        format!(
-                            "the side channel returned {} bytes for {size} ranks of 8 bytes",
-                            lengths.len()
-                        ),
-                    ));
-                }
-                let lengths: Vec<usize> = lengths
-                    .chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()) as usize)
-                    .collect();
-                let longest = lengths.iter().copied().max().unwrap_or(0);
-                let mut padded = bytes.to_vec();
-                padded.resize(longest, 0);
-                let all = all_gather(&padded)?;
-                if all.len() != longest * size {
-                    return Err(side_error(
-                        rank,
-                        format!(
-                            "the side channel returned {} bytes for {size} ranks of {longest}",
-                            all.len()
-                        ),
-                    ));
-                }
-                Ok(lengths
-                    .iter()
-                    .enumerate()
-                    .map(|(r, &len)| all[r * longest..r * longest + len].to_vec())
-                    .collect())
-            }
+            } => gather_records(*rank, *size, bytes, &**all_gather),
+            SideChannel::Inherited { .. } => Err(side_error(
+                0,
+                "a split group has no side channel of its own".into(),
+            )),
+        }
+    }
+
+    /// The star's record of lost ranks (`None` for any other side channel).
+    pub(crate) fn losses(&self) -> Option<Losses> {
+        match self {
+            SideChannel::Star { watch, .. } => Some(watch.lost.clone()),
+            SideChannel::Inherited { losses } => losses.clone(),
+            SideChannel::Custom { .. } => None,
         }
     }
 
@@ -221,6 +206,17 @@ impl SideChannel {
     /// Checks that every side-channel connection is still open and that no rank was reported
     /// gone, naming the first rank that left.
     pub(crate) fn health(&self) -> std::result::Result<(), String> {
+        if let SideChannel::Inherited {
+            losses: Some(losses),
+        } = self
+        {
+            return match crate::sync::lock(losses).clone() {
+                Some(lost) => Err(format!(
+                    "the group it was split from lost a rank (numbered as there): {lost}"
+                )),
+                None => Ok(()),
+            };
+        }
         let SideChannel::Star {
             rank,
             streams,
@@ -360,6 +356,54 @@ fn watch_star(
             }
         }
     }
+}
+
+/// Every rank's `bytes` (lengths may differ) through `all_gather`, which takes the same
+/// length from every rank: the lengths first, then every record padded to the longest.
+pub(crate) fn gather_records(
+    rank: usize,
+    size: usize,
+    bytes: &[u8],
+    all_gather: &dyn Fn(&[u8]) -> Result<Vec<u8>>,
+) -> Result<Vec<Vec<u8>>> {
+    let lengths = all_gather(&(bytes.len() as u64).to_le_bytes())?;
+    if lengths.len() != 8 * size {
+        return Err(side_error(
+            rank,
+            format!(
+                "the side channel returned {} bytes for {size} ranks of 8 bytes",
+                lengths.len()
+            ),
+        ));
+    }
+    let lengths: Vec<usize> = lengths
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()) as usize)
+        .collect();
+    let longest = lengths.iter().copied().max().unwrap_or(0);
+    if longest as u64 > MAX_RECORD {
+        return Err(side_error(
+            rank,
+            format!("a record of {longest} bytes is too long for the side channel"),
+        ));
+    }
+    let mut padded = bytes.to_vec();
+    padded.resize(longest, 0);
+    let all = all_gather(&padded)?;
+    if all.len() != longest * size {
+        return Err(side_error(
+            rank,
+            format!(
+                "the side channel returned {} bytes for {size} ranks of {longest}",
+                all.len()
+            ),
+        ));
+    }
+    Ok(lengths
+        .iter()
+        .enumerate()
+        .map(|(r, &len)| all[r * longest..r * longest + len].to_vec())
+        .collect())
 }
 
 fn split_records(mut bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
