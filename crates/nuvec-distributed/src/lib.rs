@@ -29,6 +29,7 @@ mod sync;
 mod tcp;
 #[cfg(test)]
 mod test_random;
+mod whereabouts;
 
 pub use backend::{init, init_backend, init_with, is_available, Backend};
 pub use hostfile::{parse_hostfile, read_hostfile, Address};

@@ -727,3 +727,105 @@ fn a_split_group_finds_a_rank_its_parent_lost() {
         std::thread::sleep(Duration::from_secs(1));
     });
 }
+
+/// How the odd rank (rank 2 of a mesh of 4) behaves at the group's second collective, in the
+/// tests of where every rank is when a collective fails.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Sleeps past the timeout outside nuvec's calls (its watcher still answers).
+    Sleeps,
+    /// Stops (SIGSTOP): its watcher stops too.
+    Stops,
+    /// Calls `all_sum` where the others call `all_gather`.
+    CallsAnother,
+    /// Its process ends.
+    IsKilled,
+}
+
+/// Every rank sums once (collective #0), then the others gather 1024 floats (#1) and rank 2
+/// does what `fault` says; `check` gets each survivor's error text after "where the ranks
+/// are: ".
+fn run_fault(test: &str, fault: Fault, check: impl Fn(usize, &str)) {
+    let mut launch = with_group_timeout(mesh(), 2);
+    launch.expendable = vec![2];
+    launch_ranks(test, 4, TIMEOUT, &launch, |group| {
+        let group = group.unwrap();
+        let rank = group.rank();
+        let one = distributed::all_sum(&array![1.0f32], Some(&group));
+        one.eval().unwrap();
+        let x = ops::ones(&[1024], DType::F32);
+        let outcome = match (rank, fault) {
+            (2, Fault::Sleeps) => {
+                std::thread::sleep(Duration::from_secs(6));
+                return;
+            }
+            (2, Fault::Stops) => {
+                let status = std::process::Command::new("kill")
+                    .args(["-STOP".to_string(), std::process::id().to_string()])
+                    .status()
+                    .expect("running kill");
+                assert!(status.success());
+                unreachable!("a stopped rank is killed by the test, never continued");
+            }
+            (2, Fault::CallsAnother) => distributed::all_sum(&x, Some(&group)).check(),
+            (2, Fault::IsKilled) => std::process::exit(3),
+            _ => distributed::all_gather(&x, Some(&group)).check(),
+        };
+        let error = outcome
+            .expect_err("the second collective must fail")
+            .to_string();
+        let report = error
+            .split_once("where the ranks are: ")
+            .map_or("", |p| p.1);
+        check(rank, report);
+        if rank != 2 {
+            assert!(
+                report.contains("ranks 0, 1 and 3 are in all_gather #1 (float32 [1024], ")
+                    && report.contains("jaccl.rs:"),
+                "rank {rank}: {error}"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_rank_sleeping_outside_the_calls_is_reported_past_its_last_one() {
+    run_fault(test_name!(), Fault::Sleeps, |rank, report| {
+        assert!(
+            report.starts_with("rank 2 is past all_sum #0 (float32 [1], "),
+            "rank {rank}: {report}"
+        );
+    });
+}
+
+#[test]
+fn a_stopped_rank_is_reported_as_silent() {
+    run_fault(test_name!(), Fault::Stops, |rank, report| {
+        assert!(
+            report.starts_with("rank 2 did not answer within 0.5 s"),
+            "rank {rank}: {report}"
+        );
+    });
+}
+
+#[test]
+fn a_rank_in_another_collective_is_reported_in_it() {
+    run_fault(test_name!(), Fault::CallsAnother, |rank, report| {
+        if rank != 2 {
+            assert!(
+                report.starts_with("rank 2 is in all_sum #1 (float32 [1024], "),
+                "rank {rank}: {report}"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_killed_rank_is_reported_as_gone() {
+    run_fault(test_name!(), Fault::IsKilled, |rank, report| {
+        assert!(
+            report.starts_with("rank 2 left (the connection closed)"),
+            "rank {rank}: {report}"
+        );
+    });
+}

@@ -7,9 +7,11 @@ use super::jaccl_error;
 use super::mesh::Mesh;
 use super::ring::Ring;
 use super::scratch::Scratch;
-use super::side::{Losses, SideChannel};
+use super::side::SideChannel;
+use super::watch::Losses;
 use super::{Config, Options, Topology, RING_MAX_WIRES};
 use crate::sync::lock;
+use crate::whereabouts::with_report;
 use nuvec_core::distributed::{Communicator, Group, LinkTraffic, ReduceOp};
 use nuvec_core::{DType, Error, Result};
 use std::sync::{Arc, Mutex};
@@ -202,7 +204,13 @@ impl JacclCommunicator {
         let Some(links) = links.as_mut() else {
             return Err(jaccl_error(op, self.rank, "the group was closed".into()));
         };
-        let outcome = body(links, scratch);
+        let outcome = body(links, scratch).map_err(|error| {
+            let side = lock(&self.side);
+            match side.whereabouts(self.size) {
+                Some((heard, listened)) => with_report(error, &heard, listened),
+                None => error,
+            }
+        });
         if let Err(error) = &outcome {
             *failure = Some(error.clone());
         }
@@ -523,6 +531,10 @@ impl Communicator for JacclCommunicator {
                 received: links.received_bytes[channel],
             })
             .collect()
+    }
+
+    fn attach_trace(&self, trace: Arc<nuvec_core::distributed::Trace>) {
+        lock(&self.side).attach_trace(trace);
     }
 
     fn split(&self, color: i32, key: i32) -> Result<Arc<dyn Communicator>> {

@@ -40,6 +40,8 @@ mod scratch;
 mod side;
 #[cfg(feature = "jaccl")]
 mod split;
+#[cfg(feature = "jaccl")]
+mod watch;
 
 pub use config::{Config, Topology, MESH_MAX_RANKS, RING_MAX_WIRES};
 #[cfg(feature = "jaccl")]

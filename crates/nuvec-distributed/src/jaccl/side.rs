@@ -4,20 +4,18 @@
 //! authenticates them; MLX's side channel has no authentication. A caller's own all-gather
 //! can replace it ([`super::Options::side_channel`]).
 //!
-//! Once the group has formed, a watcher thread per rank keeps the star: rank 0's sees any
-//! rank's connection close (a process that ends closes it; TCP keepalive ends one to a host
-//! that went silent) and sends a notice naming that rank to every other rank, whose watcher
-//! records it; a rank whose connection to rank 0 closes records rank 0's loss. `health()`
-//! reports the first loss recorded.
+//! Once the group has formed, a watcher thread per rank keeps the star (`watch.rs`): it finds
+//! lost ranks, and answers where every rank is when a collective fails.
 
 use super::options::AllGather;
+use super::watch::{Losses, Watch};
 use crate::hostfile::Address;
 use crate::platform::peek_now;
+use crate::whereabouts::Heard;
 use nuvec_core::{Error, Result};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The most bytes one rank may put on the side channel at once (addresses are far smaller).
@@ -49,9 +47,6 @@ pub(crate) enum SideChannel {
     /// through the parent's side channel (its losses, when the parent has a star).
     Inherited { losses: Option<Losses> },
 }
-
-/// Where a star's watcher records the first rank it lost.
-pub(crate) type Losses = Arc<Mutex<Option<String>>>;
 
 impl std::fmt::Debug for SideChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,7 +107,7 @@ impl SideChannel {
         Ok(SideChannel::Star {
             rank,
             streams,
-            watch: Watch::default(),
+            watch: Watch::new(crate::whereabouts::listen_for(options.timeout)),
         })
     }
 
@@ -190,16 +185,12 @@ impl SideChannel {
             .map(|s| s.as_ref().map(TcpStream::try_clone).transpose())
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(|e| side_error(rank, format!("cannot watch the side channel: {e}")))?;
-        let (lost, stop) = (watch.lost.clone(), watch.stop.clone());
-        std::thread::Builder::new()
-            .name(format!("nuvec-jaccl-watch-{rank}"))
-            .spawn(move || watch_star(rank, clones, &lost, &stop))
-            .map_err(|e| {
-                side_error(
-                    rank,
-                    format!("cannot start the side channel's watcher: {e}"),
-                )
-            })?;
+        watch.start(rank, clones).map_err(|e| {
+            side_error(
+                rank,
+                format!("cannot start the side channel's watcher: {e}"),
+            )
+        })?;
         Ok(())
     }
 
@@ -245,114 +236,28 @@ impl SideChannel {
         Ok(())
     }
 
+    /// Hands the star's watcher the group's flight recorder (nothing for other side channels).
+    pub(crate) fn attach_trace(&self, trace: Arc<nuvec_core::distributed::Trace>) {
+        if let SideChannel::Star { watch, .. } = self {
+            watch.attach_trace(trace);
+        }
+    }
+
+    /// Where every rank of the group of `size` is, as the star's watchers tell it, and how
+    /// long rank 0 listened; `None` without a star (a caller's side channel, a split group).
+    pub(crate) fn whereabouts(&self, size: usize) -> Option<(Vec<Heard>, Duration)> {
+        match self {
+            SideChannel::Star { rank, watch, .. } => Some(watch.whereabouts(*rank, size)),
+            _ => None,
+        }
+    }
+
     /// Closes the connections (and so ends the watcher).
     pub(crate) fn close(&mut self) {
         if let SideChannel::Star { streams, watch, .. } = self {
-            watch.stop.store(true, Ordering::SeqCst);
+            watch.stop();
             for stream in streams.iter_mut().filter_map(Option::take) {
                 let _ = stream.shutdown(std::net::Shutdown::Both);
-            }
-        }
-    }
-}
-
-/// What the star's watcher found: the first loss, and the flag that ends it.
-#[derive(Default)]
-pub(crate) struct Watch {
-    lost: Arc<Mutex<Option<String>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Drop for Watch {
-    /// A side channel dropped without `close` still ends its watcher (which holds clones of
-    /// the connections) within a tick.
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
-
-/// How long the watcher waits on the star between looks at the stop flag.
-const WATCH_TICK: Duration = Duration::from_millis(100);
-/// A notice that a rank left: this byte, then the rank as four little-endian bytes.
-const LEFT: u8 = b'L';
-
-/// Records `reason` as the group's loss unless one was recorded or the group is closing.
-fn record(lost: &Mutex<Option<String>>, stop: &AtomicBool, reason: String) {
-    if !stop.load(Ordering::SeqCst) {
-        crate::sync::lock(lost).get_or_insert(reason);
-    }
-}
-
-/// The watcher of one rank's star (see the module's documentation).
-fn watch_star(
-    rank: usize,
-    mut streams: Vec<Option<TcpStream>>,
-    lost: &Mutex<Option<String>>,
-    stop: &AtomicBool,
-) {
-    if rank == 0 {
-        let mut probe = [0u8; 1];
-        while !stop.load(Ordering::SeqCst) {
-            let gone = streams.iter().enumerate().find_map(|(peer, stream)| {
-                match peek_now(stream.as_ref()?, &mut probe) {
-                    Ok(0) => Some((peer, "its side-channel connection to rank 0 closed (its process ended or it closed the group)".to_string())),
-                    Err(e) if e.kind() != ErrorKind::WouldBlock => {
-                        Some((peer, format!("its side-channel connection to rank 0 failed: {e}")))
-                    }
-                    _ => None,
-                }
-            });
-            if let Some((peer, how)) = gone {
-                record(lost, stop, format!("rank {peer} is gone: {how}"));
-                let mut notice = vec![LEFT];
-                notice.extend_from_slice(&(peer as u32).to_le_bytes());
-                for stream in streams.iter_mut().enumerate().filter(|(p, _)| *p != peer) {
-                    if let (_, Some(stream)) = stream {
-                        let _ = stream.write_all(&notice);
-                    }
-                }
-                return;
-            }
-            std::thread::sleep(WATCH_TICK);
-        }
-        return;
-    }
-    let Some(Some(mut stream)) = streams.drain(..).next() else {
-        return;
-    };
-    if stream.set_read_timeout(Some(WATCH_TICK)).is_err() {
-        return;
-    }
-    let mut notice = [0u8; 5];
-    let mut filled = 0;
-    while !stop.load(Ordering::SeqCst) {
-        match stream.read(&mut notice[filled..]) {
-            Ok(0) => {
-                record(lost, stop, "rank 0 is gone: its side-channel connection closed (its process ended or it closed the group)".into());
-                return;
-            }
-            Ok(n) => {
-                filled += n;
-                if filled == notice.len() {
-                    let peer = u32::from_le_bytes([notice[1], notice[2], notice[3], notice[4]]);
-                    let reason = if notice[0] == LEFT {
-                        format!("rank {peer} is gone: rank 0 saw its side-channel connection close (its process ended or it closed the group)")
-                    } else {
-                        "rank 0 sent a malformed notice on the side channel".to_string()
-                    };
-                    record(lost, stop, reason);
-                    return;
-                }
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => {
-                record(
-                    lost,
-                    stop,
-                    format!("rank 0 is gone: its side-channel connection failed: {e}"),
-                );
-                return;
             }
         }
     }
