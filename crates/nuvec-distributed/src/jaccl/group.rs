@@ -2,7 +2,8 @@
 
 use super::channel::Channel;
 use super::exchange::{reduce_kind, Links, Transfer, SEND_RECV};
-use super::fabric::{self, Fabric, QueuePair};
+use super::fabric::{self, Fabric};
+use super::form::{join, open, plan, publish, Formed, Planned, SLOT_BYTES};
 use super::jaccl_error;
 use super::mesh::Mesh;
 use super::ring::Ring;
@@ -15,11 +16,6 @@ use crate::whereabouts::with_report;
 use nuvec_core::distributed::{Communicator, Group, LinkTraffic, ReduceOp};
 use nuvec_core::{DType, Error, Result};
 use std::sync::{Arc, Mutex};
-
-/// Receive (and send) slots per queue pair.
-pub(crate) const SLOTS: usize = 8;
-/// Bytes of one slot: the largest message, header included.
-pub(crate) const SLOT_BYTES: usize = 128 * 1024;
 
 /// The algorithms of the chosen topology.
 #[derive(Debug)]
@@ -48,29 +44,11 @@ pub struct JacclCommunicator {
     side: Mutex<SideChannel>,
 }
 
-/// What a group was formed from: a group split from it forms with the same options, on the
-/// same fabric, over the cables its members have between them.
-#[derive(Debug)]
-pub(super) struct Formed {
-    pub(super) config: Config,
-    pub(super) options: Options,
-    /// `None` for a group of one.
-    pub(super) topology: Option<Topology>,
-    pub(super) fabric: Arc<dyn Fabric>,
-}
-
 /// Forms the JACCL group `config` describes over the fabric `NUVEC_JACCL_FABRIC` selects (the
 /// system's ibverbs by default). The group is not made the default.
 pub fn init_with(config: &Config, options: &Options) -> Result<Group> {
     let communicator = JacclCommunicator::connect(config, options)?;
     Ok(Group::register(Arc::new(communicator)))
-}
-
-/// One queue pair to open: the peer, the cable's index and its device.
-pub(super) struct Planned {
-    pub(super) peer: usize,
-    pub(super) wire: usize,
-    pub(super) device: String,
 }
 
 impl JacclCommunicator {
@@ -118,7 +96,7 @@ impl JacclCommunicator {
     }
 
     /// The communicator over `channels`, the connected queue pairs of `plan`.
-    pub(super) fn assemble(
+    fn assemble(
         formed: Formed,
         plan: &[Planned],
         channels: Vec<Channel>,
@@ -171,13 +149,8 @@ impl JacclCommunicator {
         self.formed.fabric.name()
     }
 
-    /// What the group was formed from, for splitting it.
-    pub(super) fn formed(&self) -> &Formed {
-        &self.formed
-    }
-
     /// The loss the group's side channel recorded, shared with groups split from it.
-    pub(super) fn side_losses(&self) -> Option<Losses> {
+    fn side_losses(&self) -> Option<Losses> {
         lock(&self.side).losses()
     }
 
@@ -234,110 +207,6 @@ impl JacclCommunicator {
         }
         .map_err(|reason| jaccl_error(op, self.rank, reason))
     }
-}
-
-/// The queue pairs this rank opens: one per cable, to every peer on a mesh and to each
-/// neighbour on a ring (the same neighbour on both sides for a ring of two); none for a
-/// group of one (no topology).
-pub(super) fn plan(config: &Config, topology: Option<Topology>) -> Vec<Planned> {
-    let (rank, size) = (config.rank, config.size());
-    let row = &config.devices[rank];
-    let Some(topology) = topology else {
-        return Vec::new();
-    };
-    match topology {
-        Topology::Mesh => (0..size)
-            .filter(|&p| p != rank)
-            .flat_map(|peer| (0..row[peer].len()).map(move |wire| (peer, wire)))
-            .map(|(peer, wire)| Planned {
-                peer,
-                wire,
-                device: row[peer][wire].clone(),
-            })
-            .collect(),
-        Topology::Ring { wires } => {
-            let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
-            let mut peers = vec![right];
-            if left != right {
-                peers.push(left);
-            }
-            peers
-                .into_iter()
-                .flat_map(|peer| (0..wires).map(move |wire| (peer, wire)))
-                .map(|(peer, wire)| Planned {
-                    peer,
-                    wire,
-                    device: row[peer][wire].clone(),
-                })
-                .collect()
-        }
-    }
-}
-
-/// Opens a queue pair for each planned cable.
-pub(super) fn open(fabric: &dyn Fabric, plan: &[Planned]) -> Result<Vec<Box<dyn QueuePair>>> {
-    plan.iter()
-        .map(|p| fabric.open(&p.device, SLOTS, SLOT_BYTES))
-        .collect()
-}
-
-/// This rank's record for the exchange of addresses: for each queue pair, the peer, the
-/// cable and the address.
-pub(super) fn publish(plan: &[Planned], queue_pairs: &[Box<dyn QueuePair>]) -> Vec<u8> {
-    let mut record = Vec::new();
-    for (planned, qp) in plan.iter().zip(queue_pairs) {
-        let address = qp.address();
-        record.extend_from_slice(&(planned.peer as u32).to_le_bytes());
-        record.extend_from_slice(&(planned.wire as u32).to_le_bytes());
-        record.extend_from_slice(&(address.len() as u32).to_le_bytes());
-        record.extend_from_slice(&address);
-    }
-    record
-}
-
-/// Connects each queue pair to the address its peer published in `records` (one per rank of
-/// the group) and posts its receives.
-pub(super) fn join(
-    queue_pairs: Vec<Box<dyn QueuePair>>,
-    plan: &[Planned],
-    rank: usize,
-    records: &[Vec<u8>],
-) -> Result<Vec<Channel>> {
-    let mut channels = Vec::with_capacity(plan.len());
-    for (planned, mut qp) in plan.iter().zip(queue_pairs) {
-        let remote = records
-            .get(planned.peer)
-            .and_then(|record| find_address(record, rank, planned.wire))
-            .ok_or_else(|| {
-                jaccl_error(
-                    "init",
-                    rank,
-                    format!(
-                        "rank {} published no queue pair for rank {rank} on cable {}: the ranks disagree on the topology (check that every rank has the same device file)",
-                        planned.peer, planned.wire
-                    ),
-                )
-            })?;
-        qp.connect(remote)?;
-        channels.push(Channel::new(qp, planned.peer, SLOTS)?);
-    }
-    Ok(channels)
-}
-
-/// The address `owner`'s record gives for its queue pair to `rank` on cable `wire`.
-fn find_address(mut record: &[u8], rank: usize, wire: usize) -> Option<&[u8]> {
-    let word = |bytes: &[u8], at: usize| -> Option<usize> {
-        Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize)
-    };
-    while !record.is_empty() {
-        let (peer, cable, len) = (word(record, 0)?, word(record, 4)?, word(record, 8)?);
-        let address = record.get(12..12 + len)?;
-        if peer == rank && cable == wire {
-            return Some(address);
-        }
-        record = &record[12 + len..];
-    }
-    None
 }
 
 /// Bytes of the header message before every `send`: dtype, dimension count, byte count and
@@ -538,7 +407,12 @@ impl Communicator for JacclCommunicator {
     }
 
     fn split(&self, color: i32, key: i32) -> Result<Arc<dyn Communicator>> {
-        Ok(Arc::new(super::split::split(self, color, key)?))
+        let losses = self.side_losses();
+        let (formed, plan, channels) = super::split::split(self, &self.formed, color, key)?;
+        let side = SideChannel::Inherited { losses };
+        Ok(Arc::new(JacclCommunicator::assemble(
+            formed, &plan, channels, side,
+        )))
     }
 
     fn close(&self) {

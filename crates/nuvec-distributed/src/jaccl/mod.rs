@@ -27,6 +27,8 @@ mod exchange;
 #[cfg(feature = "jaccl")]
 mod fabric;
 #[cfg(feature = "jaccl")]
+mod form;
+#[cfg(feature = "jaccl")]
 mod group;
 #[cfg(feature = "jaccl")]
 mod mesh;

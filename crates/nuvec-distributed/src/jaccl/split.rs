@@ -12,10 +12,11 @@
 //! meet the parent's or a sibling's, so they all run at the same time. A sub-group watches for
 //! lost ranks through its parent's side channel.
 
+use super::channel::Channel;
 use super::config::Config;
-use super::group::{self, Formed, JacclCommunicator};
+use super::form::{self, Formed, Planned};
 use super::jaccl_error;
-use super::side::{gather_records, SideChannel};
+use super::side::gather_records;
 use nuvec_core::distributed::Communicator;
 use nuvec_core::{DType, Error, Result};
 
@@ -87,8 +88,15 @@ fn first_failure(records: &[Vec<u8>], rank: usize, doing: &str) -> Result<()> {
     Ok(())
 }
 
-/// Splits `parent` (see the module's documentation). Every rank of the parent must call it.
-pub(super) fn split(parent: &JacclCommunicator, color: i32, key: i32) -> Result<JacclCommunicator> {
+/// Splits `parent`, formed from `formed` (see the module's documentation): what the
+/// sub-group of this rank is formed from, its plan and its connected channels. Every rank of
+/// the parent must call it.
+pub(super) fn split(
+    parent: &dyn Communicator,
+    formed: &Formed,
+    color: i32,
+    key: i32,
+) -> Result<(Formed, Vec<Planned>, Vec<Channel>)> {
     let (rank, size) = (parent.rank(), parent.size());
     if color < 0 {
         return Err(split_error(
@@ -115,7 +123,6 @@ pub(super) fn split(parent: &JacclCommunicator, color: i32, key: i32) -> Result<
     }
 
     // Every color's topology, checked on every rank, so that all fail together or none does.
-    let formed = parent.formed();
     let mut distinct: Vec<i32> = colors.iter().map(|&(c, _)| c).collect();
     distinct.sort_unstable();
     distinct.dedup();
@@ -147,7 +154,7 @@ pub(super) fn split(parent: &JacclCommunicator, color: i32, key: i32) -> Result<
         .position(|&r| r == rank)
         .expect("this rank has its own color");
     let config = narrow(&formed.config, &members, child_rank);
-    let plan = group::plan(&config, topology);
+    let plan = form::plan(&config, topology);
     let gather = |bytes: &[u8]| -> Result<Vec<u8>> {
         let mut out = vec![0u8; bytes.len() * size];
         parent.all_gather(bytes, &mut out, DType::U8)?;
@@ -155,35 +162,29 @@ pub(super) fn split(parent: &JacclCommunicator, color: i32, key: i32) -> Result<
     };
 
     // Open this rank's queue pairs and trade addresses over the parent.
-    let opened = group::open(&*formed.fabric, &plan);
+    let opened = form::open(&*formed.fabric, &plan);
     let published = opened
         .as_ref()
-        .map(|queue_pairs| group::publish(&plan, queue_pairs))
+        .map(|queue_pairs| form::publish(&plan, queue_pairs))
         .map_err(Clone::clone);
     let records = gather_records(rank, size, &record(&published), &gather)?;
     first_failure(&records, rank, "to open its queue pairs")?;
     let queue_pairs = opened.expect("this rank's record said it opened them");
     let ours: Vec<Vec<u8>> = members.iter().map(|&r| records[r][1..].to_vec()).collect();
-    let joined = group::join(queue_pairs, &plan, child_rank, &ours);
+    let joined = form::join(queue_pairs, &plan, child_rank, &ours);
 
     // Every receive is posted before anyone sends.
     let status = record(&joined.as_ref().map(|_| Vec::new()).map_err(Clone::clone));
     let statuses = gather_records(rank, size, &status, &gather)?;
     first_failure(&statuses, rank, "to connect its queue pairs")?;
     let channels = joined.expect("this rank's record said it connected them");
-    Ok(JacclCommunicator::assemble(
-        Formed {
-            config,
-            options: formed.options.clone(),
-            topology,
-            fabric: formed.fabric.clone(),
-        },
-        &plan,
-        channels,
-        SideChannel::Inherited {
-            losses: parent.side_losses(),
-        },
-    ))
+    let formed = Formed {
+        config,
+        options: formed.options.clone(),
+        topology,
+        fabric: formed.fabric.clone(),
+    };
+    Ok((formed, plan, channels))
 }
 
 #[cfg(test)]
