@@ -30,6 +30,7 @@ pub(crate) enum Heard {
     /// No connection joins it to this rank (the group is not a full mesh).
     Unlinked,
     /// Rank 0, which gathers the answers on JACCL, did not relay them.
+    #[cfg_attr(not(feature = "jaccl"), allow(dead_code))]
     Unrelayed,
 }
 

@@ -22,6 +22,11 @@ pub use nuvec_core::{
     with_dtype, with_float_dtype, Array, DType, Device, Element, Error, Result, Stream,
 };
 
+/// nuvec's CUDA device layer (the `cuda` feature): kernels generated for NVRTC, device memory
+/// and cuBLAS, all loaded at run time. Arrays do not live on a GPU yet (`docs/gpu.md`).
+#[cfg(feature = "cuda")]
+pub use nuvec_cuda as cuda;
+
 /// Function transforms: `grad`, `vjp`, `jvp`, `vmap`, `compile`, `custom_function`,
 /// `checkpoint`, and their forms over trees of arrays (`tree`), with `#[derive(Tree)]` for
 /// structs of parameters.

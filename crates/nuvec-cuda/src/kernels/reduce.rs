@@ -1,0 +1,268 @@
+//! Reductions along the last axis of a contiguous `[rows, cols]` view (the caller moves the
+//! reduced axes last): sum, product, max, min, argmax, argmin and logsumexp, and softmax. One
+//! block of [`BLOCK`] threads per row: each thread folds a strided share of the row, then the
+//! block folds the threads' values in shared memory, always in the same order, so a rerun
+//! gives the same bits. Half precision accumulates in `float`, as the CPU does; the order of
+//! the additions differs from the CPU's, so float sums agree within rounding, not bitwise.
+
+use super::types::{compute, is_float, load, storage, store, tag, PRELUDE};
+use super::Source;
+use nuvec_cpu::DType;
+
+/// Threads per block (one block per row).
+pub const BLOCK: u32 = 256;
+
+/// A reduction along the last axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduction {
+    /// The sum.
+    Sum,
+    /// The product.
+    Prod,
+    /// The largest value (NaN wins).
+    Max,
+    /// The smallest value (NaN wins).
+    Min,
+    /// The index (`uint32`) of the first largest value.
+    ArgMax,
+    /// The index (`uint32`) of the first smallest value.
+    ArgMin,
+    /// `log(sum(exp(x)))`, computed after subtracting the row's maximum.
+    LogSumExp,
+}
+
+impl Reduction {
+    /// The reduction's name in kernel names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reduction::Sum => "sum",
+            Reduction::Prod => "prod",
+            Reduction::Max => "max",
+            Reduction::Min => "min",
+            Reduction::ArgMax => "argmax",
+            Reduction::ArgMin => "argmin",
+            Reduction::LogSumExp => "logsumexp",
+        }
+    }
+
+    /// Every reduction.
+    pub const ALL: [Reduction; 7] = [
+        Reduction::Sum,
+        Reduction::Prod,
+        Reduction::Max,
+        Reduction::Min,
+        Reduction::ArgMax,
+        Reduction::ArgMin,
+        Reduction::LogSumExp,
+    ];
+}
+
+/// The identity and the fold of a value reduction in type `t` (`None` for the others).
+fn fold(reduction: Reduction, dtype: DType) -> Option<(String, &'static str)> {
+    let t = compute(dtype);
+    let float = is_float(dtype);
+    let (lowest, highest) = if float {
+        ("-INFINITY".to_string(), "INFINITY".to_string())
+    } else {
+        (
+            format!("nv_lowest_{}()", tag(dtype)),
+            format!("nv_highest_{}()", tag(dtype)),
+        )
+    };
+    Some(match reduction {
+        Reduction::Sum => (format!("({t})0"), "acc + v"),
+        Reduction::Prod => (format!("({t})1"), "acc * v"),
+        Reduction::Max if float => (lowest, "((acc != acc) || acc > v ? acc : v)"),
+        Reduction::Max => (lowest, "(acc > v ? acc : v)"),
+        Reduction::Min if float => (highest, "((acc != acc) || acc < v ? acc : v)"),
+        Reduction::Min => (highest, "(acc < v ? acc : v)"),
+        _ => return None,
+    })
+}
+
+/// The extremes of an integer type, for max and min.
+fn limits(dtype: DType) -> String {
+    if is_float(dtype) {
+        return String::new();
+    }
+    let (t, tg) = (compute(dtype), tag(dtype));
+    let (low, high) = match dtype {
+        DType::Bool => ("0", "1"),
+        DType::U8 => ("0", "255"),
+        DType::U16 => ("0", "65535"),
+        DType::U32 => ("0", "4294967295u"),
+        DType::U64 => ("0", "18446744073709551615ull"),
+        DType::I8 => ("-128", "127"),
+        DType::I16 => ("-32768", "32767"),
+        DType::I32 => ("(-2147483647 - 1)", "2147483647"),
+        _ => ("(-9223372036854775807ll - 1)", "9223372036854775807ll"),
+    };
+    format!(
+        "__device__ __forceinline__ {t} nv_lowest_{tg}() {{ return ({t}){low}; }}\n\
+         __device__ __forceinline__ {t} nv_highest_{tg}() {{ return ({t}){high}; }}\n"
+    )
+}
+
+/// The kernel of `reduction` over rows of `input`, writing one `output` per row (`uint32`
+/// for the arg reductions), or `None` where it has no meaning (logsumexp of integers).
+pub fn row_reduction(reduction: Reduction, input: DType, output: DType) -> Option<Source> {
+    let name = format!("reduce_{}_{}_{}", reduction.name(), tag(input), tag(output));
+    let (ti, to) = (storage(input), storage(output));
+    let loaded = load(input, "x[base + j]");
+    let body = match reduction {
+        Reduction::ArgMax | Reduction::ArgMin => {
+            let t = compute(input);
+            let better = match (reduction, is_float(input)) {
+                (Reduction::ArgMax, true) => "(v != v && best == best) || v > best",
+                (Reduction::ArgMax, false) => "v > best",
+                (_, true) => "(v != v && best == best) || v < best",
+                (_, false) => "v < best",
+            };
+            // Each thread keeps its first best; the fold keeps the lower index on ties.
+            format!(
+                r#"
+    __shared__ {t} best_values[{BLOCK}];
+    __shared__ unsigned int best_indices[{BLOCK}];
+    {t} best = {first};
+    unsigned int at = 0xffffffffu;
+    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{
+        {t} v = {loaded};
+        if (at == 0xffffffffu || {better}) {{ best = v; at = (unsigned int)j; }}
+    }}
+    best_values[threadIdx.x] = best;
+    best_indices[threadIdx.x] = at;
+    __syncthreads();
+    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
+        if (threadIdx.x < half) {{
+            {t} v = best_values[threadIdx.x + half];
+            unsigned int j = best_indices[threadIdx.x + half];
+            best = best_values[threadIdx.x];
+            at = best_indices[threadIdx.x];
+            bool take = j != 0xffffffffu && (at == 0xffffffffu || ({better}) || (v == best && j < at));
+            if (take) {{ best_values[threadIdx.x] = v; best_indices[threadIdx.x] = j; }}
+        }}
+        __syncthreads();
+    }}
+    if (threadIdx.x == 0) y[row] = ({to})best_indices[0];
+"#,
+                first = load(input, "x[base]"),
+            )
+        }
+        Reduction::LogSumExp => {
+            if !is_float(input) {
+                return None;
+            }
+            let s = if input == DType::F64 { "" } else { "f" };
+            let t = compute(input);
+            format!(
+                r#"
+    __shared__ {t} shared[{BLOCK}];
+    {t} acc = -INFINITY;
+    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; acc = (acc != acc) || acc > v ? acc : v; }}
+    shared[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
+        if (threadIdx.x < half) {{ {t} v = shared[threadIdx.x + half]; acc = shared[threadIdx.x]; shared[threadIdx.x] = (acc != acc) || acc > v ? acc : v; }}
+        __syncthreads();
+    }}
+    {t} top = shared[0];
+    __syncthreads();
+    {t} total = 0;
+    if (!isinf(top)) {{
+        for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; total += exp{s}(v - top); }}
+    }}
+    shared[threadIdx.x] = total;
+    __syncthreads();
+    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
+        if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+        __syncthreads();
+    }}
+    if (threadIdx.x == 0) y[row] = {stored};
+"#,
+                stored = store(
+                    output,
+                    &format!("(isinf(top) ? top : top + log{s}(shared[0]))")
+                ),
+            )
+        }
+        _ => {
+            let t = compute(output);
+            let (identity, step) = fold(reduction, output)?;
+            format!(
+                r#"
+    __shared__ {t} shared[{BLOCK}];
+    {t} acc = {identity};
+    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = ({t})({loaded}); acc = {step}; }}
+    shared[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
+        if (threadIdx.x < half) {{ {t} v = shared[threadIdx.x + half]; acc = shared[threadIdx.x]; shared[threadIdx.x] = {step}; }}
+        __syncthreads();
+    }}
+    if (threadIdx.x == 0) y[row] = {stored};
+"#,
+                stored = store(output, "shared[0]"),
+            )
+        }
+    };
+    let helpers = if input == output {
+        limits(output)
+    } else {
+        limits(output) + &limits(input)
+    };
+    let text = format!(
+        r#"{PRELUDE}{helpers}
+extern "C" __global__ void {name}(const {ti}* __restrict__ x, {to}* __restrict__ y, nv_u64 rows, nv_u64 cols) {{
+    nv_u64 row = blockIdx.x;
+    if (row >= rows) return;
+    nv_u64 base = row * cols;
+{body}
+}}
+"#
+    );
+    Some(Source { name, text })
+}
+
+/// Softmax along the last axis of rows of a float `dtype`: `exp(x - max) / sum`, accumulated
+/// in `float` for half precision (MLX's precise softmax).
+pub fn softmax(dtype: DType) -> Option<Source> {
+    if !is_float(dtype) {
+        return None;
+    }
+    let name = format!("softmax_{}", tag(dtype));
+    let (ts, t) = (storage(dtype), compute(dtype));
+    let s = if dtype == DType::F64 { "" } else { "f" };
+    let loaded = load(dtype, "x[base + j]");
+    let stored = store(dtype, &format!("exp{s}(v - top) / total"));
+    let text = format!(
+        r#"{PRELUDE}
+extern "C" __global__ void {name}(const {ts}* __restrict__ x, {ts}* __restrict__ y, nv_u64 rows, nv_u64 cols) {{
+    nv_u64 row = blockIdx.x;
+    if (row >= rows) return;
+    nv_u64 base = row * cols;
+    __shared__ {t} shared[{BLOCK}];
+    {t} acc = -INFINITY;
+    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; acc = (acc != acc) || acc > v ? acc : v; }}
+    shared[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
+        if (threadIdx.x < half) {{ {t} v = shared[threadIdx.x + half]; acc = shared[threadIdx.x]; shared[threadIdx.x] = (acc != acc) || acc > v ? acc : v; }}
+        __syncthreads();
+    }}
+    {t} top = shared[0];
+    __syncthreads();
+    {t} sum = 0;
+    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; sum += exp{s}(v - top); }}
+    shared[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
+        if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+        __syncthreads();
+    }}
+    {t} total = shared[0];
+    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; y[base + j] = {stored}; }}
+}}
+"#
+    );
+    Some(Source { name, text })
+}

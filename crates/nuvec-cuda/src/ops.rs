@@ -1,0 +1,334 @@
+//! Running the kernels: each function checks its operands, takes the kernel for the op and
+//! dtype (compiled on first use), allocates the output from the device's pool and launches
+//! on the device's stream. Nothing here waits for the device; reading a result back does.
+
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use crate::kernels::elementwise::{self, MAX_DIMS};
+use crate::kernels::reduce::{self, Reduction, BLOCK};
+use crate::kernels::{layout, random, Source};
+use crate::memory::DeviceBuffer;
+use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use nuvec_cpu::binary::BinaryOp;
+use nuvec_cpu::unary::UnaryOp;
+use nuvec_cpu::DType;
+
+/// Threads per block of the element-wise kernels.
+const THREADS: u32 = 256;
+/// The most blocks an element-wise launch uses (each thread then loops).
+const MOST_BLOCKS: u64 = 65_535;
+
+/// The strided kernels' layout parameter: the output's shape and each operand's strides (in
+/// elements; operand 2 is the output), as `elementwise::DIMS_STRUCT` declares it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Dims {
+    ndim: i32,
+    shape: [i64; MAX_DIMS],
+    strides: [[i64; MAX_DIMS]; 3],
+}
+
+// SAFETY: `Dims` is `repr(C)` plain data laid out as the kernels' `nv_dims`: an int, padding
+// to 8 bytes, then arrays of 64-bit integers.
+unsafe impl DeviceRepr for Dims {}
+
+impl Dims {
+    /// The layout of an output of `shape` with the inputs' `strides` (up to two, in elements;
+    /// 0 along a broadcast axis); the output is contiguous. Dimensions contiguous in every
+    /// operand are merged first; more than [`MAX_DIMS`] remaining is an error.
+    pub fn new(shape: &[i64], strides: &[&[i64]]) -> Result<Dims> {
+        let mut out_strides = vec![0i64; shape.len()];
+        let mut step = 1;
+        for k in (0..shape.len()).rev() {
+            out_strides[k] = step;
+            step *= shape[k];
+        }
+        let operands: Vec<&[i64]> = strides.iter().copied().chain([&out_strides[..]]).collect();
+        // Merge axis k into k + 1 where every operand steps over k as over k + 1's extent.
+        let mut merged_shape: Vec<i64> = Vec::new();
+        let mut merged: Vec<Vec<i64>> = vec![Vec::new(); operands.len()];
+        for k in 0..shape.len() {
+            let joins = !merged_shape.is_empty()
+                && operands
+                    .iter()
+                    .enumerate()
+                    .all(|(o, s)| merged[o].last().copied() == Some(s[k] * shape[k]));
+            if joins {
+                *merged_shape.last_mut().expect("not empty") *= shape[k];
+                for (o, s) in operands.iter().enumerate() {
+                    *merged[o].last_mut().expect("not empty") = s[k];
+                }
+            } else {
+                merged_shape.push(shape[k]);
+                for (o, s) in operands.iter().enumerate() {
+                    merged[o].push(s[k]);
+                }
+            }
+        }
+        if merged_shape.len() > MAX_DIMS {
+            return Err(CudaError::Unsupported {
+                op: format!(
+                    "a strided element-wise kernel over {} dimensions (at most {MAX_DIMS})",
+                    merged_shape.len()
+                ),
+                dtype: "any dtype".into(),
+                device: 0,
+            });
+        }
+        let mut dims = Dims {
+            ndim: merged_shape.len() as i32,
+            ..Dims::default()
+        };
+        dims.shape[..merged_shape.len()].copy_from_slice(&merged_shape);
+        let slot = |o: usize| if o + 1 == operands.len() { 2 } else { o };
+        for (o, s) in merged.iter().enumerate() {
+            dims.strides[slot(o)][..s.len()].copy_from_slice(s);
+        }
+        Ok(dims)
+    }
+
+    /// Whether the output and the first `inputs` operands are all contiguous (the `_c`
+    /// kernel serves).
+    pub fn contiguous(&self, inputs: usize) -> bool {
+        let operands = (0..inputs).chain([2]);
+        self.ndim == 0
+            || (self.ndim == 1
+                && operands
+                    .into_iter()
+                    .all(|o| self.strides[o][0] == 1 || self.shape[0] <= 1))
+    }
+}
+
+fn grid(n: u64) -> LaunchConfig {
+    let blocks = n.div_ceil(u64::from(THREADS)).clamp(1, MOST_BLOCKS) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn unsupported(gpu: &Gpu, op: &str, dtype: DType) -> CudaError {
+    CudaError::Unsupported {
+        op: op.into(),
+        dtype: dtype.to_string(),
+        device: gpu.index(),
+    }
+}
+
+fn launched(
+    gpu: &Gpu,
+    source: &Source,
+    outcome: std::result::Result<(), cudarc::driver::DriverError>,
+) -> Result<()> {
+    outcome.map_err(|e| gpu.error(&format!("running {}", source.name), e))
+}
+
+/// One element-wise kernel over `inputs` (their layout in `dims`) into a new output of `n`
+/// elements of `output`.
+fn elementwise(
+    gpu: &Gpu,
+    source: &Source,
+    inputs: &[&DeviceBuffer],
+    (n, dims): (u64, &Dims),
+    output: DType,
+) -> Result<DeviceBuffer> {
+    let mut out = gpu.alloc(n as usize * output.size())?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let contiguous = dims.contiguous(inputs.len());
+    let entry = format!("{}_{}", source.name, if contiguous { "c" } else { "s" });
+    let function = gpu.function(source, &entry)?;
+    let mut launch = gpu.stream.launch_builder(&function);
+    for input in inputs {
+        launch.arg(input.block());
+    }
+    launch.arg(out.block_mut());
+    launch.arg(&n);
+    if !contiguous {
+        launch.arg(dims);
+    }
+    // SAFETY: the kernel reads `n` elements of each input at the offsets `dims` gives (the
+    // caller's layout, within the inputs) and writes `n` contiguous elements of `out`, which
+    // holds them; the arguments match the kernel's parameters in order and type.
+    let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
+    launched(gpu, source, outcome)?;
+    Ok(out)
+}
+
+/// `op` applied to `x` (`n` elements laid out as `dims` says) into a new array of `output`.
+pub fn unary(
+    gpu: &Gpu,
+    op: UnaryOp,
+    (x, input): (&DeviceBuffer, DType),
+    (n, dims): (u64, &Dims),
+    output: DType,
+) -> Result<DeviceBuffer> {
+    let source =
+        elementwise::unary(op, input, output).ok_or_else(|| unsupported(gpu, op.name(), input))?;
+    elementwise(gpu, &source, &[x], (n, dims), output)
+}
+
+/// `op` applied to `a` and `b` (both `input`, laid out as `dims` says) into a new array.
+pub fn binary(
+    gpu: &Gpu,
+    op: BinaryOp,
+    (a, b, input): (&DeviceBuffer, &DeviceBuffer, DType),
+    (n, dims): (u64, &Dims),
+) -> Result<DeviceBuffer> {
+    let output = crate::kernels::binary_output(op, input);
+    let source =
+        elementwise::binary(op, input, output).ok_or_else(|| unsupported(gpu, op.name(), input))?;
+    elementwise(gpu, &source, &[a, b], (n, dims), output)
+}
+
+/// `x` converted from `input` to `output`.
+pub fn convert(
+    gpu: &Gpu,
+    (x, input): (&DeviceBuffer, DType),
+    (n, dims): (u64, &Dims),
+    output: DType,
+) -> Result<DeviceBuffer> {
+    let source = elementwise::convert(input, output);
+    elementwise(gpu, &source, &[x], (n, dims), output)
+}
+
+/// `reduction` of each of `rows` contiguous rows of `cols` elements of `x`.
+pub fn reduce_rows(
+    gpu: &Gpu,
+    reduction: Reduction,
+    (x, input): (&DeviceBuffer, DType),
+    (rows, cols): (u64, u64),
+    output: DType,
+) -> Result<DeviceBuffer> {
+    let source = reduce::row_reduction(reduction, input, output)
+        .ok_or_else(|| unsupported(gpu, reduction.name(), input))?;
+    rowwise(gpu, &source, x, (rows, cols), rows as usize * output.size())
+}
+
+/// Softmax of each of `rows` contiguous rows of `cols` elements of `x`.
+pub fn softmax_rows(
+    gpu: &Gpu,
+    (x, dtype): (&DeviceBuffer, DType),
+    (rows, cols): (u64, u64),
+) -> Result<DeviceBuffer> {
+    let source = reduce::softmax(dtype).ok_or_else(|| unsupported(gpu, "softmax", dtype))?;
+    rowwise(
+        gpu,
+        &source,
+        x,
+        (rows, cols),
+        (rows * cols) as usize * dtype.size(),
+    )
+}
+
+fn rowwise(
+    gpu: &Gpu,
+    source: &Source,
+    x: &DeviceBuffer,
+    (rows, cols): (u64, u64),
+    out_bytes: usize,
+) -> Result<DeviceBuffer> {
+    let mut out = gpu.alloc(out_bytes)?;
+    if rows == 0 || cols == 0 {
+        return Ok(out);
+    }
+    let rows_u32 = u32::try_from(rows).map_err(|_| {
+        gpu.error(
+            &source.name,
+            format!("{rows} rows (at most {} per launch)", u32::MAX),
+        )
+    })?;
+    let function = gpu.function(source, &source.name)?;
+    let mut launch = gpu.stream.launch_builder(&function);
+    launch
+        .arg(x.block())
+        .arg(out.block_mut())
+        .arg(&rows)
+        .arg(&cols);
+    let config = LaunchConfig {
+        grid_dim: (rows_u32, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: one block per row reads `cols` elements of row `blockIdx.x` of `x` (which holds
+    // `rows × cols`) and writes that row's output, which `out` holds.
+    let outcome = unsafe { launch.launch(config) }.map(drop);
+    launched(gpu, source, outcome)?;
+    Ok(out)
+}
+
+/// A copy of `x` (elements of `bytes` bytes) in the layout `dims` gives operand 0, into a new
+/// contiguous array of `n` elements.
+pub fn copy_strided(
+    gpu: &Gpu,
+    x: &DeviceBuffer,
+    bytes: usize,
+    (n, dims): (u64, &Dims),
+) -> Result<DeviceBuffer> {
+    let source = layout::strided_copy(bytes)
+        .ok_or_else(|| gpu.error("copy", format!("elements of {bytes} bytes")))?;
+    let mut out = gpu.alloc(n as usize * bytes)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let function = gpu.function(&source, &source.name)?;
+    let mut launch = gpu.stream.launch_builder(&function);
+    launch.arg(x.block()).arg(out.block_mut()).arg(&n).arg(dims);
+    // SAFETY: the kernel reads `x` at the offsets `dims` gives (within `x`, by the caller's
+    // layout) and writes `n` elements at the output's offsets, which `out` holds.
+    let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
+    launched(gpu, &source, outcome)?;
+    Ok(out)
+}
+
+/// MLX's random bits for `key`: `bytes` bytes, the same as the CPU's for the key.
+pub fn random_bits(gpu: &Gpu, key: [u32; 2], bytes: u64) -> Result<DeviceBuffer> {
+    let source = random::bits();
+    let mut out = gpu.alloc(bytes as usize)?;
+    let words = bytes.div_ceil(4);
+    let pairs = words - words / 2;
+    if pairs == 0 {
+        return Ok(out);
+    }
+    let function = gpu.function(&source, &source.name)?;
+    let mut launch = gpu.stream.launch_builder(&function);
+    launch
+        .arg(&key[0])
+        .arg(&key[1])
+        .arg(out.block_mut())
+        .arg(&bytes);
+    // SAFETY: each thread writes the bytes of its two words below `bytes`, which `out` holds.
+    let outcome = unsafe { launch.launch(grid(pairs)) }.map(drop);
+    launched(gpu, &source, outcome)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_merge_contiguous_axes_and_keep_broadcasts() {
+        let contiguous = Dims::new(&[2, 3, 4], &[&[12, 4, 1]]).unwrap();
+        assert!(contiguous.contiguous(1));
+        assert_eq!((contiguous.ndim, contiguous.shape[0]), (1, 24));
+        // A row broadcast over 2 × 3: the column axis merges with nothing.
+        let broadcast = Dims::new(&[2, 3], &[&[0, 1], &[3, 1]]).unwrap();
+        assert!(!broadcast.contiguous(2));
+        assert_eq!(broadcast.ndim, 2);
+        assert_eq!(broadcast.strides[0][..2], [0, 1]);
+        assert_eq!(broadcast.strides[2][..2], [3, 1]);
+        let transposed = Dims::new(&[3, 2], &[&[1, 3]]).unwrap();
+        assert_eq!(
+            (transposed.ndim, transposed.strides[0][..2].to_vec()),
+            (2, vec![1, 3])
+        );
+        let deep = vec![2i64; 20];
+        let strides: Vec<i64> = (0..20)
+            .map(|k| if k % 2 == 0 { 0 } else { 1 << k })
+            .collect();
+        assert!(Dims::new(&deep, &[&strides]).is_err());
+    }
+}
