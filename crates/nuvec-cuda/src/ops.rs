@@ -283,6 +283,72 @@ pub fn copy_strided(
     Ok(out)
 }
 
+/// The shape of a gather: the source viewed as `[outer, axis, inner]`, `taken` indices along
+/// the axis, one per output element (`take_along_axis`) or one per position (`take`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gather {
+    /// The product of the dimensions before the axis.
+    pub outer: u64,
+    /// The axis's extent.
+    pub axis: u64,
+    /// Positions taken along the axis.
+    pub taken: u64,
+    /// The product of the dimensions after the axis.
+    pub inner: u64,
+    /// Whether there is an index per output element (else one per position).
+    pub per_element: bool,
+}
+
+/// Elements of `x` (of `bytes` bytes each) at the `int32` `indices` along an axis, as `shape`
+/// says; an index out of the axis's range (after counting negative ones from its end) is an
+/// error naming the axis's extent.
+pub fn gather(
+    gpu: &Gpu,
+    (x, bytes): (&DeviceBuffer, usize),
+    indices: &DeviceBuffer,
+    shape: Gather,
+) -> Result<DeviceBuffer> {
+    let source = layout::gather(bytes)
+        .ok_or_else(|| gpu.error("gather", format!("elements of {bytes} bytes")))?;
+    let n = shape.outer * shape.taken * shape.inner;
+    let mut out = gpu.alloc(n as usize * bytes)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    if shape.axis == 0 {
+        return Err(gpu.error("gather", "indices into an axis of extent 0"));
+    }
+    let mut flag = gpu.upload(&[0u8; 4])?;
+    let function = gpu.function(&source, &source.name)?;
+    let per_element = i32::from(shape.per_element);
+    let mut launch = gpu.stream.launch_builder(&function);
+    launch
+        .arg(x.block())
+        .arg(indices.block())
+        .arg(out.block_mut())
+        .arg(&shape.outer)
+        .arg(&shape.axis)
+        .arg(&shape.taken)
+        .arg(&shape.inner)
+        .arg(&per_element)
+        .arg(flag.block_mut());
+    // SAFETY: the kernel reads `outer × axis × inner` elements of `x` (indices clamped into
+    // the axis) and one index per output element or position, and writes `n` elements of
+    // `out` and the flag's one word, all within the buffers by the caller's shape.
+    let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
+    launched(gpu, &source, outcome)?;
+    if gpu.download(&flag, 4)? != [0; 4] {
+        return Err(gpu.error(
+            "gather",
+            format!(
+                "an index is out of range for an axis of extent {}",
+                shape.axis
+            ),
+        ));
+    }
+    Ok(out)
+}
+
 /// MLX's random bits for `key`: `bytes` bytes, the same as the CPU's for the key.
 pub fn random_bits(gpu: &Gpu, key: [u32; 2], bytes: u64) -> Result<DeviceBuffer> {
     let source = random::bits();

@@ -317,6 +317,45 @@ fn reductions_softmax_and_transposes_match_the_cpu() {
 }
 
 #[test]
+fn gathers_take_along_an_axis_count_negative_indices_and_refuse_out_of_range_ones() {
+    let Some(gpu) = gpu_or_skip(
+        "gathers_take_along_an_axis_count_negative_indices_and_refuse_out_of_range_ones",
+    ) else {
+        return;
+    };
+    // x: [2, 5, 3] as float32, taking positions [4, -1, 0] along axis 1.
+    let x: Vec<f32> = (0..30).map(|v| v as f32).collect();
+    let dx = gpu.upload(&bytes_f32(&x)).unwrap();
+    let index: Vec<u8> = [4i32, -1, 0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let shape = ops::Gather {
+        outer: 2,
+        axis: 5,
+        taken: 3,
+        inner: 3,
+        per_element: false,
+    };
+    let out = ops::gather(&gpu, (&dx, 4), &gpu.upload(&index).unwrap(), shape).unwrap();
+    let got = f32s(&gpu.download(&out, 4 * 18).unwrap());
+    let want: Vec<f32> = [0usize, 1]
+        .iter()
+        .flat_map(|&o| {
+            [4usize, 4, 0]
+                .into_iter()
+                .flat_map(move |k| (0..3).map(move |i| (o * 15 + k * 3 + i) as f32))
+        })
+        .collect();
+    assert_eq!(got, want);
+    let bad: Vec<u8> = [5i32, 0, 0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let error = ops::gather(&gpu, (&dx, 4), &gpu.upload(&bad).unwrap(), shape).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("out of range for an axis of extent 5"),
+        "{error}"
+    );
+}
+
+#[test]
 fn random_bits_equal_the_cpus_for_the_same_key() {
     let Some(gpu) = gpu_or_skip("random_bits_equal_the_cpus_for_the_same_key") else {
         return;
