@@ -7,7 +7,8 @@
 //!   more are read straight from the peers' memory instead (`single_copy.rs`).
 //! - Where every rank reaches every other: in `size − 1` steps, at step `s` each rank sends
 //!   its region for rank `r + s` and receives the region of rank `r − s`, chunk by chunk, so
-//!   every region crosses one connection once.
+//!   every region crosses one connection once; regions of at most [`AT_ONCE_BYTES`] all go
+//!   out first and are then all received, in one round trip (the same frames either way).
 //! - Otherwise the caller falls back to the communicator's default (an all-gather).
 
 use super::{chunk_bytes, single_copy, tuning, Calls, CHUNK_BYTES};
@@ -18,6 +19,9 @@ use nuvec_core::{DType, Error, Result};
 
 /// The smallest region read from a peer's memory (as for all-gathers' blocks).
 const ONE_COPY_FROM: usize = 32 << 10;
+/// Over TCP, regions up to this size all go out before any is received (one round trip, where
+/// the latency of each step is most of the time); larger ones go step by step.
+const AT_ONCE_BYTES: usize = 64 << 10;
 
 /// Whether this transport has a path for all-to-all (else the default's all-gather).
 pub(crate) fn has_path<T: Transport + ?Sized>(t: &T) -> bool {
@@ -118,14 +122,81 @@ fn exchange<T: Transport + ?Sized>(
     }
     let ours = calls.header(t, kind, dtype, bytes);
     lands[rank].copy_from_slice(sends[rank]);
-    for step in 1..n {
-        let (to, from) = ((rank + step) % n, (rank + n - step) % n);
-        pairwise_step(t, &ours, (to, sends[to]), (from, &mut *lands[from]), chunk)?;
+    let small = |r: &[u8]| r.len() <= AT_ONCE_BYTES.min(chunk);
+    if sends.iter().all(|r| small(r)) && lands.iter().all(|r| small(r)) {
+        all_at_once(t, &ours, &sends, &mut lands)?;
+    } else {
+        for step in 1..n {
+            let (to, from) = ((rank + step) % n, (rank + n - step) % n);
+            pairwise_step(t, &ours, (to, sends[to]), (from, &mut *lands[from]), chunk)?;
+        }
     }
     for peer in (0..n).filter(|&p| p != rank) {
         t.finish_exchange(peer, kind.name())?;
     }
     Ok(())
+}
+
+/// The frame of one chunk of `len` bytes of the call `ours`.
+fn chunk_header(ours: &Header, len: usize) -> Header {
+    Header {
+        kind: Kind::Chunk,
+        dtype: DType::U8,
+        sequence: ours.sequence,
+        bytes: len as u64,
+    }
+}
+
+/// Regions of one frame each: every send first (the transport queues what the socket does not
+/// take, so no rank waits on a peer's read), then every receive, so the exchange costs one
+/// round trip instead of one per step. The frames are those of [`pairwise_step`].
+fn all_at_once<T: Transport + ?Sized>(
+    t: &T,
+    ours: &Header,
+    sends: &[&[u8]],
+    lands: &mut [&mut [u8]],
+) -> Result<()> {
+    let (rank, n, name) = (t.rank(), t.size(), ours.kind.name());
+    for step in 1..n {
+        let to = (rank + step) % n;
+        t.send_frame(to, 0, ours, &[])?;
+        if !sends[to].is_empty() {
+            t.send_frame(to, 0, &chunk_header(ours, sends[to].len()), sends[to])?;
+        }
+    }
+    for step in 1..n {
+        let from = (rank + n - step) % n;
+        same_call(rank, from, &t.recv_header(from, 0, name)?, ours)?;
+        let land = &mut *lands[from];
+        if !land.is_empty() {
+            expect_chunk(t, ours, from, land.len())?;
+            t.recv_payload(from, 0, name, land)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads the next frame's header from `from`, which must be a chunk of `len` bytes of `ours`.
+fn expect_chunk<T: Transport + ?Sized>(
+    t: &T,
+    ours: &Header,
+    from: usize,
+    len: usize,
+) -> Result<()> {
+    let (rank, name) = (t.rank(), ours.kind.name());
+    let theirs = t.recv_header(from, 0, name)?;
+    if theirs == chunk_header(ours, len) {
+        return Ok(());
+    }
+    Err(Error::Distributed {
+        op: name.into(),
+        rank: Some(from),
+        reason: format!(
+            "rank {from} sent {}, where rank {rank} expected a chunk of {len} bytes of call #{}",
+            theirs.describe(),
+            ours.sequence
+        ),
+    })
 }
 
 /// One step of the pairwise exchange: the header to `to`, then the region in chunks, each
@@ -142,12 +213,6 @@ fn pairwise_step<T: Transport + ?Sized>(
     chunk: usize,
 ) -> Result<()> {
     let (rank, name) = (t.rank(), ours.kind.name());
-    let framed = |len: usize| Header {
-        kind: Kind::Chunk,
-        dtype: DType::U8,
-        sequence: ours.sequence,
-        bytes: len as u64,
-    };
     t.send_frame(to, 0, ours, &[])?;
     let mut outgoing = chunks(0..send.len(), chunk);
     let mut incoming = chunks(0..land.len(), chunk);
@@ -155,7 +220,7 @@ fn pairwise_step<T: Transport + ?Sized>(
     loop {
         let out = outgoing.next();
         if let Some(piece) = out.clone() {
-            t.send_frame(to, 0, &framed(piece.len()), &send[piece])?;
+            t.send_frame(to, 0, &chunk_header(ours, piece.len()), &send[piece])?;
         }
         if !checked {
             same_call(rank, from, &t.recv_header(from, 0, name)?, ours)?;
@@ -167,19 +232,7 @@ fn pairwise_step<T: Transport + ?Sized>(
             }
             continue;
         };
-        let theirs = t.recv_header(from, 0, name)?;
-        if theirs != framed(piece.len()) {
-            return Err(Error::Distributed {
-                op: name.into(),
-                rank: Some(from),
-                reason: format!(
-                    "rank {from} sent {}, where rank {rank} expected a chunk of {} bytes of call #{}",
-                    theirs.describe(),
-                    piece.len(),
-                    ours.sequence
-                ),
-            });
-        }
+        expect_chunk(t, ours, from, piece.len())?;
         t.recv_payload(from, 0, name, &mut land[piece])?;
     }
 }
