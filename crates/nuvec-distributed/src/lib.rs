@@ -20,6 +20,7 @@ mod hostfile;
 pub mod jaccl;
 mod kernels;
 pub mod mpi;
+pub mod nccl;
 mod options;
 mod platform;
 pub mod ring;

@@ -135,7 +135,6 @@ impl Acceptor {
 
     /// Waits until every expected rank is connected (or the formation failed) and returns
     /// their connections.
-    #[cfg(feature = "jaccl")]
     pub(crate) fn finish(mut self) -> Result<Vec<Connected>> {
         let mut all = Vec::new();
         while let Some(connected) = self.next()? {

@@ -431,11 +431,10 @@ fn connect_if_reachable(
     }
 }
 
-/// Forms a star through `coordinator` (JACCL's side channel): rank 0 listens there and
+/// Forms a star through `coordinator` (JACCL's side channel, NCCL's rendezvous): rank 0 listens there and
 /// accepts every other rank, each of which connects and handshakes as the ring's ranks do (with
 /// the key's proofs when one is set). Entry `j` of rank 0's result is its connection to rank
 /// `j`; every other rank gets its connection to rank 0 in entry 0.
-#[cfg(feature = "jaccl")]
 pub(crate) fn form_star(
     coordinator: &Address,
     rank: usize,

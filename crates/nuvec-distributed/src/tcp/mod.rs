@@ -17,7 +17,5 @@ pub(crate) mod watch;
 pub(crate) mod wire;
 
 pub(crate) use connection::{Connection, SEND_PIECE};
-#[cfg(feature = "jaccl")]
-pub(crate) use form::form_star;
-pub(crate) use form::{form_mesh, free_port};
+pub(crate) use form::{form_mesh, form_star, free_port};
 pub(crate) use pairs::connections_between;
