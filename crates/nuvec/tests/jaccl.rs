@@ -785,6 +785,8 @@ fn run_fault(test: &str, fault: Fault, check: impl Fn(usize, &str)) {
                 "rank {rank}: {error}"
             );
         }
+        // Stay a moment, so rank 0 is still there to answer a rank that failed later.
+        std::thread::sleep(Duration::from_secs(1));
     });
 }
 

@@ -9,15 +9,17 @@
 //!   every rank (`Q`); each rank's watcher answers with its flight recorder's last record
 //!   (`P`), also while its main thread waits inside a collective; rank 0 relays what it heard
 //!   within the listening time (`R`) and the failed collective's error ends with the report.
-//!   A stalled process (its watcher stalled too) is silent; a killed one left. With rank 0
-//!   stalled or gone, only this rank's place is known.
+//!   A rank between calls when asked waits up to half the listening time before it answers,
+//!   so a rank about to enter the failing call (a moment behind the others) is reported in
+//!   it. A stalled process (its watcher stalled too) is silent; a killed one left. With
+//!   rank 0 stalled or gone, only this rank's place is known.
 //!
 //! Every frame is a kind byte, a little-endian `u32` length and that many bytes.
 
 use crate::platform::recv_now;
 use crate::sync::lock;
 use crate::whereabouts::{place_of, Heard, LOOK_EVERY};
-use nuvec_core::distributed::Trace;
+use nuvec_core::distributed::{State, Trace};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +67,8 @@ struct Shared {
     /// Other ranks: the connection to rank 0 for writing, and the lock that keeps frames
     /// whole between the watcher's answers and the calls' questions.
     writer: OnceLock<Mutex<TcpStream>>,
+    /// Other ranks: whether rank 0's connection closed (no answer will come).
+    rank_zero_left: AtomicBool,
 }
 
 impl Drop for Watch {
@@ -153,6 +157,20 @@ impl Shared {
             .unwrap_or_default()
     }
 
+    /// Whether this rank is inside a call (or failed in one), rather than between calls.
+    fn in_call(&self) -> bool {
+        self.trace
+            .get()
+            .and_then(|trace| trace.current())
+            .is_some_and(|record| record.state != State::Done)
+    }
+
+    /// Whether a rank asked at `asked` should answer now: it is in a call, or has waited
+    /// half the listening time for one.
+    fn ready_to_answer(&self, asked: Instant) -> bool {
+        self.in_call() || asked.elapsed() >= self.listen / 2
+    }
+
     fn deliver(&self, heard: Vec<Heard>) {
         *lock(&self.answer) = Some(heard);
         self.answered.notify_all();
@@ -230,7 +248,7 @@ impl Watch {
         };
         let deadline = Instant::now() + 2 * listen + TICK;
         let mut answer = lock(&shared.answer);
-        while asked && answer.is_none() {
+        while asked && answer.is_none() && !shared.rank_zero_left.load(Ordering::SeqCst) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -247,7 +265,10 @@ impl Watch {
             let mut heard = vec![Heard::Unrelayed; size];
             heard[rank] = place_heard(&shared.place());
             if rank != 0 {
-                heard[0] = Heard::Silent;
+                heard[0] = match shared.rank_zero_left.load(Ordering::SeqCst) {
+                    true => Heard::Left,
+                    false => Heard::Silent,
+                };
             }
             heard
         });
@@ -259,6 +280,7 @@ impl Watch {
 struct Question {
     heard: Vec<Option<Heard>>,
     askers: Vec<usize>,
+    asked: Instant,
     deadline: Instant,
 }
 
@@ -291,6 +313,11 @@ impl Hub {
             }
             for peer in 1..self.streams.len() {
                 self.read(peer, &mut chunk, lost, stop);
+            }
+            if let Some(question) = &mut self.question {
+                if question.heard[0].is_none() && self.shared.ready_to_answer(question.asked) {
+                    question.heard[0] = Some(place_heard(&self.shared.place()));
+                }
             }
             let due = self.question.as_ref().is_some_and(|q| {
                 q.heard.iter().all(Option::is_some) || Instant::now() >= q.deadline
@@ -380,10 +407,11 @@ impl Hub {
                 .iter()
                 .map(|&gone| gone.then_some(Heard::Left))
                 .collect();
-            heard[0] = Some(place_heard(&self.shared.place()));
+            heard[0] = None;
             self.question = Some(Question {
                 heard,
                 askers: Vec::new(),
+                asked: Instant::now(),
                 deadline: Instant::now() + self.shared.listen,
             });
             self.send_all(&frame(QUERY, &[]));
@@ -392,25 +420,41 @@ impl Hub {
         if !question.askers.contains(&asker) {
             question.askers.push(asker);
         }
+        // A rank asks from the call that failed: what it said before (if anything) is stale.
+        if question.heard[asker].is_some() && !self.gone[asker] {
+            question.heard[asker] = None;
+            if asker == 0 {
+                question.asked = Instant::now();
+            } else if let Some(stream) = &mut self.streams[asker] {
+                let _ = stream.write_all(&frame(QUERY, &[]));
+            }
+        }
     }
 
     /// Tells every rank that asked what was heard (silence from the rest).
     fn answer(&mut self) {
-        let Some(question) = self.question.take() else {
+        let Some(mut question) = self.question.take() else {
             return;
         };
+        if question.heard[0].is_none() {
+            question.heard[0] = Some(place_heard(&self.shared.place()));
+        }
         let heard: Vec<Heard> = question
             .heard
             .into_iter()
             .map(|h| h.unwrap_or(Heard::Silent))
             .collect();
-        let report = frame(REPORT, &encode_report(&heard));
         for &asker in &question.askers {
-            if asker == 0 {
-                self.shared.deliver(heard.clone());
-            } else if let (false, Some(stream)) = (self.gone[asker], &mut self.streams[asker]) {
-                let _ = stream.write_all(&report);
-            }
+            self.tell(asker, heard.clone());
+        }
+    }
+
+    /// Gives `asker` the answer `heard`.
+    fn tell(&mut self, asker: usize, heard: Vec<Heard>) {
+        if asker == 0 {
+            self.shared.deliver(heard);
+        } else if let (false, Some(stream)) = (self.gone[asker], &mut self.streams[asker]) {
+            let _ = stream.write_all(&frame(REPORT, &encode_report(&heard)));
         }
     }
 }
@@ -419,10 +463,24 @@ impl Hub {
 fn spoke(mut stream: TcpStream, shared: &Shared, lost: &Mutex<Option<String>>, stop: &AtomicBool) {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
+    // A question received while this rank was between calls, and when.
+    let mut pending: Option<Instant> = None;
+    let answer = |shared: &Shared| {
+        if let Some(writer) = shared.writer.get() {
+            let _ = lock(writer).write_all(&frame(PLACE, shared.place().as_bytes()));
+        }
+    };
     while !stop.load(Ordering::SeqCst) {
+        if pending.is_some_and(|asked| shared.ready_to_answer(asked)) {
+            answer(shared);
+            pending = None;
+            let _ = stream.set_read_timeout(Some(TICK));
+        }
         match stream.read(&mut chunk) {
             Ok(0) => {
                 record(lost, stop, "rank 0 is gone: its side-channel connection closed (its process ended or it closed the group)".into());
+                shared.rank_zero_left.store(true, Ordering::SeqCst);
+                shared.answered.notify_all();
                 return;
             }
             Ok(n) => buffer.extend_from_slice(&chunk[..n]),
@@ -441,8 +499,12 @@ fn spoke(mut stream: TcpStream, shared: &Shared, lost: &Mutex<Option<String>>, s
                     record(lost, stop, format!("rank {peer} is gone: rank 0 saw its side-channel connection close (its process ended or it closed the group)"));
                 }
                 Ok((QUERY, _)) => {
-                    if let Some(writer) = shared.writer.get() {
-                        let _ = lock(writer).write_all(&frame(PLACE, shared.place().as_bytes()));
+                    let asked = Instant::now();
+                    if shared.ready_to_answer(asked) {
+                        answer(shared);
+                    } else {
+                        pending = Some(asked);
+                        let _ = stream.set_read_timeout(Some(LOOK_EVERY));
                     }
                 }
                 Ok((REPORT, payload)) => match decode_report(&payload) {
