@@ -2,9 +2,10 @@
 //! live. The default build links none of them; each is loaded on first use from, in order,
 //! the file its variable names (`NUVEC_CUDA_LIBRARY`, `NUVEC_NVRTC_LIBRARY`,
 //! `NUVEC_CUBLAS_LIBRARY`, `NUVEC_CUBLASLT_LIBRARY`, `NUVEC_NCCL_LIBRARY`), the system's
-//! library path, then the pip wheels' folders (`nvidia/cuda_nvrtc/lib`, `nvidia/cublas/lib`,
-//! `nvidia/nccl/lib`) in the active virtual environment, `PYTHONPATH` and the usual
-//! site-packages. A library found by path is kept loaded, so cudarc's own lookup by name
+//! library path, then the pip wheels' folders (CUDA 13's `nvidia/cu13/lib`, CUDA 12's
+//! `nvidia/cuda_nvrtc/lib`, `nvidia/cublas/lib`, and `nvidia/nccl/lib`) in the active virtual
+//! environment, `PYTHONPATH` and the usual site-packages, then `/usr/local/cuda/lib64`.
+//! CUDA 13's files are tried before CUDA 12's. A library found by path is kept loaded, so cudarc's own lookup by name
 //! finds it already there instead of failing (or panicking) on a name search.
 
 use crate::error::{CudaError, Result};
@@ -49,24 +50,25 @@ impl Library {
         }
     }
 
-    /// The file names tried on the system's library path (those cudarc also looks up).
+    /// The file names tried, CUDA 13's first (each is one cudarc also looks up by name).
     fn file_names(self) -> &'static [&'static str] {
         match self {
             Library::Driver => &["libcuda.so.1", "libcuda.so"],
-            Library::Nvrtc => &["libnvrtc.so.12", "libnvrtc.so"],
-            Library::Cublas => &["libcublas.so.12", "libcublas.so"],
-            Library::CublasLt => &["libcublasLt.so.12", "libcublasLt.so"],
+            Library::Nvrtc => &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"],
+            Library::Cublas => &["libcublas.so.13", "libcublas.so.12", "libcublas.so"],
+            Library::CublasLt => &["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"],
             Library::Nccl => &["libnccl.so.2", "libnccl.so"],
         }
     }
 
-    /// Where a pip wheel puts the library, under a site-packages folder.
-    fn wheel_folder(self) -> Option<&'static str> {
+    /// Where pip wheels put the library under a site-packages folder (CUDA 13's wheels share
+    /// `nvidia/cu13/lib`; CUDA 12's have a folder each), and the toolkit's own folder.
+    fn folders(self) -> &'static [&'static str] {
         match self {
-            Library::Driver => None,
-            Library::Nvrtc => Some("nvidia/cuda_nvrtc/lib"),
-            Library::Cublas | Library::CublasLt => Some("nvidia/cublas/lib"),
-            Library::Nccl => Some("nvidia/nccl/lib"),
+            Library::Driver => &[],
+            Library::Nvrtc => &["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"],
+            Library::Cublas | Library::CublasLt => &["nvidia/cu13/lib", "nvidia/cublas/lib"],
+            Library::Nccl => &["nvidia/nccl/lib", "nvidia/cu13/lib"],
         }
     }
 
@@ -146,10 +148,15 @@ fn find(library: Library) -> std::result::Result<PathBuf, String> {
             Err(e) => tried.push(e),
         }
     }
-    if let Some(folder) = library.wheel_folder() {
-        for root in site_packages() {
+    if !library.folders().is_empty() {
+        let mut places: Vec<PathBuf> = site_packages()
+            .iter()
+            .flat_map(|root| library.folders().iter().map(move |f| root.join(f)))
+            .collect();
+        places.push(PathBuf::from("/usr/local/cuda/lib64"));
+        for place in places {
             for name in library.file_names() {
-                let path = root.join(folder).join(name);
+                let path = place.join(name);
                 if path.exists() {
                     match keep(&path) {
                         Ok(()) => return Ok(path),
@@ -159,7 +166,8 @@ fn find(library: Library) -> std::result::Result<PathBuf, String> {
             }
         }
         tried.push(format!(
-            "no pip wheel's {folder} in the virtual environment, PYTHONPATH or site-packages"
+            "none in a pip wheel's {} (virtual environment, PYTHONPATH, site-packages) or /usr/local/cuda/lib64",
+            library.folders().join(" or ")
         ));
     }
     Err(format!(

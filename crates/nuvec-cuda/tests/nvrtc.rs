@@ -1,7 +1,7 @@
 //! Every kernel source nuvec generates compiles through NVRTC, for Hopper (`compute_90`, the
 //! H200) and Ampere (`compute_80`). NVRTC runs without a GPU: CI installs the
-//! `nvidia-cuda-nvrtc-cu12` wheel and sets `NUVEC_REQUIRE_NVRTC=1`; elsewhere a missing NVRTC
-//! is a visible skip.
+//! `nvidia-cuda-nvrtc` wheel (CUDA 13) and sets `NUVEC_REQUIRE_NVRTC=1`; elsewhere a missing
+//! NVRTC is a visible skip.
 
 use nuvec_cuda::compile::compile_uncached;
 use nuvec_cuda::kernels::catalogue;
@@ -17,7 +17,7 @@ fn nvrtc_or_skip(test: &str) -> bool {
                 "{test}: NUVEC_REQUIRE_NVRTC is set but {e}"
             );
             nuvec_test_support::skip(&format!(
-                "{test}: {e} (pip install nvidia-cuda-nvrtc-cu12; set NUVEC_REQUIRE_NVRTC=1 to make this a failure)"
+                "{test}: {e} (pip install nvidia-cuda-nvrtc; set NUVEC_REQUIRE_NVRTC=1 to make this a failure)"
             ));
             false
         }
