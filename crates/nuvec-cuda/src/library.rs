@@ -4,7 +4,8 @@
 //! `NUVEC_CUBLAS_LIBRARY`, `NUVEC_CUBLASLT_LIBRARY`, `NUVEC_NCCL_LIBRARY`), the system's
 //! library path, then the pip wheels' folders (CUDA 13's `nvidia/cu13/lib`, CUDA 12's
 //! `nvidia/cuda_nvrtc/lib`, `nvidia/cublas/lib`, and `nvidia/nccl/lib`) in the active virtual
-//! environment, `PYTHONPATH` and the usual site-packages, then `/usr/local/cuda/lib64`.
+//! environment, `PYTHONPATH`, the `python3` on `PATH` and the usual site-packages, then
+//! `/usr/local/cuda/lib64`.
 //! CUDA 13's files are tried before CUDA 12's. A library found by path is kept loaded, so cudarc's own lookup by name
 //! finds it already there instead of failing (or panicking) on a name search.
 
@@ -84,8 +85,8 @@ impl Library {
     }
 }
 
-/// Folders that may hold pip's packages: the virtual environment's, `PYTHONPATH`'s, the
-/// user's and the system's.
+/// Folders that may hold pip's packages: the virtual environment's, `PYTHONPATH`'s, those of
+/// the `python3` on `PATH`, the user's and the system's.
 fn site_packages() -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = Vec::new();
     if let Some(path) = std::env::var_os("PYTHONPATH") {
@@ -94,6 +95,11 @@ fn site_packages() -> Vec<PathBuf> {
     let mut prefixes: Vec<PathBuf> = Vec::new();
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
         prefixes.push(PathBuf::from(venv));
+    }
+    // The environment of the `python3` first on `PATH` (a virtual environment not activated).
+    if let Some(path) = std::env::var_os("PATH") {
+        let python = std::env::split_paths(&path).find(|dir| dir.join("python3").exists());
+        prefixes.extend(python.and_then(|dir| dir.parent().map(Path::to_path_buf)));
     }
     if let Some(home) = std::env::var_os("HOME") {
         prefixes.push(Path::new(&home).join(".local"));
