@@ -5,9 +5,9 @@
 //! library path, then the pip wheels' folders (CUDA 13's `nvidia/cu13/lib`, CUDA 12's
 //! `nvidia/cuda_nvrtc/lib`, `nvidia/cublas/lib`, and `nvidia/nccl/lib`) in the active virtual
 //! environment, `PYTHONPATH`, the `python3` on `PATH` and the usual site-packages, then
-//! `/usr/local/cuda/lib64`.
-//! CUDA 13's files are tried before CUDA 12's. A library found by path is kept loaded, so cudarc's own lookup by name
-//! finds it already there instead of failing (or panicking) on a name search.
+//! `/usr/local/cuda/lib64`. CUDA 13's files are tried before CUDA 12's. A library found by
+//! path is kept loaded, so cudarc's own lookup by name finds it already there instead of
+//! failing (or panicking) on a name search.
 
 use crate::error::{CudaError, Result};
 use std::path::{Path, PathBuf};
