@@ -155,34 +155,9 @@ pub fn row_reduction(reduction: Reduction, input: DType, output: DType) -> Optio
             let s = if input == DType::F64 { "" } else { "f" };
             let t = compute(input);
             format!(
-                r#"
-    __shared__ {t} shared[{BLOCK}];
-    {t} acc = -INFINITY;
-    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; acc = (acc != acc) || acc > v ? acc : v; }}
-    shared[threadIdx.x] = acc;
-    __syncthreads();
-    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
-        if (threadIdx.x < half) {{ {t} v = shared[threadIdx.x + half]; acc = shared[threadIdx.x]; shared[threadIdx.x] = (acc != acc) || acc > v ? acc : v; }}
-        __syncthreads();
-    }}
-    {t} top = shared[0];
-    __syncthreads();
-    {t} total = 0;
-    if (!isinf(top)) {{
-        for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; total += exp{s}(v - top); }}
-    }}
-    shared[threadIdx.x] = total;
-    __syncthreads();
-    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
-        if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
-        __syncthreads();
-    }}
-    if (threadIdx.x == 0) y[row] = {stored};
-"#,
-                stored = store(
-                    output,
-                    &format!("(isinf(top) ? top : top + log{s}(shared[0]))")
-                ),
+                "{}    if (threadIdx.x == 0) y[row] = {stored};\n",
+                max_and_exp_sum(t, s, &loaded),
+                stored = store(output, &format!("(isinf(top) ? top : top + log{s}(total))")),
             )
         }
         _ => {
@@ -223,23 +198,12 @@ extern "C" __global__ void {name}(const {ti}* __restrict__ x, {to}* __restrict__
     Some(Source { name, text })
 }
 
-/// Softmax along the last axis of rows of a float `dtype`: `exp(x - max) / sum`, accumulated
-/// in `float` for half precision (MLX's precise softmax).
-pub fn softmax(dtype: DType) -> Option<Source> {
-    if !is_float(dtype) {
-        return None;
-    }
-    let name = format!("softmax_{}", tag(dtype));
-    let (ts, t) = (storage(dtype), compute(dtype));
-    let s = if dtype == DType::F64 { "" } else { "f" };
-    let loaded = load(dtype, "x[base + j]");
-    let stored = store(dtype, &format!("exp{s}(v - top) / total"));
-    let text = format!(
-        r#"{PRELUDE}
-extern "C" __global__ void {name}(const {ts}* __restrict__ x, {ts}* __restrict__ y, nv_u64 rows, nv_u64 cols) {{
-    nv_u64 row = blockIdx.x;
-    if (row >= rows) return;
-    nv_u64 base = row * cols;
+/// The code, for the block of a row, that leaves the row's largest value in `top` and the sum
+/// of `exp(x - top)` in `total` (0 for a row whose largest value is infinite): `t` is the
+/// compute type, `s` its math functions' suffix, `loaded` element `j` of the row.
+fn max_and_exp_sum(t: &str, s: &str, loaded: &str) -> String {
+    format!(
+        r#"
     __shared__ {t} shared[{BLOCK}];
     {t} acc = -INFINITY;
     for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; acc = (acc != acc) || acc > v ? acc : v; }}
@@ -252,7 +216,9 @@ extern "C" __global__ void {name}(const {ts}* __restrict__ x, {ts}* __restrict__
     {t} top = shared[0];
     __syncthreads();
     {t} sum = 0;
-    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; sum += exp{s}(v - top); }}
+    if (!isinf(top)) {{
+        for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; sum += exp{s}(v - top); }}
+    }}
     shared[threadIdx.x] = sum;
     __syncthreads();
     for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
@@ -260,7 +226,29 @@ extern "C" __global__ void {name}(const {ts}* __restrict__ x, {ts}* __restrict__
         __syncthreads();
     }}
     {t} total = shared[0];
-    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; y[base + j] = {stored}; }}
+"#
+    )
+}
+
+/// Softmax along the last axis of rows of a float `dtype`: `exp(x - max) / sum`, accumulated
+/// in `float` for half precision (MLX's precise softmax).
+pub fn softmax(dtype: DType) -> Option<Source> {
+    if !is_float(dtype) {
+        return None;
+    }
+    let name = format!("softmax_{}", tag(dtype));
+    let (ts, t) = (storage(dtype), compute(dtype));
+    let s = if dtype == DType::F64 { "" } else { "f" };
+    let loaded = load(dtype, "x[base + j]");
+    let stored = store(dtype, &format!("exp{s}(v - top) / total"));
+    let common = max_and_exp_sum(t, s, &loaded);
+    let text = format!(
+        r#"{PRELUDE}
+extern "C" __global__ void {name}(const {ts}* __restrict__ x, {ts}* __restrict__ y, nv_u64 rows, nv_u64 cols) {{
+    nv_u64 row = blockIdx.x;
+    if (row >= rows) return;
+    nv_u64 base = row * cols;
+{common}    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; y[base + j] = {stored}; }}
 }}
 "#
     );
