@@ -26,6 +26,7 @@ mod platform;
 pub mod ring;
 mod schedule;
 mod shm;
+mod split;
 mod sync;
 mod tcp;
 #[cfg(test)]

@@ -409,7 +409,10 @@ impl Communicator for JacclCommunicator {
     fn split(&self, color: i32, key: i32) -> Result<Arc<dyn Communicator>> {
         let losses = self.side_losses();
         let (formed, plan, channels) = super::split::split(self, &self.formed, color, key)?;
-        let side = SideChannel::Inherited { losses };
+        let side = SideChannel::Inherited {
+            rank: formed.config.rank,
+            losses,
+        };
         Ok(Arc::new(JacclCommunicator::assemble(
             formed, &plan, channels, side,
         )))

@@ -45,7 +45,7 @@ pub(crate) enum SideChannel {
     },
     /// A group split from another: it formed over its parent's collectives and watches
     /// through the parent's side channel (its losses, when the parent has a star).
-    Inherited { losses: Option<Losses> },
+    Inherited { rank: usize, losses: Option<Losses> },
 }
 
 impl std::fmt::Debug for SideChannel {
@@ -152,8 +152,8 @@ impl SideChannel {
                 size,
                 all_gather,
             } => gather_records(*rank, *size, bytes, &**all_gather),
-            SideChannel::Inherited { .. } => Err(side_error(
-                0,
+            SideChannel::Inherited { rank, .. } => Err(side_error(
+                *rank,
                 "a split group has no side channel of its own".into(),
             )),
         }
@@ -163,7 +163,7 @@ impl SideChannel {
     pub(crate) fn losses(&self) -> Option<Losses> {
         match self {
             SideChannel::Star { watch, .. } => Some(watch.lost.clone()),
-            SideChannel::Inherited { losses } => losses.clone(),
+            SideChannel::Inherited { losses, .. } => losses.clone(),
             SideChannel::Custom { .. } => None,
         }
     }
@@ -199,6 +199,7 @@ impl SideChannel {
     pub(crate) fn health(&self) -> std::result::Result<(), String> {
         if let SideChannel::Inherited {
             losses: Some(losses),
+            ..
         } = self
         {
             return match crate::sync::lock(losses).clone() {

@@ -17,20 +17,12 @@ use super::config::Config;
 use super::form::{self, Formed, Planned};
 use super::jaccl_error;
 use super::side::gather_records;
+use crate::split::members;
 use nuvec_core::distributed::Communicator;
 use nuvec_core::{DType, Error, Result};
 
 fn split_error(rank: usize, reason: String) -> Error {
     jaccl_error("split", rank, reason)
-}
-
-/// The members of the sub-group of `color`, in its order: by key, then by parent rank.
-fn members(colors: &[(i32, i32)], color: i32) -> Vec<usize> {
-    let mut members: Vec<usize> = (0..colors.len())
-        .filter(|&r| colors[r].0 == color)
-        .collect();
-    members.sort_by_key(|&r| (colors[r].1, r));
-    members
 }
 
 /// `parent`'s configuration narrowed to `members` (in the sub-group's order), for the member
@@ -98,13 +90,8 @@ pub(super) fn split(
     key: i32,
 ) -> Result<(Formed, Vec<Planned>, Vec<Channel>)> {
     let (rank, size) = (parent.rank(), parent.size());
-    if color < 0 {
-        return Err(split_error(
-            rank,
-            format!("the color must be 0 or more, got {color}"),
-        ));
-    }
-    let key = if key < 0 { rank as i32 } else { key };
+    let (color, key) =
+        crate::split::color_and_key(rank, (color, key)).map_err(|e| split_error(rank, e))?;
     let mut ours = [0u8; 8];
     ours[..4].copy_from_slice(&color.to_le_bytes());
     ours[4..].copy_from_slice(&key.to_le_bytes());
@@ -192,10 +179,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn members_follow_key_then_rank_and_configurations_narrow_to_them() {
-        let colors = [(0, 5), (1, 0), (0, 1), (0, 5), (1, 9)];
-        assert_eq!(members(&colors, 0), [2, 0, 3]);
-        assert_eq!(members(&colors, 1), [1, 4]);
+    fn configurations_narrow_to_the_members() {
         let cable = |i: usize, j: usize| {
             if i == j {
                 vec![]

@@ -62,16 +62,6 @@ fn split_error(rank: Option<usize>, reason: String) -> Error {
     }
 }
 
-/// The members of the sub-group of `color` among `entries` (one per parent rank), in the
-/// sub-group's order: by key, then by parent rank.
-fn members(entries: &[Entry], color: i32) -> Vec<usize> {
-    let mut members: Vec<usize> = (0..entries.len())
-        .filter(|&r| entries[r].color == color)
-        .collect();
-    members.sort_by_key(|&r| (entries[r].key, r));
-    members
-}
-
 /// This rank's sub-group's addresses and its rank there: the parent `nodes`' hosts with the
 /// ports each member picked. `parent` runs the exchange.
 pub(crate) fn plan(
@@ -80,13 +70,8 @@ pub(crate) fn plan(
     (color, key): (i32, i32),
 ) -> Result<(Vec<Vec<Address>>, usize)> {
     let rank = parent.rank();
-    if color < 0 {
-        return Err(split_error(
-            None,
-            format!("the color must be 0 or more, got {color}"),
-        ));
-    }
-    let key = if key < 0 { rank as i32 } else { key };
+    let (color, key) =
+        crate::split::color_and_key(rank, (color, key)).map_err(|e| split_error(None, e))?;
     let mine = &nodes[rank];
     if mine.len() > MOST_ADDRESSES {
         return Err(split_error(
@@ -112,7 +97,8 @@ pub(crate) fn plan(
                 .ok_or_else(|| split_error(Some(r), format!("rank {r} sent a corrupt split entry")))
         })
         .collect::<Result<Vec<Entry>>>()?;
-    let members = members(&entries, color);
+    let colors: Vec<(i32, i32)> = entries.iter().map(|e| (e.color, e.key)).collect();
+    let members = crate::split::members(&colors, color);
     let child_rank = members
         .iter()
         .position(|&r| r == rank)
@@ -149,7 +135,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entries_round_trip_and_members_follow_key_then_rank() {
+    fn entries_round_trip() {
         let entry = Entry {
             color: 3,
             key: -1,
@@ -159,13 +145,5 @@ mod tests {
         let mut corrupt = [0u8; ENTRY_BYTES];
         corrupt[8] = 200;
         assert_eq!(Entry::decode(&corrupt), None);
-        let at = |color, key| Entry {
-            color,
-            key,
-            ports: vec![],
-        };
-        let entries = [at(0, 5), at(1, 0), at(0, 1), at(0, 5), at(1, 9)];
-        assert_eq!(members(&entries, 0), [2, 0, 3]);
-        assert_eq!(members(&entries, 1), [1, 4]);
     }
 }
