@@ -38,11 +38,19 @@ pub(crate) struct Node {
     /// The op that computed the node, kept when it was evaluated inside a function being
     /// differentiated, so that the transform still sees the graph (MLX keeps it too).
     pub(crate) history: OnceLock<Arc<Op>>,
+    /// A host array's copy on a GPU, made when an op there first read it.
+    #[cfg(feature = "cuda")]
+    pub(crate) uploaded: OnceLock<Arc<crate::gpu::GpuBuffer>>,
 }
 
 pub(crate) enum State {
-    Pending { op: Arc<Op> },
+    Pending {
+        op: Arc<Op>,
+    },
     Ready(Arc<Buffer>),
+    /// Evaluated on a GPU: the data stays there until read.
+    #[cfg(feature = "cuda")]
+    OnGpu(Arc<crate::gpu::GpuBuffer>),
     Failed(Error),
 }
 
@@ -54,6 +62,8 @@ pub(crate) struct Op {
     /// The outputs' shapes and dtypes when there are several, so that a transform can stand
     /// in zeros of the right shape for one nobody holds any more.
     pub(crate) specs: Vec<(Vec<i32>, DType)>,
+    /// The device the primitive runs on.
+    pub(crate) device: crate::Device,
     /// Held while the primitive runs, so concurrent evaluations run it once.
     pub(crate) running: Mutex<()>,
 }
@@ -103,6 +113,8 @@ impl Array {
                 state: Mutex::new(state),
                 traced,
                 history: OnceLock::new(),
+                #[cfg(feature = "cuda")]
+                uploaded: OnceLock::new(),
             }),
         }
     }
@@ -155,11 +167,17 @@ impl Array {
         } else {
             Vec::new()
         };
+        let device = if primitive.host_only() {
+            crate::Device::Cpu
+        } else {
+            crate::default_device()
+        };
         let op = Arc::new(Op {
             primitive,
             inputs: Mutex::new(inputs),
             outputs: OnceLock::new(),
             specs,
+            device,
             running: Mutex::new(()),
         });
         let arrays: Vec<Array> = outputs
@@ -397,11 +415,30 @@ impl Array {
         self.known_error()
     }
 
+    /// Where the array is computed (pending) or where its data lives (evaluated); a failed
+    /// array reports the CPU.
+    ///
+    /// ```
+    /// use nuvec_core::{array, with_default_device, Device};
+    /// let a = with_default_device(Device::Cpu, || &array![1.0f32, 2.0] * 2.0);
+    /// assert_eq!(a.device(), Device::Cpu);
+    /// ```
+    pub fn device(&self) -> crate::Device {
+        match &*lock(&self.node.state) {
+            State::Pending { op } => op.device,
+            #[cfg(feature = "cuda")]
+            State::OnGpu(data) => data.device(),
+            State::Ready(_) | State::Failed(_) => crate::Device::Cpu,
+        }
+    }
+
     /// The evaluated buffer.
     pub(crate) fn buffer(&self) -> Result<Arc<Buffer>> {
         self.eval()?;
         match &*lock(&self.node.state) {
             State::Ready(buffer) => Ok(buffer.clone()),
+            #[cfg(feature = "cuda")]
+            State::OnGpu(data) => data.to_host(),
             State::Failed(error) => Err(error.clone()),
             State::Pending { op, .. } => Err(Error::eval(
                 op.primitive.name(),
@@ -466,6 +503,8 @@ impl std::fmt::Debug for Array {
         let state = match &*lock(&self.node.state) {
             State::Pending { op, .. } => format!("pending {}", op.primitive.name()),
             State::Ready(_) => "ready".to_string(),
+            #[cfg(feature = "cuda")]
+            State::OnGpu(data) => format!("ready on {}", data.device()),
             State::Failed(error) => format!("failed: {error}"),
         };
         f.debug_struct("Array")

@@ -15,7 +15,7 @@
 use crate::array::{lock, Array, Node, Op, State};
 use crate::primitive::{Input, OutputSpec};
 use crate::transforms::trace::{differentiating, placeholder_eval_error, Traced};
-use crate::{Error, Result};
+use crate::{Device, Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -224,16 +224,16 @@ fn run(array: &Array, keep: bool) {
     } else {
         std::mem::take(&mut *lock(&op.inputs))
     };
-    let result = collect_inputs(inputs).and_then(|mut inputs| compute(&op, &mut inputs));
+    let result = execute(&op, inputs);
     let outputs = op.outputs.get().cloned().unwrap_or_default();
     match result {
-        Ok(buffers) => {
-            for (weak, buffer) in outputs.iter().zip(buffers) {
+        Ok(states) => {
+            for (weak, state) in outputs.iter().zip(states) {
                 if let Some(node) = weak.upgrade() {
                     if keep {
                         let _ = node.history.set(op.clone());
                     }
-                    *lock(&node.state) = State::Ready(buffer);
+                    *lock(&node.state) = state;
                 }
             }
         }
@@ -263,6 +263,8 @@ fn collect_inputs(inputs: Vec<Array>) -> Result<Vec<Input>> {
                 buffer
             }
             State::Ready(buffer) => buffer.clone(),
+            #[cfg(feature = "cuda")]
+            State::OnGpu(data) => data.to_host()?,
             State::Failed(error) => return Err(error.clone()),
             State::Pending { op, .. } => {
                 return Err(Error::eval(
@@ -277,9 +279,31 @@ fn collect_inputs(inputs: Vec<Array>) -> Result<Vec<Input>> {
     Ok(collected)
 }
 
-fn compute(op: &Op, inputs: &mut [Input]) -> Result<Vec<Arc<nuvec_cpu::Buffer>>> {
-    let specs: Vec<OutputSpec> = op
-        .outputs
+/// Runs `op` on its device over `inputs`, giving its outputs' states.
+fn execute(op: &Op, inputs: Vec<Array>) -> Result<Vec<State>> {
+    match op.device {
+        Device::Cpu => {
+            let mut inputs = collect_inputs(inputs)?;
+            let specs = specs_of(op);
+            let name = op.primitive.name();
+            let buffers = guarded(name, specs.len(), || {
+                op.primitive.eval_cpu(&mut inputs, &specs)
+            })?;
+            Ok(buffers.into_iter().map(State::Ready).collect())
+        }
+        #[cfg(feature = "cuda")]
+        Device::Gpu(index) => crate::gpu::execute(op, index, inputs, &specs_of(op)),
+        #[cfg(not(feature = "cuda"))]
+        device @ Device::Gpu(_) => Err(Error::eval(
+            op.primitive.name(),
+            device.unavailable_reason().unwrap_or_default(),
+        )),
+    }
+}
+
+/// The shapes and dtypes of `op`'s outputs (an empty stand-in for one nobody holds).
+fn specs_of(op: &Op) -> Vec<OutputSpec> {
+    op.outputs
         .get()
         .map(|outputs| {
             outputs
@@ -296,17 +320,21 @@ fn compute(op: &Op, inputs: &mut [Input]) -> Result<Vec<Arc<nuvec_cpu::Buffer>>>
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    let name = op.primitive.name().to_string();
-    match catch_unwind(AssertUnwindSafe(|| op.primitive.eval_cpu(inputs, &specs))) {
-        Ok(Ok(buffers)) if buffers.len() == specs.len() => Ok(buffers),
+        .unwrap_or_default()
+}
+
+/// Runs a primitive's kernel `f`, turning a panic into an error and checking that it made
+/// `expected` outputs.
+pub(crate) fn guarded<T>(
+    name: &str,
+    expected: usize,
+    f: impl FnOnce() -> Result<Vec<T>>,
+) -> Result<Vec<T>> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(buffers)) if buffers.len() == expected => Ok(buffers),
         Ok(Ok(buffers)) => Err(Error::eval(
             name,
-            format!(
-                "produced {} outputs, expected {}",
-                buffers.len(),
-                specs.len()
-            ),
+            format!("produced {} outputs, expected {expected}", buffers.len()),
         )),
         Ok(Err(error)) => Err(error),
         Err(panic) => {

@@ -13,6 +13,8 @@ mod display;
 pub mod distributed;
 mod error;
 mod eval;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 #[doc(hidden)]
 pub mod literal;
 pub mod ops;
@@ -26,4 +28,6 @@ pub use array::Array;
 pub use error::{Error, Result, SourceLocation};
 pub use eval::{async_eval, eval, eval_on_pool};
 pub use nuvec_cpu::{bf16, f16, with_dtype, with_float_dtype, DType, Element};
-pub use stream::{default_device, default_stream, Device, Stream};
+pub use stream::{
+    default_device, default_stream, set_default_device, with_default_device, Device, Stream,
+};

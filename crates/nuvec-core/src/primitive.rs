@@ -159,6 +159,26 @@ pub trait Primitive: Send + Sync + Debug + Any {
         false
     }
 
+    /// Whether the primitive always runs on the host whatever the default device (a
+    /// collective over sockets or shared memory): its GPU inputs are copied to the host.
+    fn host_only(&self) -> bool {
+        false
+    }
+
+    /// Computes the outputs from evaluated inputs on `gpu` (contiguous, row-major, in its
+    /// memory). A primitive without GPU kernels keeps this default, an error naming it and
+    /// the device.
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<nuvec_cuda::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> Result<Vec<Arc<crate::gpu::GpuBuffer>>> {
+        let _ = (inputs, outputs);
+        Err(crate::gpu::no_kernel(self.name(), gpu))
+    }
+
     /// Whether the primitive is element-wise: one output whose shape is the broadcast of the
     /// inputs' shapes, whatever they are (compile's shapeless mode replays such programs for
     /// new shapes, and fuses chains of them).

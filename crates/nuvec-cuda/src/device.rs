@@ -22,6 +22,8 @@ pub struct Gpu {
     pub(crate) stream: Arc<CudaStream>,
     functions: Mutex<HashMap<String, CudaFunction>>,
     pub(crate) pool: Pool,
+    /// cuBLAS's handle on the stream, made at the first product.
+    blas: Mutex<Option<Arc<cudarc::cublas::CudaBlas>>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -104,6 +106,7 @@ impl Gpu {
             stream: stream.clone(),
             functions: Mutex::default(),
             pool: Pool::new(stream),
+            blas: Mutex::default(),
         })
     }
 
@@ -155,6 +158,23 @@ impl Gpu {
             .map_err(|e| self.error(&format!("finding the kernel {entry}"), e))?;
         functions.insert(entry.to_string(), function.clone());
         Ok(function)
+    }
+
+    /// cuBLAS on this device's stream, started once.
+    pub(crate) fn blas(&self) -> Result<Arc<cudarc::cublas::CudaBlas>> {
+        let mut blas = self
+            .blas
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(handle) = &*blas {
+            return Ok(handle.clone());
+        }
+        let handle = Arc::new(
+            cudarc::cublas::CudaBlas::new(self.stream.clone())
+                .map_err(|e| self.error("starting cuBLAS", e))?,
+        );
+        *blas = Some(handle.clone());
+        Ok(handle)
     }
 
     /// `bytes` bytes of device memory (contents unspecified), from the pool.

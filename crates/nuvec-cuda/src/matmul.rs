@@ -134,7 +134,7 @@ pub fn matmul(
     if batch * m * n == 0 {
         return Ok(out);
     }
-    let blas = CudaBlas::new(gpu.stream.clone()).map_err(|e| gpu.error("starting cuBLAS", e))?;
+    let blas = gpu.blas()?;
     // Column-major: C (n × m) = B' (n × k) · A' (k × m).
     let (mi, ni, ki) = (int(gpu, "m", m)?, int(gpu, "n", n)?, int(gpu, "k", k)?);
     let shape = Shape {

@@ -87,6 +87,15 @@ impl Dims {
         Ok(dims)
     }
 
+    /// The layout of a copy over `shape` reading through the element strides `from` and
+    /// writing through `to` (a part of a larger output, as a concatenation writes it).
+    pub fn copy(shape: &[i64], from: &[i64], to: &[i64]) -> Result<Dims> {
+        let mut dims = Dims::new(shape, &[from, to])?;
+        dims.strides[2] = dims.strides[1];
+        dims.strides[1] = [0; MAX_DIMS];
+        Ok(dims)
+    }
+
     /// Whether the output and the first `inputs` operands are all contiguous (the `_c`
     /// kernel serves).
     pub fn contiguous(&self, inputs: usize) -> bool {
@@ -281,6 +290,43 @@ pub fn copy_strided(
     let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
     launched(gpu, &source, outcome)?;
     Ok(out)
+}
+
+/// Copies `n` elements of `bytes` bytes from `x`, starting at element `from`, into `y`,
+/// starting at element `to`, each side laid out as [`Dims::copy`] says (`y` is written in
+/// place: a part of a concatenation, or the result of a view with an offset).
+pub fn copy_into(
+    gpu: &Gpu,
+    (x, from): (&DeviceBuffer, usize),
+    (y, to): (&mut DeviceBuffer, usize),
+    bytes: usize,
+    (n, dims): (u64, &Dims),
+) -> Result<()> {
+    let source = layout::strided_copy(bytes)
+        .ok_or_else(|| gpu.error("copy", format!("elements of {bytes} bytes")))?;
+    if n == 0 {
+        return Ok(());
+    }
+    let (x_start, y_start) = (from * bytes, to * bytes);
+    if x_start > x.len() || y_start > y.len() {
+        return Err(gpu.error(
+            "copy",
+            format!(
+                "an offset past its buffer (element {from} of {} bytes, element {to} of {})",
+                x.len(),
+                y.len()
+            ),
+        ));
+    }
+    let function = gpu.function(&source, &source.name)?;
+    let x_view = x.block().slice(x_start..);
+    let mut y_view = y.block_mut().slice_mut(y_start..);
+    let mut launch = gpu.stream.launch_builder(&function);
+    launch.arg(&x_view).arg(&mut y_view).arg(&n).arg(dims);
+    // SAFETY: the kernel reads `x` from element `from` at the offsets `dims` gives and writes
+    // `y` from element `to` likewise; the caller's layout keeps both within their buffers.
+    let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
+    launched(gpu, &source, outcome)
 }
 
 /// The shape of a gather: the source viewed as `[outer, axis, inner]`, `taken` indices along

@@ -19,11 +19,12 @@
 
 pub use nuvec_core::{
     array, async_eval, bf16, default_device, default_stream, eval, f16, ops, primitive, random,
-    with_dtype, with_float_dtype, Array, DType, Device, Element, Error, Result, Stream,
+    set_default_device, with_default_device, with_dtype, with_float_dtype, Array, DType, Device,
+    Element, Error, Result, Stream,
 };
 
 /// nuvec's CUDA device layer (the `cuda` feature): kernels generated for NVRTC, device memory
-/// and cuBLAS, all loaded at run time. Arrays do not live on a GPU yet (`docs/gpu.md`).
+/// and cuBLAS, all loaded at run time. Arrays use it through `Device::Gpu` (`docs/gpu.md`).
 #[cfg(feature = "cuda")]
 pub use nuvec_cuda as cuda;
 

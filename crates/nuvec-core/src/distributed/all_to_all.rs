@@ -19,6 +19,11 @@ struct AllToAll {
 }
 
 impl Primitive for AllToAll {
+    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    fn host_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         "all_to_all"
     }
@@ -153,6 +158,11 @@ struct AllToAllV {
 }
 
 impl Primitive for AllToAllV {
+    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    fn host_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         "all_to_all_v"
     }

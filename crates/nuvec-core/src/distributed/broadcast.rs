@@ -20,6 +20,11 @@ struct Broadcast {
 }
 
 impl Primitive for Broadcast {
+    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    fn host_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         "broadcast"
     }

@@ -17,6 +17,11 @@ struct AllReduce {
 }
 
 impl Primitive for AllReduce {
+    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    fn host_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         self.op.collective_name()
     }
@@ -83,6 +88,11 @@ struct AllGather {
 }
 
 impl Primitive for AllGather {
+    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    fn host_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         "all_gather"
     }
@@ -152,6 +162,11 @@ struct ReduceScatter {
 }
 
 impl Primitive for ReduceScatter {
+    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    fn host_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         "sum_scatter"
     }
@@ -224,6 +239,11 @@ struct Send {
 }
 
 impl Primitive for Send {
+    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    fn host_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         "send"
     }
@@ -311,6 +331,11 @@ struct Recv {
 }
 
 impl Primitive for Recv {
+    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    fn host_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         "recv"
     }
@@ -516,6 +541,11 @@ struct SumGradients {
 }
 
 impl Primitive for SumGradients {
+    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    fn host_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         "sum_gradients"
     }

@@ -16,6 +16,7 @@ pub mod slicing;
 pub mod sort;
 pub mod unary;
 
+pub use crate::primitives::transfer::to_device;
 pub use binary::*;
 pub use creation::*;
 pub use gather_matmul::{gather_mm, gather_qmm};

@@ -22,6 +22,23 @@ fn convert<S: Element, D: Element>(input: &[S], out: &mut [D]) {
 }
 
 impl Primitive for AsType {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let (x, spec) = (&inputs[0], &outputs[0]);
+        if x.dtype == self.0 {
+            return Ok(vec![x.data.clone()]);
+        }
+        let n = spec.size();
+        let dims = crate::gpu::flat(n)?;
+        let out = nuvec_cuda::ops::convert(gpu, (x.buffer(), x.dtype), (n as u64, &dims), self.0);
+        crate::gpu::one(gpu, "astype", out)
+    }
+
     fn name(&self) -> &str {
         "astype"
     }

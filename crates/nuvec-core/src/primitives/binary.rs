@@ -13,6 +13,43 @@ use std::sync::Arc;
 pub(crate) struct Binary(pub(crate) BinaryOp);
 
 impl Primitive for Binary {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::i64s;
+        let (a, b, spec) = (&inputs[0], &inputs[1], &outputs[0]);
+        let made = nuvec_cuda::kernels::binary_output(self.0, a.dtype);
+        if made != spec.dtype {
+            return Err(crate::Error::eval(
+                self.name(),
+                format!(
+                    "the GPU kernel gives {made} for {} inputs, the graph expects {}",
+                    a.dtype, spec.dtype
+                ),
+            ));
+        }
+        let strides = |shape: &[usize]| -> Vec<i64> {
+            broadcast_strides(shape, &spec.shape)
+                .iter()
+                .map(|&s| s as i64)
+                .collect()
+        };
+        let (sa, sb) = (strides(&a.shape), strides(&b.shape));
+        let dims = nuvec_cuda::ops::Dims::new(&i64s(&spec.shape), &[&sa, &sb])
+            .map_err(|e| crate::gpu::cuda(self.name(), e))?;
+        let out = nuvec_cuda::ops::binary(
+            gpu,
+            self.0,
+            (a.buffer(), b.buffer(), a.dtype),
+            (spec.size() as u64, &dims),
+        );
+        crate::gpu::one(gpu, self.name(), out)
+    }
+
     fn name(&self) -> &str {
         self.0.name()
     }

@@ -53,6 +53,25 @@ fn take_into<T: Element>(a: &Input, axis: usize, indices: &[usize], out: &mut [T
 }
 
 impl Primitive for Take {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let (a, idx) = (&inputs[0], &inputs[1]);
+        let shape = nuvec_cuda::ops::Gather {
+            outer: a.shape[..self.axis].iter().product::<usize>() as u64,
+            axis: a.shape[self.axis] as u64,
+            taken: idx.size() as u64,
+            inner: a.shape[self.axis + 1..].iter().product::<usize>() as u64,
+            per_element: false,
+        };
+        let _ = outputs;
+        gather_gpu(gpu, "take", a, idx, shape)
+    }
+
     fn name(&self) -> &str {
         "take"
     }
@@ -161,6 +180,25 @@ pub(crate) struct TakeAlongAxis {
 }
 
 impl Primitive for TakeAlongAxis {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let (a, idx) = (&inputs[0], &inputs[1]);
+        let shape = nuvec_cuda::ops::Gather {
+            outer: a.shape[..self.axis].iter().product::<usize>() as u64,
+            axis: a.shape[self.axis] as u64,
+            taken: idx.shape[self.axis] as u64,
+            inner: a.shape[self.axis + 1..].iter().product::<usize>() as u64,
+            per_element: true,
+        };
+        let _ = outputs;
+        gather_gpu(gpu, "take_along_axis", a, idx, shape)
+    }
+
     fn name(&self) -> &str {
         "take_along_axis"
     }
@@ -224,4 +262,32 @@ impl Primitive for TakeAlongAxis {
     }
 
     same_as!();
+}
+
+/// A gather on the GPU, its indices made `int32` first where they are another integer type.
+#[cfg(feature = "cuda")]
+fn gather_gpu(
+    gpu: &Arc<crate::gpu::Gpu>,
+    op: &str,
+    a: &crate::gpu::GpuInput,
+    idx: &crate::gpu::GpuInput,
+    shape: nuvec_cuda::ops::Gather,
+) -> crate::gpu::GpuOutputs {
+    use crate::gpu::cuda;
+    let converted;
+    let indices = if idx.dtype == crate::DType::I32 {
+        idx.buffer()
+    } else {
+        let n = idx.size();
+        converted = nuvec_cuda::ops::convert(
+            gpu,
+            (idx.buffer(), idx.dtype),
+            (n as u64, &crate::gpu::flat(n)?),
+            crate::DType::I32,
+        )
+        .map_err(|e| cuda(op, e))?;
+        &converted
+    };
+    let out = nuvec_cuda::ops::gather(gpu, (a.buffer(), a.dtype.size()), indices, shape);
+    crate::gpu::one(gpu, op, out)
 }

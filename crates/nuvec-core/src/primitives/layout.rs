@@ -29,6 +29,29 @@ pub(crate) enum View {
 }
 
 impl Primitive for AsStrided {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let (x, spec) = (&inputs[0], &outputs[0]);
+        let offset = usize::try_from(self.offset).map_err(|_| {
+            crate::Error::eval(self.name(), format!("a negative offset {}", self.offset))
+        })?;
+        let from: Vec<i64> = self.strides.iter().map(|&s| s as i64).collect();
+        let out = crate::gpu::strided(
+            gpu,
+            self.name(),
+            (x.buffer(), offset),
+            x.dtype,
+            &spec.shape,
+            &from,
+        )?;
+        Ok(vec![crate::gpu::GpuBuffer::new(gpu, out)])
+    }
+
     fn name(&self) -> &str {
         match self.view {
             View::Transpose(_) => "transpose",
@@ -158,6 +181,17 @@ impl Primitive for AsStrided {
 pub(crate) struct Reshape;
 
 impl Primitive for Reshape {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let _ = (gpu, outputs);
+        Ok(vec![inputs[0].data.clone()])
+    }
+
     fn name(&self) -> &str {
         "reshape"
     }
@@ -195,6 +229,17 @@ impl Primitive for Reshape {
 pub(crate) struct StopGradient;
 
 impl Primitive for StopGradient {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let _ = (gpu, outputs);
+        Ok(vec![inputs[0].data.clone()])
+    }
+
     fn name(&self) -> &str {
         "stop_gradient"
     }
@@ -255,6 +300,38 @@ fn concat_into<T: Element>(inputs: &[Input], axis: usize, out: &mut [T]) {
 }
 
 impl Primitive for Concatenate {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::{contiguous, cuda, i64s};
+        let spec = &outputs[0];
+        let mut out = gpu
+            .alloc(spec.bytes())
+            .map_err(|e| cuda("concatenate", e))?;
+        let to = contiguous(&spec.shape);
+        let inner = to[self.axis] as usize;
+        let mut start = 0;
+        for input in inputs.iter() {
+            let dims =
+                nuvec_cuda::ops::Dims::copy(&i64s(&input.shape), &contiguous(&input.shape), &to)
+                    .map_err(|e| cuda("concatenate", e))?;
+            nuvec_cuda::ops::copy_into(
+                gpu,
+                (input.buffer(), 0),
+                (&mut out, start * inner),
+                spec.dtype.size(),
+                (input.size() as u64, &dims),
+            )
+            .map_err(|e| cuda("concatenate", e))?;
+            start += input.shape[self.axis];
+        }
+        Ok(vec![crate::gpu::GpuBuffer::new(gpu, out)])
+    }
+
     fn name(&self) -> &str {
         "concatenate"
     }

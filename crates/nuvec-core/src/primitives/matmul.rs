@@ -35,6 +35,80 @@ fn batch_offsets(shape: &[usize], batch: &[usize]) -> Vec<usize> {
 }
 
 impl Primitive for Matmul {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::{cuda, strided, GpuBuffer};
+        let spec = &outputs[0];
+        let (a, b) = (&inputs[0], &inputs[1]);
+        let n_out = spec.shape.len();
+        let batch_shape = &spec.shape[..n_out - 2];
+        let batch: usize = batch_shape.iter().product();
+        let (m, n, k) = (
+            spec.shape[n_out - 2],
+            spec.shape[n_out - 1],
+            a.shape[a.shape.len() - 1],
+        );
+        let whole = |x: &crate::gpu::GpuInput| {
+            x.shape[..x.shape.len() - 2].iter().product::<usize>() == batch
+        };
+        let single =
+            |x: &crate::gpu::GpuInput| x.shape[..x.shape.len() - 2].iter().product::<usize>() == 1;
+        let product = |batch, m| nuvec_cuda::matmul::Product {
+            batch,
+            m,
+            n,
+            k,
+            transpose_a: false,
+            transpose_b: false,
+        };
+        // `[..., m, k] @ [k, n]`: the batch folds into the rows, one product.
+        if single(b) && whole(a) {
+            let out = nuvec_cuda::matmul::matmul(
+                gpu,
+                (a.buffer(), b.buffer()),
+                product(1, batch * m),
+                spec.dtype,
+            );
+            return crate::gpu::one(gpu, "matmul", out);
+        }
+        // Otherwise each side is made whole by copying along its broadcast batch axes.
+        let full = |x: &crate::gpu::GpuInput,
+                    rows: usize,
+                    cols: usize|
+         -> Result<Option<nuvec_cuda::DeviceBuffer>> {
+            if whole(x) {
+                return Ok(None);
+            }
+            let own = &x.shape[..x.shape.len() - 2];
+            let mut from: Vec<i64> = broadcast_strides(own, batch_shape)
+                .iter()
+                .map(|&s| s as i64 * (rows * cols) as i64)
+                .collect();
+            from.extend([cols as i64, 1]);
+            let shape: Vec<usize> = batch_shape.iter().copied().chain([rows, cols]).collect();
+            strided(gpu, "matmul", (x.buffer(), 0), x.dtype, &shape, &from).map(Some)
+        };
+        let (fa, fb) = (full(a, m, k)?, full(b, k, n)?);
+        let out = nuvec_cuda::matmul::matmul(
+            gpu,
+            (
+                fa.as_ref().unwrap_or_else(|| a.buffer()),
+                fb.as_ref().unwrap_or_else(|| b.buffer()),
+            ),
+            product(batch, m),
+            spec.dtype,
+        );
+        Ok(vec![GpuBuffer::new(
+            gpu,
+            out.map_err(|e| cuda("matmul", e))?,
+        )])
+    }
+
     fn name(&self) -> &str {
         "matmul"
     }

@@ -20,6 +20,7 @@ pub(crate) mod select;
 pub(crate) mod slice_update;
 pub(crate) mod softmax;
 pub(crate) mod sort;
+pub(crate) mod transfer;
 pub(crate) mod unary;
 
 use crate::primitive::{OutputSpec, Primitive};

@@ -15,6 +15,52 @@ pub(crate) struct RandomBits {
 }
 
 impl Primitive for RandomBits {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::cuda;
+        let (key, spec) = (&inputs[0], &outputs[0]);
+        let words = key.size();
+        if words == 0 || !words.is_multiple_of(2) || key.dtype != crate::DType::U32 {
+            return Err(Error::eval(
+                "random_bits",
+                format!("a key has 2 uint32 words, got {words} of {}", key.dtype),
+            ));
+        }
+        let keys: Vec<u32> = gpu
+            .download(key.buffer(), words * 4)
+            .map_err(|e| cuda("random_bits", e))?
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect();
+        let per_key = spec.bytes() / (words / 2);
+        if words == 2 {
+            let out = nuvec_cuda::ops::random_bits(gpu, [keys[0], keys[1]], per_key as u64);
+            return crate::gpu::one(gpu, "random_bits", out);
+        }
+        let mut out = gpu
+            .alloc(spec.bytes())
+            .map_err(|e| cuda("random_bits", e))?;
+        let dims = crate::gpu::flat(per_key)?;
+        for (i, pair) in keys.chunks_exact(2).enumerate() {
+            let part = nuvec_cuda::ops::random_bits(gpu, [pair[0], pair[1]], per_key as u64)
+                .map_err(|e| cuda("random_bits", e))?;
+            nuvec_cuda::ops::copy_into(
+                gpu,
+                (&part, 0),
+                (&mut out, i * per_key),
+                1,
+                (per_key as u64, &dims),
+            )
+            .map_err(|e| cuda("random_bits", e))?;
+        }
+        Ok(vec![crate::gpu::GpuBuffer::new(gpu, out)])
+    }
+
     fn name(&self) -> &str {
         "random_bits"
     }

@@ -136,6 +136,34 @@ fn with_kept_axes(value: &Array, input_shape: &[i32], axes: &[usize]) -> Array {
 }
 
 impl Primitive for Reduce {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use nuvec_cuda::kernels::reduce::Reduction;
+        let (x, spec) = (&inputs[0], &outputs[0]);
+        let reduction = match self.op {
+            ReduceOp::Sum => Reduction::Sum,
+            ReduceOp::Prod => Reduction::Prod,
+            ReduceOp::Max => Reduction::Max,
+            ReduceOp::Min => Reduction::Min,
+            _ => return Err(crate::gpu::no_kernel(self.name(), gpu)),
+        };
+        let cols: usize = self.axes.iter().map(|&a| x.shape[a]).product();
+        reduce_rows_gpu(
+            gpu,
+            self.name(),
+            x,
+            &self.axes,
+            reduction,
+            (spec.size(), cols),
+            spec.dtype,
+        )
+    }
+
     fn name(&self) -> &str {
         self.op.name()
     }
@@ -224,6 +252,32 @@ pub(crate) struct ArgReduce {
 }
 
 impl Primitive for ArgReduce {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use nuvec_cuda::kernels::reduce::Reduction;
+        let (x, spec) = (&inputs[0], &outputs[0]);
+        let reduction = if self.largest {
+            Reduction::ArgMax
+        } else {
+            Reduction::ArgMin
+        };
+        let cols = x.shape.get(self.axis).copied().unwrap_or(1);
+        reduce_rows_gpu(
+            gpu,
+            self.name(),
+            x,
+            &[self.axis],
+            reduction,
+            (spec.size(), cols),
+            spec.dtype,
+        )
+    }
+
     fn name(&self) -> &str {
         if self.largest {
             "argmax"
@@ -289,4 +343,36 @@ pub(crate) fn axis_layout(shape: &[usize], axis: usize) -> Layout3 {
         len: 1,
         inner: 1,
     })
+}
+
+/// `reduction` over `axes` of `x` on the GPU: the kept axes moved first and the reduced ones
+/// last (a copy unless they are already so), then one row per output element.
+#[cfg(feature = "cuda")]
+fn reduce_rows_gpu(
+    gpu: &Arc<crate::gpu::Gpu>,
+    op: &str,
+    x: &crate::gpu::GpuInput,
+    axes: &[usize],
+    reduction: nuvec_cuda::kernels::reduce::Reduction,
+    (rows, cols): (usize, usize),
+    dtype: crate::DType,
+) -> crate::gpu::GpuOutputs {
+    let kept: Vec<usize> = (0..x.shape.len()).filter(|a| !axes.contains(a)).collect();
+    let perm: Vec<usize> = kept.iter().chain(axes).copied().collect();
+    let in_order = perm.iter().enumerate().all(|(i, &p)| i == p);
+    let moved;
+    let source = if in_order {
+        x.buffer()
+    } else {
+        moved = crate::gpu::permuted(gpu, op, x, &perm)?;
+        &moved
+    };
+    let out = nuvec_cuda::ops::reduce_rows(
+        gpu,
+        reduction,
+        (source, x.dtype),
+        (rows as u64, cols as u64),
+        dtype,
+    );
+    crate::gpu::one(gpu, op, out)
 }

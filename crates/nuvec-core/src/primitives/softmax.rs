@@ -92,6 +92,21 @@ fn row<T: Float>(x: &[T], out: &mut [T], precise: bool) {
 }
 
 impl Primitive for Softmax {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let (x, spec) = (&inputs[0], &outputs[0]);
+        let cols = spec.shape.last().copied().unwrap_or(1);
+        let rows = spec.size().checked_div(cols).unwrap_or(0);
+        let out =
+            nuvec_cuda::ops::softmax_rows(gpu, (x.buffer(), x.dtype), (rows as u64, cols as u64));
+        crate::gpu::one(gpu, "softmax", out)
+    }
+
     fn name(&self) -> &str {
         "softmax"
     }
@@ -215,6 +230,25 @@ fn logsumexp_row<T: Float>(x: &[T]) -> T {
 pub(crate) struct LogSumExp;
 
 impl Primitive for LogSumExp {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let (x, spec) = (&inputs[0], &outputs[0]);
+        let cols = x.shape.last().copied().unwrap_or(1);
+        let out = nuvec_cuda::ops::reduce_rows(
+            gpu,
+            nuvec_cuda::kernels::reduce::Reduction::LogSumExp,
+            (x.buffer(), x.dtype),
+            (spec.size() as u64, cols as u64),
+            spec.dtype,
+        );
+        crate::gpu::one(gpu, "logsumexp", out)
+    }
+
     fn name(&self) -> &str {
         "logsumexp"
     }

@@ -12,6 +12,26 @@ use std::sync::Arc;
 pub(crate) struct Unary(pub(crate) UnaryOp);
 
 impl Primitive for Unary {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let (x, spec) = (&inputs[0], &outputs[0]);
+        let n = spec.size();
+        let dims = crate::gpu::flat(n)?;
+        let out = nuvec_cuda::ops::unary(
+            gpu,
+            self.0,
+            (x.buffer(), x.dtype),
+            (n as u64, &dims),
+            spec.dtype,
+        );
+        crate::gpu::one(gpu, self.name(), out)
+    }
+
     fn name(&self) -> &str {
         self.0.name()
     }

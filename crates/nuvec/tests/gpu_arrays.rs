@@ -1,0 +1,249 @@
+//! Arrays on a CUDA device (`Device::Gpu`): every result computed on the GPU is compared with
+//! the same ops built on the CPU. Without a GPU the GPU cases are a visible skip
+//! (`NUVEC_REQUIRE_GPU=1` makes them fail), and the no-GPU behaviour is checked instead.
+//! The tests build with the `cuda` feature (the crate's dev-dependencies turn it on).
+
+use nuvec::ops::{self, to_device};
+use nuvec::transforms::{grad, vmap};
+use nuvec::{random, with_default_device, Array, DType, Device};
+
+fn gpu_or_skip(test: &str) -> Option<Device> {
+    match Device::Gpu(0).unavailable_reason() {
+        None => Some(Device::Gpu(0)),
+        Some(reason) => {
+            assert!(
+                std::env::var_os("NUVEC_REQUIRE_GPU").is_none(),
+                "{test}: NUVEC_REQUIRE_GPU is set but {reason}"
+            );
+            nuvec_test_support::skip(&format!("{test}: no GPU here ({reason})"));
+            None
+        }
+    }
+}
+
+/// `n` values in `[-2, 2)` from a fixed sequence, shaped `shape`.
+fn values(shape: &[i32], seed: u64) -> Array {
+    let n: i32 = shape.iter().product();
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    let data: Vec<f32> = (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect();
+    Array::from_slice(&data, shape)
+}
+
+/// `f` built on `device`, evaluated, and read back as float32.
+fn run_on(device: Device, f: impl Fn() -> Array) -> (Device, Vec<f32>, Vec<i32>) {
+    let out = with_default_device(device, f);
+    let built_on = out.device();
+    let shape = out.shape().to_vec();
+    let read = out.astype(DType::F32);
+    (
+        built_on,
+        read.to_vec::<f32>()
+            .unwrap_or_else(|e| panic!("on {device}: {e}")),
+        shape,
+    )
+}
+
+/// `f` on the GPU and on the CPU agree within `tolerance` (relative to the larger magnitude).
+fn same_on_both(gpu: Device, what: &str, tolerance: f32, f: impl Fn() -> Array) {
+    let (built_on, got, got_shape) = run_on(gpu, &f);
+    assert_eq!(built_on, gpu, "{what}: the op was not built on the GPU");
+    let (_, want, want_shape) = run_on(Device::Cpu, &f);
+    assert_eq!(got_shape, want_shape, "{what}: shapes differ");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let scale = g.abs().max(w.abs()).max(1.0);
+        assert!(
+            (g - w).abs() <= tolerance * scale || (g.is_nan() && w.is_nan()),
+            "{what}: element {i} is {g} on the GPU and {w} on the CPU"
+        );
+    }
+}
+
+#[test]
+fn a_gpu_that_is_not_there_is_an_error_naming_it() {
+    if Device::Gpu(0).is_available() {
+        nuvec_test_support::skip("a_gpu_that_is_not_there_is_an_error_naming_it: a GPU is here");
+        return;
+    }
+    assert_eq!(nuvec::default_device(), Device::Cpu);
+    let error = nuvec::set_default_device(Device::Gpu(0)).unwrap_err();
+    assert!(error.to_string().contains("set_default_device"), "{error}");
+    let a = with_default_device(Device::Gpu(0), || ops::exp(&values(&[4], 1)));
+    assert_eq!(a.device(), Device::Gpu(0));
+    let error = a.to_vec::<f32>().unwrap_err().to_string();
+    assert!(error.contains("[exp]"), "{error}");
+    assert!(
+        error.contains("CUDA") || error.contains("cuda") || error.contains("gpu"),
+        "the error says what is missing: {error}"
+    );
+    assert!(!error.contains("Error {"), "no Debug form: {error}");
+}
+
+#[test]
+fn element_wise_ops_broadcast_and_convert_as_on_the_cpu() {
+    let Some(gpu) = gpu_or_skip("element_wise_ops_broadcast_and_convert_as_on_the_cpu") else {
+        return;
+    };
+    let (a, b) = (values(&[3, 1, 5], 1), values(&[4, 1], 2));
+    same_on_both(gpu, "exp(a) * b + 1", 1e-6, || {
+        ops::add(ops::multiply(ops::exp(&a), &b), 1.0)
+    });
+    same_on_both(gpu, "tanh in bfloat16", 1e-2, || {
+        ops::tanh(&a.astype(DType::BF16))
+    });
+    same_on_both(gpu, "a > b as int32", 0.0, || {
+        ops::greater(&a, &b).astype(DType::I32)
+    });
+    same_on_both(gpu, "maximum of a transposed and b", 0.0, || {
+        ops::maximum(ops::transpose(&a, None), values(&[5, 1, 1], 3))
+    });
+}
+
+#[test]
+fn reductions_over_any_axes_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("reductions_over_any_axes_match_the_cpu") else {
+        return;
+    };
+    let x = values(&[4, 6, 5], 4);
+    same_on_both(gpu, "sum over axes 0 and 2", 1e-5, || {
+        ops::sum(&x, [0, 2], false)
+    });
+    same_on_both(gpu, "sum over everything", 1e-5, || {
+        ops::sum(&x, None, false)
+    });
+    same_on_both(gpu, "max over axis 1, kept", 0.0, || {
+        ops::max(&x, [1], true)
+    });
+    same_on_both(gpu, "argmax over axis 0", 0.0, || {
+        ops::argmax(&x, Some(0), false)
+    });
+    same_on_both(gpu, "logsumexp over axis 2", 1e-5, || {
+        ops::logsumexp(&x, [2], false)
+    });
+    same_on_both(gpu, "softmax over axis 1", 1e-6, || ops::softmax(&x, [1]));
+}
+
+#[test]
+fn matrix_products_batched_broadcast_and_transposed_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("matrix_products_batched_broadcast_and_transposed_match_the_cpu")
+    else {
+        return;
+    };
+    let (a, b) = (values(&[2, 3, 17, 9], 5), values(&[9, 11], 6));
+    same_on_both(gpu, "[2,3,17,9] @ [9,11]", 1e-5, || ops::matmul(&a, &b));
+    let c = values(&[3, 11, 9], 7);
+    same_on_both(gpu, "[2,3,17,9] @ [3,9,11] (b broadcast)", 1e-5, || {
+        ops::matmul(&a, &ops::transpose(&c, Some(&[0, 2, 1])))
+    });
+    same_on_both(gpu, "bfloat16 product", 2e-2, || {
+        ops::matmul(&a.astype(DType::BF16), &b.astype(DType::BF16))
+    });
+}
+
+#[test]
+fn layout_and_indexing_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("layout_and_indexing_match_the_cpu") else {
+        return;
+    };
+    let x = values(&[5, 7], 8);
+    same_on_both(gpu, "concatenate along axis 1", 0.0, || {
+        ops::concatenate(&[x.clone(), values(&[5, 2], 9)], 1)
+    });
+    same_on_both(gpu, "a slice with steps", 0.0, || {
+        ops::slice(&x, &[1, 6], &[5, 0], &[2, -2])
+    });
+    let indices = Array::from_slice(&[4i32, -1, 0, 2], &[4]);
+    same_on_both(gpu, "take along axis 0 with a negative index", 0.0, || {
+        ops::take(&x, &indices, Some(0))
+    });
+    let along = Array::from_slice(&[6u32, 0, 3, 1, 2, 5, 4, 0, 0, 1], &[5, 2]);
+    same_on_both(gpu, "take_along_axis with uint32 indices", 0.0, || {
+        ops::take_along_axis(&x, &along, Some(1))
+    });
+}
+
+#[test]
+fn random_numbers_on_the_gpu_equal_the_cpus_for_the_same_key() {
+    let Some(gpu) = gpu_or_skip("random_numbers_on_the_gpu_equal_the_cpus_for_the_same_key") else {
+        return;
+    };
+    let key = random::key(42);
+    same_on_both(gpu, "uniform", 0.0, || {
+        random::uniform(0.0, 1.0, &[1000], DType::F32, Some(&key))
+    });
+    same_on_both(gpu, "bits", 0.0, || {
+        random::bits(&[257], 4, Some(&key)).astype(DType::F32)
+    });
+}
+
+#[test]
+fn gradients_and_vmap_run_on_the_gpu_unchanged() {
+    let Some(gpu) = gpu_or_skip("gradients_and_vmap_run_on_the_gpu_unchanged") else {
+        return;
+    };
+    let (w, x) = (values(&[8, 3], 10), values(&[5, 8], 11));
+    let loss = |p: &[Array]| {
+        let h = ops::tanh(&ops::matmul(&p[1], &p[0]));
+        ops::sum(&ops::logsumexp(&h, [1], false), None, false)
+    };
+    let gradient = |device| {
+        with_default_device(device, || grad(loss)(&[w.clone(), x.clone()]))
+            .unwrap_or_else(|e| panic!("grad on {device}: {e}"))
+    };
+    let (on_gpu, on_cpu) = (gradient(gpu), gradient(Device::Cpu));
+    for (g, c) in on_gpu.iter().zip(&on_cpu) {
+        assert_eq!(g.device(), gpu, "the gradient was computed on the GPU");
+        let (g, c) = (g.to_vec::<f32>().unwrap(), c.to_vec::<f32>().unwrap());
+        for (p, q) in g.iter().zip(&c) {
+            assert!((p - q).abs() <= 1e-5 * p.abs().max(1.0), "{p} against {q}");
+        }
+    }
+    let rows = |device| {
+        with_default_device(device, || {
+            vmap(
+                |a: &[Array]| vec![ops::softmax(&a[0], [0])],
+                &[Some(0)],
+                &[Some(0)],
+            )(std::slice::from_ref(&x))
+        })
+        .unwrap()[0]
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let (g, c) = (rows(gpu), rows(Device::Cpu));
+    for (p, q) in g.iter().zip(&c) {
+        assert!((p - q).abs() <= 1e-6, "vmap(softmax): {p} against {q}");
+    }
+}
+
+#[test]
+fn arrays_move_between_devices_and_an_op_without_a_kernel_says_so() {
+    let Some(gpu) = gpu_or_skip("arrays_move_between_devices_and_an_op_without_a_kernel_says_so")
+    else {
+        return;
+    };
+    let x = values(&[6], 12);
+    let there = to_device(&x, gpu);
+    assert_eq!(there.device(), gpu);
+    there.eval().unwrap();
+    assert_eq!(there.device(), gpu, "evaluated, the data stays on the GPU");
+    let back = to_device(&there, Device::Cpu);
+    assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    let sorted = with_default_device(gpu, || ops::sort(&there, None));
+    let error = sorted.eval().unwrap_err().to_string();
+    assert!(
+        error.contains("sort") && error.contains("gpu:0"),
+        "the error names the op and the device: {error}"
+    );
+    let on_cpu = with_default_device(Device::Cpu, || ops::sort(&there, None));
+    assert_eq!(on_cpu.device(), Device::Cpu);
+    let mut want = x.to_vec::<f32>().unwrap();
+    want.sort_by(f32::total_cmp);
+    assert_eq!(on_cpu.to_vec::<f32>().unwrap(), want);
+}
