@@ -15,6 +15,8 @@
 //!   4-bit), prompt 512 / generation 128.
 //! - `bench-serve`: `nuvec serve` against `mlx_lm.server` on that model, 1, 8 and 32
 //!   concurrent streaming clients: throughput and time to first token.
+//! - `bench-gpu`: nuvec's arrays on GPU 0 against PyTorch on the same GPU (element-wise
+//!   bandwidth, a row reduction, softmax, bf16 matmul, a compiled gelu chain).
 //! - `fuzz-mlx [--cases N] [--seed S]`: the differential tester against MLX, a long run.
 //! - `tidy`: repository hygiene (also run as a test: `cargo test -p xtask`).
 
@@ -56,10 +58,23 @@ fn main() -> ExitCode {
         Some("bench-nn") => bench_nn(),
         Some("bench-lm") => bench_lm::run_bench(&args[1..]),
         Some("bench-serve") => bench_serve::run_bench(&args[1..]),
+        Some("bench-gpu") => run(
+            "cargo",
+            &[
+                "run",
+                "--release",
+                "-p",
+                "nuvec-bench",
+                "--features",
+                "cuda",
+                "--bin",
+                "bench_gpu",
+            ],
+        ),
         Some("fuzz-mlx") => fuzz_mlx(&args[1..]),
         Some("tidy") => tidy::check(&workspace_root()).map(|_| println!("tidy: ok")),
         _ => Err(
-            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-plot | bench-transforms | bench-nn | bench-lm | bench-serve | fuzz-mlx | tidy>"
+            "usage: cargo xtask <ci | demo | golden | bench-core | bench-distributed | bench-plot | bench-transforms | bench-nn | bench-lm | bench-serve | bench-gpu | fuzz-mlx | tidy>"
                 .to_string(),
         ),
     };

@@ -329,6 +329,33 @@ pub fn copy_into(
     launched(gpu, &source, outcome)
 }
 
+/// A fused chain (`kernels::fused::chain`'s `source`) over `inputs` of `dtype`, each of `n`
+/// elements (`true`) or a scalar (`false`), into a new array of `n` elements.
+pub fn fused(
+    gpu: &Gpu,
+    source: &Source,
+    inputs: &[(&DeviceBuffer, bool)],
+    n: u64,
+    dtype: DType,
+) -> Result<DeviceBuffer> {
+    let mut out = gpu.alloc(n as usize * dtype.size())?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let function = gpu.function(source, &source.name)?;
+    let strides: Vec<u64> = inputs.iter().map(|&(_, full)| u64::from(full)).collect();
+    let mut launch = gpu.stream.launch_builder(&function);
+    for ((x, _), stride) in inputs.iter().zip(&strides) {
+        launch.arg(x.block()).arg(stride);
+    }
+    launch.arg(out.block_mut()).arg(&n);
+    // SAFETY: the kernel reads element `i` of each full input (which holds `n`) or element 0
+    // of each scalar, and writes `n` elements of `out`, which holds them.
+    let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
+    launched(gpu, source, outcome)?;
+    Ok(out)
+}
+
 /// The shape of a gather: the source viewed as `[outer, axis, inner]`, `taken` indices along
 /// the axis, one per output element (`take_along_axis`) or one per position (`take`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

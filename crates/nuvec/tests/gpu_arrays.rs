@@ -4,7 +4,7 @@
 //! The tests build with the `cuda` feature (the crate's dev-dependencies turn it on).
 
 use nuvec::ops::{self, to_device};
-use nuvec::transforms::{grad, vmap};
+use nuvec::transforms::{compile, grad, vmap};
 use nuvec::{random, with_default_device, Array, DType, Device};
 
 fn gpu_or_skip(test: &str) -> Option<Device> {
@@ -246,4 +246,40 @@ fn arrays_move_between_devices_and_an_op_without_a_kernel_says_so() {
     let mut want = x.to_vec::<f32>().unwrap();
     want.sort_by(f32::total_cmp);
     assert_eq!(on_cpu.to_vec::<f32>().unwrap(), want);
+}
+
+#[test]
+fn a_compiled_chain_runs_as_one_fused_kernel_with_the_unfused_results() {
+    let Some(gpu) =
+        gpu_or_skip("a_compiled_chain_runs_as_one_fused_kernel_with_the_unfused_results")
+    else {
+        return;
+    };
+    let gelu = |v: &[Array]| {
+        let x = &v[0];
+        let inner = ops::multiply(
+            ops::add(x, ops::multiply(ops::power(x, 3.0), 0.044715)),
+            0.797_884_6,
+        );
+        vec![ops::multiply(
+            ops::multiply(x, 0.5),
+            ops::add(ops::tanh(&inner), 1.0),
+        )]
+    };
+    for dtype in [DType::F32, DType::BF16] {
+        let x = values(&[(1 << 20) + 3], 13).astype(dtype);
+        let fused = with_default_device(gpu, || compile(gelu).call(std::slice::from_ref(&x)))
+            .unwrap()
+            .remove(0);
+        assert_eq!(fused.device(), gpu);
+        let plain = with_default_device(gpu, || gelu(std::slice::from_ref(&x))).remove(0);
+        let (f, p) = (
+            fused.astype(DType::F32).to_vec::<f32>().unwrap(),
+            plain.astype(DType::F32).to_vec::<f32>().unwrap(),
+        );
+        assert!(
+            f.iter().zip(&p).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{dtype}: the fused kernel's bits are the unfused kernels'"
+        );
+    }
 }

@@ -46,7 +46,7 @@ fn suffix(dtype: DType) -> &'static str {
 }
 
 /// `value` rounded to `dtype` and back (the CPU rounds half-precision results at each step).
-fn rounded(dtype: DType, value: &str) -> String {
+pub(crate) fn rounded(dtype: DType, value: &str) -> String {
     match dtype {
         DType::F16 | DType::BF16 => load(dtype, &store(dtype, value)),
         _ => value.to_string(),
@@ -157,7 +157,7 @@ pub fn binary_expression(op: BinaryOp, dtype: DType) -> Option<String> {
 }
 
 /// Helpers a binary op's expression may call, for `dtype`.
-fn binary_helpers(dtype: DType) -> String {
+pub(crate) fn binary_helpers(dtype: DType) -> String {
     let (t, tg) = (compute(dtype), tag(dtype));
     if is_float(dtype) {
         let s = suffix(dtype);

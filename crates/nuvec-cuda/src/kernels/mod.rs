@@ -8,6 +8,7 @@
 //! - `random.rs`: MLX's threefry bits.
 
 pub mod elementwise;
+pub mod fused;
 pub mod layout;
 pub mod random;
 pub mod reduce;
@@ -116,6 +117,17 @@ pub fn catalogue() -> Vec<Source> {
             all.extend(reduce::row_reduction(reduction, dtype, output));
         }
         all.extend(reduce::softmax(dtype));
+        // A fused chain using every unary and binary op that keeps the dtype.
+        let mut steps = vec![fused::Step::Binary(BinaryOp::Add, 0, 1)];
+        for &op in &UNARY_OPS {
+            steps.push(fused::Step::Unary(op, 1 + steps.len()));
+        }
+        for &op in &BINARY_OPS {
+            if binary_output(op, dtype) == dtype {
+                steps.push(fused::Step::Binary(op, 1 + steps.len(), 0));
+            }
+        }
+        all.extend(fused::chain(&steps, 2, dtype));
     }
     for width in layout::WIDTHS {
         all.extend(layout::strided_copy(width));

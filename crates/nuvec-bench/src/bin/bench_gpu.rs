@@ -1,0 +1,209 @@
+//! `cargo xtask bench-gpu`: nuvec's arrays on GPU 0 against PyTorch on the same GPU, in one run
+//! (`scripts/bench/torch_gpu.py` times PyTorch's side the same way). Each figure is the median
+//! of timed runs after warm-ups, each run ended by waiting for the device; the ops run through
+//! the array API (`Device::Gpu`), so graph building and evaluation are counted.
+
+use nuvec::transforms::compile;
+use nuvec::{ops, random, with_default_device, Array, DType, Device};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+/// One figure: its name, what it moves or computes, and how that is reported.
+struct Case {
+    name: &'static str,
+    /// Bytes moved (read + written) or floating-point operations.
+    work: f64,
+    /// `GB/s` or `TFLOP/s`.
+    unit: &'static str,
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("bench-gpu: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn gelu(v: &[Array]) -> Vec<Array> {
+    let x = &v[0];
+    let cube = ops::multiply(ops::multiply(x, x), x);
+    let inner = ops::multiply(ops::add(x, ops::multiply(cube, 0.044715)), 0.797_884_6);
+    vec![ops::multiply(
+        ops::multiply(x, 0.5),
+        ops::add(ops::tanh(&inner), 1.0),
+    )]
+}
+
+fn run() -> Result<(), String> {
+    let gpu = Device::Gpu(0);
+    if let Some(reason) = gpu.unavailable_reason() {
+        return Err(format!("no GPU to measure: {reason}"));
+    }
+    let device = nuvec::cuda::gpu(0).map_err(|e| e.to_string())?;
+    let sync = || device.synchronize().map_err(|e| e.to_string());
+    println!("bench-gpu: {} ({})", device.name(), device.arch());
+    let n: i32 = 1 << 28;
+    let (x, y, rows, a, b) = with_default_device(gpu, || {
+        let key = random::key(0);
+        let keys = random::split(&key, 2);
+        let x = random::uniform(
+            0.0,
+            1.0,
+            &[n],
+            DType::F32,
+            Some(&ops::take(&keys, &Array::scalar(0i32), Some(0))),
+        );
+        let y = random::uniform(
+            0.0,
+            1.0,
+            &[n],
+            DType::F32,
+            Some(&ops::take(&keys, &Array::scalar(1i32), Some(0))),
+        );
+        let rows = ops::reshape(&x, &[1 << 16, 1 << 12]);
+        let a = random::normal(&[8192, 8192], DType::BF16, Some(&key));
+        let b = random::normal(
+            &[8192, 8192],
+            DType::BF16,
+            Some(&ops::take(&keys, &Array::scalar(1i32), Some(0))),
+        );
+        (x, y, rows, a, b)
+    });
+    nuvec::eval(&[x.clone(), y.clone(), rows.clone(), a.clone(), b.clone()])
+        .map_err(|e| e.to_string())?;
+    sync()?;
+    let gib = f64::from(n) * 4.0;
+    let compiled = compile(gelu);
+    let cases: Vec<(Case, Box<dyn Fn() -> Array>)> = vec![
+        (
+            Case {
+                name: "copy",
+                work: 2.0 * gib,
+                unit: "GB/s",
+            },
+            Box::new(|| ops::to_device(&ops::add(&x, 0.0), gpu)),
+        ),
+        (
+            Case {
+                name: "add",
+                work: 3.0 * gib,
+                unit: "GB/s",
+            },
+            Box::new(|| ops::add(&x, &y)),
+        ),
+        (
+            Case {
+                name: "exp",
+                work: 2.0 * gib,
+                unit: "GB/s",
+            },
+            Box::new(|| ops::exp(&x)),
+        ),
+        (
+            Case {
+                name: "sum_rows",
+                work: gib,
+                unit: "GB/s",
+            },
+            Box::new(|| ops::sum(&rows, [1], false)),
+        ),
+        (
+            Case {
+                name: "softmax",
+                work: 2.0 * gib,
+                unit: "GB/s",
+            },
+            Box::new(|| ops::softmax(&rows, [1])),
+        ),
+        (
+            Case {
+                name: "matmul_bf16",
+                work: 2.0 * 8192f64.powi(3),
+                unit: "TFLOP/s",
+            },
+            Box::new(|| ops::matmul(&a, &b)),
+        ),
+        (
+            Case {
+                name: "gelu_compiled",
+                work: 2.0 * gib,
+                unit: "GB/s",
+            },
+            Box::new(|| {
+                compiled
+                    .call(std::slice::from_ref(&x))
+                    .map(|mut v| v.remove(0))
+                    .unwrap_or_else(Array::failed)
+            }),
+        ),
+    ];
+    let mut ours = Vec::new();
+    for (case, op) in &cases {
+        let time = nuvec_bench::time_median((3, 10, 10), Duration::ZERO, || {
+            let out = with_default_device(gpu, op);
+            out.eval().map_err(|e| format!("{}: {e}", case.name))?;
+            sync()
+        })?;
+        ours.push(time.as_secs_f64());
+    }
+    let torch = torch_times()?;
+    let rate = |case: &Case, seconds: f64| {
+        let scale = if case.unit == "TFLOP/s" { 1e12 } else { 1e9 };
+        case.work / seconds / scale
+    };
+    let copy_rate = rate(&cases[0].0, ours[0]);
+    println!("| op | nuvec | PyTorch | nuvec / PyTorch | nuvec / our copy |");
+    println!("|---|---|---|---|---|");
+    for ((case, _), &seconds) in cases.iter().zip(&ours) {
+        let theirs = torch.get(case.name).and_then(serde_json::Value::as_f64);
+        let mine = rate(case, seconds);
+        let (their_rate, ratio) = match theirs {
+            Some(t) => (
+                format!("{:.1} {}", rate(case, t), case.unit),
+                format!("{:.2}", mine / rate(case, t)),
+            ),
+            None => ("n/a".into(), "n/a".into()),
+        };
+        let of_copy = if case.unit == "GB/s" {
+            format!("{:.2}", mine / copy_rate)
+        } else {
+            "-".into()
+        };
+        println!(
+            "| {} | {mine:.1} {} | {their_rate} | {ratio} | {of_copy} |",
+            case.name, case.unit
+        );
+    }
+    Ok(())
+}
+
+/// PyTorch's times, from `scripts/bench/torch_gpu.py` (`NUVEC_TORCH_PYTHON` or `python3`).
+fn torch_times() -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let python = std::env::var("NUVEC_TORCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = std::env::var("NUVEC_TORCH_SCRIPT").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scripts/bench/torch_gpu.py"
+        )
+        .into()
+    });
+    let output = Command::new(&python)
+        .arg(&script)
+        .output()
+        .map_err(|e| format!("running {python} {script}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{python} {script} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    match serde_json::from_str(line) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        _ => Err(format!("{script} printed no JSON object: {text}")),
+    }
+}
