@@ -23,6 +23,7 @@ pub mod kernels;
 pub mod library;
 pub mod matmul;
 pub mod memory;
+pub mod nccl;
 pub mod ops;
 
 pub use device::{available, device_count, gpu, unavailable_reason, Gpu};

@@ -23,6 +23,10 @@ pub enum Backend {
     Jaccl,
     /// MPI: Open MPI loaded at run time, for processes started by `mpirun` or `srun`.
     Mpi,
+    /// NCCL on one GPU per rank (`NCCL_HOST_IP`, `NCCL_PORT`, `MLX_RANK`, `MLX_WORLD_SIZE`,
+    /// and `CUDA_VISIBLE_DEVICES` per rank, as `nuvec launch --backend nccl` and mlx.launch
+    /// set them), in a build with the `nccl` feature (the facade's `cuda`).
+    Nccl,
 }
 
 impl Backend {
@@ -32,6 +36,7 @@ impl Backend {
             Backend::Ring => "ring",
             Backend::Jaccl => "jaccl",
             Backend::Mpi => "mpi",
+            Backend::Nccl => "nccl",
         }
     }
 }
@@ -43,6 +48,56 @@ pub fn is_available(backend: Backend) -> bool {
         Backend::Any | Backend::Ring => true,
         Backend::Mpi => crate::mpi::available(),
         Backend::Jaccl => crate::jaccl::available(),
+        Backend::Nccl => nccl_available().is_ok(),
+    }
+}
+
+/// Whether NCCL can run here: built in, its library loads, and a GPU is usable; else why not.
+fn nccl_available() -> std::result::Result<(), String> {
+    #[cfg(feature = "nccl")]
+    {
+        nuvec_cuda::library::require(nuvec_cuda::library::Library::Nccl)
+            .and_then(|()| nuvec_cuda::gpu(0).map(drop))
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "nccl"))]
+    Err("the nccl backend is not in this build of nuvec: enable it with the `cuda` feature of \
+         nuvec (or `nccl` of nuvec-distributed)"
+        .into())
+}
+
+/// Forms the NCCL group of the launch environment; a group of one when not strict and not
+/// launched for NCCL.
+fn init_nccl(strict: bool) -> Result<Group> {
+    let launch = crate::nccl::Launch::from_env()?;
+    let Some(launch) = launch else {
+        if strict {
+            return Err(init_error(
+                "no launch environment for the nccl backend: NCCL_HOST_IP is not set (start \
+                 the program with `nuvec launch --backend nccl` or mlx.launch)"
+                    .into(),
+            ));
+        }
+        return Ok(Group::single());
+    };
+    if let Err(reason) = nccl_available() {
+        return Err(init_error(format!(
+            "this process was launched for NCCL (NCCL_HOST_IP is set), but the nccl backend \
+             cannot run here: {reason}"
+        )));
+    }
+    #[cfg(feature = "nccl")]
+    {
+        let options = Options::from_env().map_err(init_error)?;
+        let communicator = crate::nccl::communicator::connect(&launch, &options)?;
+        let group = Group::register(communicator);
+        set_default_group(group);
+        Ok(group)
+    }
+    #[cfg(not(feature = "nccl"))]
+    {
+        let _ = launch;
+        unreachable!("nccl_available() is an error without the feature")
     }
 }
 
@@ -123,13 +178,12 @@ fn init_serially(strict: bool, backend: Backend) -> Result<Group> {
     if use_mpi {
         return init_mpi(strict);
     }
-    if let Some(size) = nccl_launch_size().filter(|_| !ring_present && backend == Backend::Any) {
+    let launched_for_nccl =
+        nccl_launch_size().filter(|_| !ring_present && backend == Backend::Any);
+    if backend == Backend::Nccl || launched_for_nccl.is_some() {
         // Launched for NCCL (`nuvec launch --backend nccl` or mlx.launch's): running alone
-        // would give every rank a group of one, so say why not instead, strict or not.
-        return Err(init_error(format!(
-            "this process was launched for NCCL (NCCL_HOST_IP and MLX_WORLD_SIZE={size} are \
-             set) and nuvec has no NCCL backend yet: launch it with --backend ring, jaccl or mpi"
-        )));
+        // would give every rank a group of one, so an unusable NCCL is an error, strict or not.
+        return init_nccl(strict || launched_for_nccl.is_some());
     }
     if !is_available(backend) {
         if strict {

@@ -283,3 +283,55 @@ fn a_compiled_chain_runs_as_one_fused_kernel_with_the_unfused_results() {
         );
     }
 }
+
+#[test]
+fn the_nccl_backend_without_its_launch_environment_says_what_is_missing() {
+    if std::env::var_os("NCCL_HOST_IP").is_some() {
+        nuvec_test_support::skip("the_nccl_backend_...: NCCL_HOST_IP is set here");
+        return;
+    }
+    let error = nuvec_distributed::init_backend(true, nuvec_distributed::Backend::Nccl)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("NCCL_HOST_IP"), "{error}");
+}
+
+#[test]
+fn a_group_of_one_through_nccl_sums_gathers_and_scatters_gpu_arrays() {
+    let Some(gpu) = gpu_or_skip("a_group_of_one_through_nccl_sums_gathers_and_scatters_gpu_arrays")
+    else {
+        return;
+    };
+    use nuvec::distributed::{all_gather, all_max, all_sum, sum_scatter, Group};
+    use nuvec_distributed::nccl::{communicator::NcclCommunicator, Launch};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let env = |name: &str| match name {
+        "NCCL_HOST_IP" => Some("127.0.0.1".to_string()),
+        "NCCL_PORT" => Some(port.to_string()),
+        "MLX_RANK" => Some("0".to_string()),
+        "MLX_WORLD_SIZE" => Some("1".to_string()),
+        _ => None,
+    };
+    let launch = Launch::from_vars(&env).unwrap().unwrap();
+    let options = nuvec_distributed::Options::with_timeout(std::time::Duration::from_secs(60));
+    let communicator = NcclCommunicator::connect(&launch, 0, &options)
+        .unwrap_or_else(|e| panic!("NCCL group of one: {e}"));
+    let group = Group::register(std::sync::Arc::new(communicator));
+    assert_eq!((group.rank(), group.size()), (0, 1));
+    let x = with_default_device(gpu, || ops::exp(&values(&[4, 3], 14)));
+    let want = x.to_vec::<f32>().unwrap();
+    for (what, got) in [
+        ("all_sum", all_sum(&x, Some(&group))),
+        ("all_max", all_max(&x, Some(&group))),
+        ("all_gather", all_gather(&x, Some(&group))),
+        ("sum_scatter", sum_scatter(&x, Some(&group))),
+    ] {
+        assert_eq!(got.to_vec::<f32>().unwrap(), want, "{what} over one GPU");
+    }
+    group.health().unwrap();
+    group.close();
+}

@@ -143,7 +143,16 @@ fn on_gpu(input: &Array, gpu: &Arc<Gpu>) -> Result<Arc<GpuBuffer>> {
             ))
         }
     };
-    let bytes = &host.as_bytes()[..input.nbytes()];
+    let bytes = host.as_bytes().get(..input.nbytes()).ok_or_else(|| {
+        Error::eval(
+            "copying an array to the GPU",
+            format!(
+                "its buffer holds {} bytes, its shape needs {}",
+                host.len_bytes(),
+                input.nbytes()
+            ),
+        )
+    })?;
     let copy = GpuBuffer::new(
         gpu,
         gpu.upload(bytes)

@@ -150,6 +150,9 @@ impl Primitive for Reduce {
             ReduceOp::Prod => Reduction::Prod,
             ReduceOp::Max => Reduction::Max,
             ReduceOp::Min => Reduction::Min,
+            // Over booleans (0 or 1), all is the minimum and any the maximum.
+            ReduceOp::All if x.dtype == crate::DType::Bool => Reduction::Min,
+            ReduceOp::Any if x.dtype == crate::DType::Bool => Reduction::Max,
             _ => return Err(crate::gpu::no_kernel(self.name(), gpu)),
         };
         let cols: usize = self.axes.iter().map(|&a| x.shape[a]).product();

@@ -158,5 +158,7 @@ pub fn share_unique_id(
     Ok(received)
 }
 
+#[cfg(feature = "nccl")]
+pub mod communicator;
 #[cfg(test)]
 mod tests;
