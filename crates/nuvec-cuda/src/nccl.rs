@@ -91,7 +91,11 @@ unsafe impl Sync for Comm {}
 
 impl std::fmt::Debug for Comm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "NCCL rank {} of {} on {:?}", self.rank, self.size, self.gpu)
+        write!(
+            f,
+            "NCCL rank {} of {} on {:?}",
+            self.rank, self.size, self.gpu
+        )
     }
 }
 
@@ -172,7 +176,11 @@ impl Comm {
     /// NCCL's asynchronous status: `Ok(true)` when done, `Ok(false)` while in progress.
     fn status(&self, op: &str) -> Result<bool> {
         if self.aborted.load(Ordering::Acquire) {
-            return Err(error(op, self.rank, "the communicator was aborted after an earlier failure"));
+            return Err(error(
+                op,
+                self.rank,
+                "the communicator was aborted after an earlier failure",
+            ));
         }
         let mut status = sys::ncclResult_t::ncclSuccess;
         // SAFETY: `raw` is a live communicator (not aborted) and `status` outlives the call.
@@ -244,7 +252,10 @@ impl Comm {
             .map_err(|e| error(op, self.rank, e))?;
         let start = Instant::now();
         loop {
-            if done.try_is_complete().map_err(|e| error(op, self.rank, e))? {
+            if done
+                .try_is_complete()
+                .map_err(|e| error(op, self.rank, e))?
+            {
                 return self.status(op).map(drop);
             }
             if let Err(e) = self.status(op) {
@@ -307,11 +318,24 @@ impl Comm {
     }
 
     /// Every rank's `input` (`bytes` each) in rank order into `output`.
-    pub fn all_gather(&self, (input, output): (&DeviceBuffer, &mut DeviceBuffer), bytes: usize) -> Result<()> {
+    pub fn all_gather(
+        &self,
+        (input, output): (&DeviceBuffer, &mut DeviceBuffer),
+        bytes: usize,
+    ) -> Result<()> {
         let (send, recv) = (pointer(input), pointer_mut(output));
         self.call("all_gather", |comm, stream| {
             // SAFETY: `input` holds `bytes`, `output` `size × bytes`, both on this GPU.
-            unsafe { sys::ncclAllGather(send, recv, bytes, sys::ncclDataType_t::ncclUint8, comm, stream) }
+            unsafe {
+                sys::ncclAllGather(
+                    send,
+                    recv,
+                    bytes,
+                    sys::ncclDataType_t::ncclUint8,
+                    comm,
+                    stream,
+                )
+            }
         })
     }
 
@@ -339,7 +363,15 @@ impl Comm {
         self.call("broadcast", |comm, stream| {
             // SAFETY: `data` holds `bytes` on this GPU; NCCL reads and writes it in place.
             unsafe {
-                sys::ncclBroadcast(buffer, buffer, bytes, sys::ncclDataType_t::ncclUint8, root as i32, comm, stream)
+                sys::ncclBroadcast(
+                    buffer,
+                    buffer,
+                    bytes,
+                    sys::ncclDataType_t::ncclUint8,
+                    root as i32,
+                    comm,
+                    stream,
+                )
             }
         })
     }
@@ -349,7 +381,16 @@ impl Comm {
         let buffer = pointer(data);
         self.call("send", |comm, stream| {
             // SAFETY: `data` holds `bytes` on this GPU.
-            unsafe { sys::ncclSend(buffer, bytes, sys::ncclDataType_t::ncclUint8, peer as i32, comm, stream) }
+            unsafe {
+                sys::ncclSend(
+                    buffer,
+                    bytes,
+                    sys::ncclDataType_t::ncclUint8,
+                    peer as i32,
+                    comm,
+                    stream,
+                )
+            }
         })
     }
 
@@ -358,7 +399,16 @@ impl Comm {
         let buffer = pointer_mut(data);
         self.call("recv", |comm, stream| {
             // SAFETY: `data` holds `bytes` on this GPU.
-            unsafe { sys::ncclRecv(buffer, bytes, sys::ncclDataType_t::ncclUint8, peer as i32, comm, stream) }
+            unsafe {
+                sys::ncclRecv(
+                    buffer,
+                    bytes,
+                    sys::ncclDataType_t::ncclUint8,
+                    peer as i32,
+                    comm,
+                    stream,
+                )
+            }
         })
     }
 }

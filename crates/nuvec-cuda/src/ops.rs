@@ -356,6 +356,39 @@ pub fn fused(
     Ok(out)
 }
 
+/// `where(c, a, b)` over `n` elements of `bytes` bytes: each operand of `n` elements (`true`)
+/// or a scalar (`false`); the condition is `bool`.
+pub fn select(
+    gpu: &Gpu,
+    [c, a, b]: [(&DeviceBuffer, bool); 3],
+    bytes: usize,
+    n: u64,
+) -> Result<DeviceBuffer> {
+    let source = layout::select(bytes)
+        .ok_or_else(|| gpu.error("where", format!("elements of {bytes} bytes")))?;
+    let mut out = gpu.alloc(n as usize * bytes)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let function = gpu.function(&source, &source.name)?;
+    let strides = [c.1, a.1, b.1].map(u64::from);
+    let mut launch = gpu.stream.launch_builder(&function);
+    launch
+        .arg(c.0.block())
+        .arg(&strides[0])
+        .arg(a.0.block())
+        .arg(&strides[1])
+        .arg(b.0.block())
+        .arg(&strides[2])
+        .arg(out.block_mut())
+        .arg(&n);
+    // SAFETY: the kernel reads element `i` of each full operand (`n` of them) or element 0 of
+    // a scalar, and writes `n` elements of `out`, which holds them.
+    let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
+    launched(gpu, &source, outcome)?;
+    Ok(out)
+}
+
 /// The shape of a gather: the source viewed as `[outer, axis, inner]`, `taken` indices along
 /// the axis, one per output element (`take_along_axis`) or one per position (`take`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

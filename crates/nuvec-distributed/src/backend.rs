@@ -61,9 +61,11 @@ fn nccl_available() -> std::result::Result<(), String> {
             .map_err(|e| e.to_string())
     }
     #[cfg(not(feature = "nccl"))]
-    Err("the nccl backend is not in this build of nuvec: enable it with the `cuda` feature of \
+    Err(
+        "the nccl backend is not in this build of nuvec: enable it with the `cuda` feature of \
          nuvec (or `nccl` of nuvec-distributed)"
-        .into())
+            .into(),
+    )
 }
 
 /// Forms the NCCL group of the launch environment; a group of one when not strict and not
@@ -178,8 +180,7 @@ fn init_serially(strict: bool, backend: Backend) -> Result<Group> {
     if use_mpi {
         return init_mpi(strict);
     }
-    let launched_for_nccl =
-        nccl_launch_size().filter(|_| !ring_present && backend == Backend::Any);
+    let launched_for_nccl = nccl_launch_size().filter(|_| !ring_present && backend == Backend::Any);
     if backend == Backend::Nccl || launched_for_nccl.is_some() {
         // Launched for NCCL (`nuvec launch --backend nccl` or mlx.launch's): running alone
         // would give every rank a group of one, so an unusable NCCL is an error, strict or not.

@@ -141,6 +141,16 @@ fn matrix_products_batched_broadcast_and_transposed_match_the_cpu() {
     same_on_both(gpu, "[2,3,17,9] @ [3,9,11] (b broadcast)", 1e-5, || {
         ops::matmul(&a, &ops::transpose(&c, Some(&[0, 2, 1])))
     });
+    let w = values(&[11, 9], 15);
+    same_on_both(
+        gpu,
+        "linear (x · wᵀ), the weight as stored",
+        1e-5,
+        || ops::linear(&a, &w),
+    );
+    same_on_both(gpu, "linear with a bfloat16 weight", 2e-2, || {
+        ops::linear(&a.astype(DType::BF16), &w.astype(DType::BF16))
+    });
     same_on_both(gpu, "bfloat16 product", 2e-2, || {
         ops::matmul(&a.astype(DType::BF16), &b.astype(DType::BF16))
     });
@@ -161,6 +171,15 @@ fn layout_and_indexing_match_the_cpu() {
     let indices = Array::from_slice(&[4i32, -1, 0, 2], &[4]);
     same_on_both(gpu, "take along axis 0 with a negative index", 0.0, || {
         ops::take(&x, &indices, Some(0))
+    });
+    same_on_both(
+        gpu,
+        "where with a broadcast condition and a scalar",
+        0.0,
+        || ops::where_(ops::greater(&x, values(&[1, 7], 10)), &x, 0.5),
+    );
+    same_on_both(gpu, "pad with a value", 0.0, || {
+        ops::pad(&x, &[(1, 2), (0, 3)], -1.5)
     });
     let along = Array::from_slice(&[6u32, 0, 3, 1, 2, 5, 4, 0, 0, 1], &[5, 2]);
     same_on_both(gpu, "take_along_axis with uint32 indices", 0.0, || {

@@ -429,6 +429,42 @@ fn pad_into<T: Element>(
 }
 
 impl Primitive for Pad {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::{contiguous, cuda, i64s};
+        let (x, spec) = (&inputs[0], &outputs[0]);
+        let value: Vec<u8> = with_dtype!(
+            spec.dtype,
+            T,
+            Buffer::from_slice(&[T::from_f64(self.value)])
+                .as_bytes()
+                .to_vec()
+        );
+        let fill = gpu.upload(&value).map_err(|e| cuda("pad", e))?;
+        let zeros = vec![0i64; spec.shape.len()];
+        let mut out = crate::gpu::strided(gpu, "pad", (&fill, 0), spec.dtype, &spec.shape, &zeros)?;
+        if x.size() > 0 {
+            let to = contiguous(&spec.shape);
+            let offset: i64 = self.low.iter().zip(&to).map(|(&l, &s)| l as i64 * s).sum();
+            let dims = nuvec_cuda::ops::Dims::copy(&i64s(&x.shape), &contiguous(&x.shape), &to)
+                .map_err(|e| cuda("pad", e))?;
+            nuvec_cuda::ops::copy_into(
+                gpu,
+                (x.buffer(), 0),
+                (&mut out, offset as usize),
+                spec.dtype.size(),
+                (x.size() as u64, &dims),
+            )
+            .map_err(|e| cuda("pad", e))?;
+        }
+        Ok(vec![crate::gpu::GpuBuffer::new(gpu, out)])
+    }
+
     fn name(&self) -> &str {
         "pad"
     }

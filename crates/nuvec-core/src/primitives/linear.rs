@@ -16,6 +16,49 @@ use std::sync::Arc;
 pub(crate) struct Linear;
 
 impl Primitive for Linear {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::{cuda, flat, GpuBuffer};
+        let spec = &outputs[0];
+        let (x, w) = (&inputs[0], &inputs[1]);
+        let (n, k) = (w.shape[0], w.shape[1]);
+        if k == 0 {
+            let zeros = gpu
+                .upload(&vec![0u8; spec.bytes()])
+                .map_err(|e| cuda("linear", e))?;
+            return Ok(vec![GpuBuffer::new(gpu, zeros)]);
+        }
+        // A weight stored in another float type is converted once for the product.
+        let converted;
+        let weight = if w.dtype == spec.dtype {
+            w.buffer()
+        } else {
+            converted = nuvec_cuda::ops::convert(
+                gpu,
+                (w.buffer(), w.dtype),
+                (w.size() as u64, &flat(w.size())?),
+                spec.dtype,
+            )
+            .map_err(|e| cuda("linear", e))?;
+            &converted
+        };
+        let product = nuvec_cuda::matmul::Product {
+            batch: 1,
+            m: x.size() / k,
+            n,
+            k,
+            transpose_a: false,
+            transpose_b: true,
+        };
+        let out = nuvec_cuda::matmul::matmul(gpu, (x.buffer(), weight), product, spec.dtype);
+        crate::gpu::one(gpu, "linear", out)
+    }
+
     fn name(&self) -> &str {
         "linear"
     }

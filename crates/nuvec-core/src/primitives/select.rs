@@ -13,6 +13,49 @@ use std::sync::Arc;
 pub(crate) struct Select;
 
 impl Primitive for Select {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let spec = &outputs[0];
+        let n = spec.size();
+        // Operands broadcast along some axes only are made whole; scalars are read once.
+        let mut whole = Vec::with_capacity(3);
+        for input in inputs.iter() {
+            whole.push(if input.size() == n || input.size() == 1 {
+                None
+            } else {
+                let from: Vec<i64> = broadcast_strides(&input.shape, &spec.shape)
+                    .iter()
+                    .map(|&s| s as i64)
+                    .collect();
+                let shape = &spec.shape;
+                Some(crate::gpu::strided(
+                    gpu,
+                    "where",
+                    (input.buffer(), 0),
+                    input.dtype,
+                    shape,
+                    &from,
+                )?)
+            });
+        }
+        let operand = |k: usize| match &whole[k] {
+            Some(buffer) => (buffer, true),
+            None => (inputs[k].buffer(), inputs[k].size() == n && n != 1),
+        };
+        let out = nuvec_cuda::ops::select(
+            gpu,
+            [operand(0), operand(1), operand(2)],
+            spec.dtype.size(),
+            n as u64,
+        );
+        crate::gpu::one(gpu, "where", out)
+    }
+
     fn name(&self) -> &str {
         "where"
     }

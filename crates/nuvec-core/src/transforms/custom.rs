@@ -40,6 +40,20 @@ impl std::fmt::Debug for Custom {
 }
 
 impl Primitive for Custom {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let _ = (gpu, outputs);
+        Ok(inputs[self.inputs..]
+            .iter()
+            .map(|i| i.data.clone())
+            .collect())
+    }
+
     fn name(&self) -> &str {
         "custom_function"
     }

@@ -75,6 +75,17 @@ pub(crate) fn placeholder_eval_error(transform: &'static str) -> Error {
 pub(crate) struct Tracer;
 
 impl Primitive for Tracer {
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let _ = (gpu, outputs);
+        Ok(vec![inputs[0].data.clone()])
+    }
+
     fn name(&self) -> &str {
         "tracer"
     }

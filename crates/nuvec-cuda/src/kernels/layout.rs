@@ -69,5 +69,25 @@ extern "C" __global__ void {name}(const {w}* __restrict__ x, const int* __restri
     Some(Source { name, text })
 }
 
+/// `where`: `y[i] = c[i * sc] ? a[i * sa] : b[i * sb]` for elements of `bytes` bytes, each
+/// stride 1 for an operand of the output's size or 0 for a scalar (the condition is `bool`).
+pub fn select(bytes: usize) -> Option<Source> {
+    let w = word(bytes)?;
+    let name = format!("select_{}", 8 * bytes);
+    let text = format!(
+        r#"{PRELUDE}
+extern "C" __global__ void {name}(const unsigned char* __restrict__ c, nv_u64 sc,
+        const {w}* __restrict__ a, nv_u64 sa, const {w}* __restrict__ b, nv_u64 sb,
+        {w}* __restrict__ y, nv_u64 n) {{
+    for (nv_u64 i = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; i < n;
+         i += (nv_u64)gridDim.x * blockDim.x) {{
+        y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
+    }}
+}}
+"#
+    );
+    Some(Source { name, text })
+}
+
 /// Every width the layout kernels move.
 pub const WIDTHS: [usize; 4] = [1, 2, 4, 8];

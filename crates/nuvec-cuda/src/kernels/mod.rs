@@ -132,6 +132,7 @@ pub fn catalogue() -> Vec<Source> {
     for width in layout::WIDTHS {
         all.extend(layout::strided_copy(width));
         all.extend(layout::gather(width));
+        all.extend(layout::select(width));
     }
     all.push(random::bits());
     all

@@ -1,4 +1,4 @@
-//! NCCL's rendezvous, the part of the NCCL backend that needs no GPU: reading mlx.launch's
+//! The NCCL backend. Its rendezvous needs no GPU: reading mlx.launch's
 //! NCCL environment ([`Launch`]) and handing rank 0's NCCL unique id to every rank
 //! ([`share_unique_id`]).
 //!
@@ -7,8 +7,7 @@
 //! the same star with the ring's handshake: with a key (`NUVEC_DISTRIBUTED_KEY`) every
 //! connection proves it, a wrong key is refused and named, and the key never appears in a
 //! message; every wait ends within the group's timeout, naming the rank that did not come.
-//! The communicator itself (CUDA devices, `ncclCommInitRank`, the collectives) is still to be
-//! built (`docs/gpu.md`).
+//! The communicator (`communicator.rs`, the `nccl` feature) is made on top of it.
 
 use crate::hostfile::Address;
 use crate::Options;
