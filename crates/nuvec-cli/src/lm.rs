@@ -89,10 +89,23 @@ pub(crate) struct GenerateArgs {
     /// completion (false).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_parser = parse_bool)]
     verbose: bool,
+    /// Where the model runs: `cpu`, `gpu` or `gpu:N` (a build with the `cuda` feature); the
+    /// default is MLX's choice, the GPU when one is usable.
+    #[arg(long)]
+    device: Option<String>,
     #[command(flatten)]
     sampling: Sampling,
     #[command(flatten)]
     splitting: Splitting,
+}
+
+/// Makes `device` (`cpu`, `gpu`, `gpu:N`) the default device, or says why it cannot be.
+fn use_device(device: Option<&str>) -> Result<(), String> {
+    let Some(text) = device else {
+        return Ok(());
+    };
+    let device: nuvec_core::Device = text.parse().map_err(|e| format!("--device: {e}"))?;
+    nuvec_core::set_default_device(device).map_err(|e| format!("--device {text}: {e}"))
 }
 
 /// Python's `str2bool` as mlx-lm's options read it.
@@ -139,6 +152,7 @@ pub(crate) fn load_for(
 /// Runs `nuvec generate`; the exit status. Started as the ranks of a group, the model is
 /// split over them and rank 0 alone prints.
 pub(crate) fn generate(args: GenerateArgs) -> Result<i32, String> {
+    use_device(args.device.as_deref())?;
     let group = group::join()?;
     let mut prompt = args.prompt.replace("\\n", "\n").replace("\\t", "\t");
     if prompt == "-" {

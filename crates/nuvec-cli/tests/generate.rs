@@ -203,3 +203,39 @@ fn chat_answers_each_turn_as_generate_does_and_starts_over_on_r() {
     assert_eq!(replies[3], replies[0], "{transcript}");
     assert!(!replies[1].trim().is_empty(), "{transcript}");
 }
+
+#[test]
+fn generate_on_a_device_that_cannot_run_says_why_and_cpu_runs() {
+    let nuvec = env!("CARGO_BIN_EXE_nuvec");
+    let model = fixture("qwen3-f32");
+    let run = |device: &str| {
+        Command::new(nuvec)
+            .args(["generate", "--model"])
+            .arg(&model)
+            .args(["-m", "3", "--verbose", "false", "--device", device])
+            .output()
+            .unwrap()
+    };
+    let bad = run("tpu");
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("expected `cpu`, `gpu` or `gpu:N`"),
+        "{stderr}"
+    );
+    let cpu = run("cpu");
+    assert!(
+        cpu.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cpu.stderr)
+    );
+    if !nuvec_core::Device::Gpu(0).is_available() {
+        let gpu = run("gpu");
+        assert!(!gpu.status.success());
+        let stderr = String::from_utf8_lossy(&gpu.stderr);
+        assert!(
+            stderr.contains("--device gpu") && stderr.contains("gpu:0"),
+            "the error names the device and why: {stderr}"
+        );
+    }
+}

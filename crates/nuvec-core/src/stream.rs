@@ -60,7 +60,9 @@ impl Device {
         match self {
             Device::Cpu => None,
             #[cfg(feature = "cuda")]
-            Device::Gpu(i) => nuvec_cuda::gpu(i).err().map(|e| e.to_string()),
+            Device::Gpu(i) => nuvec_cuda::gpu(i)
+                .err()
+                .map(|e| format!("gpu:{i} is not available: {e}")),
             #[cfg(not(feature = "cuda"))]
             Device::Gpu(i) => Some(format!(
                 "gpu:{i} is not available: this build of nuvec has no GPU support (build with \

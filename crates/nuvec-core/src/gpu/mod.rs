@@ -38,6 +38,11 @@ impl GpuBuffer {
         &self.buffer
     }
 
+    /// The device memory, to write in place (a donated input).
+    pub(crate) fn buffer_mut(&mut self) -> &mut DeviceBuffer {
+        &mut self.buffer
+    }
+
     /// The GPU holding it.
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
@@ -124,7 +129,17 @@ pub(crate) fn execute(
 
 /// `input`'s data on `gpu`, copied there when it lives elsewhere.
 fn on_gpu(input: &Array, gpu: &Arc<Gpu>) -> Result<Arc<GpuBuffer>> {
-    let host = match &*lock(&input.node.state) {
+    // An input nothing else refers to gives its memory up: the op may write it in place.
+    let sole_owner = Arc::strong_count(&input.node) == 1;
+    let mut state = lock(&input.node.state);
+    if let State::OnGpu(data) = &*state {
+        if sole_owner && data.gpu.index() == gpu.index() {
+            let data = data.clone();
+            *state = State::Failed(Error::eval("eval", "buffer donated to a consumer"));
+            return Ok(data);
+        }
+    }
+    let host = match &*state {
         State::OnGpu(data) if data.gpu.index() == gpu.index() => return Ok(data.clone()),
         State::OnGpu(data) => data.clone().to_host()?,
         State::Ready(buffer) => {
@@ -143,6 +158,7 @@ fn on_gpu(input: &Array, gpu: &Arc<Gpu>) -> Result<Arc<GpuBuffer>> {
             ))
         }
     };
+    drop(state);
     let bytes = host.as_bytes().get(..input.nbytes()).ok_or_else(|| {
         Error::eval(
             "copying an array to the GPU",

@@ -83,6 +83,52 @@ impl SliceUpdate {
 }
 
 impl Primitive for SliceUpdate {
+    /// The source is copied unless it was donated (a KV cache written once per token), then
+    /// the update is written at the slice's strided positions.
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::{contiguous, cuda, i64s, GpuBuffer};
+        let spec = &outputs[0];
+        let (src, update) = inputs.split_at_mut(1);
+        let (src, update) = (&mut src[0], &update[0]);
+        let strides: Vec<i64> = self.strides.iter().map(|&s| s as i64).collect();
+        let dims =
+            nuvec_cuda::ops::Dims::copy(&i64s(&update.shape), &contiguous(&update.shape), &strides)
+                .map_err(|e| cuda("slice_update", e))?;
+        let offset = usize::try_from(self.offset).map_err(|_| {
+            crate::Error::eval("slice_update", format!("a negative offset {}", self.offset))
+        })?;
+        let write = |target: &mut nuvec_cuda::DeviceBuffer| {
+            nuvec_cuda::ops::copy_into(
+                gpu,
+                (update.buffer(), 0),
+                (target, offset),
+                spec.dtype.size(),
+                (update.size() as u64, &dims),
+            )
+            .map_err(|e| cuda("slice_update", e))
+        };
+        if let Some(donated) = Arc::get_mut(&mut src.data) {
+            write(donated.buffer_mut())?;
+            return Ok(vec![src.data.clone()]);
+        }
+        let mut copy = crate::gpu::strided(
+            gpu,
+            "slice_update",
+            (src.buffer(), 0),
+            spec.dtype,
+            &[spec.size()],
+            &[1],
+        )?;
+        write(&mut copy)?;
+        Ok(vec![GpuBuffer::new(gpu, copy)])
+    }
+
     fn name(&self) -> &str {
         "slice_update"
     }
