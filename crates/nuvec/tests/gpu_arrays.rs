@@ -343,13 +343,21 @@ fn a_group_of_one_through_nccl_sums_gathers_and_scatters_gpu_arrays() {
     assert_eq!((group.rank(), group.size()), (0, 1));
     let x = with_default_device(gpu, || ops::exp(&values(&[4, 3], 14)));
     let want = x.to_vec::<f32>().unwrap();
-    for (what, got) in [
-        ("all_sum", all_sum(&x, Some(&group))),
-        ("all_max", all_max(&x, Some(&group))),
-        ("all_gather", all_gather(&x, Some(&group))),
-        ("sum_scatter", sum_scatter(&x, Some(&group))),
-    ] {
-        assert_eq!(got.to_vec::<f32>().unwrap(), want, "{what} over one GPU");
+    // Built on the GPU, NCCL reads the arrays' device memory; built on the CPU, host bytes
+    // are staged through the GPU.
+    for device in [gpu, Device::Cpu] {
+        let results = with_default_device(device, || {
+            [
+                ("all_sum", all_sum(&x, Some(&group))),
+                ("all_max", all_max(&x, Some(&group))),
+                ("all_gather", all_gather(&x, Some(&group))),
+                ("sum_scatter", sum_scatter(&x, Some(&group))),
+            ]
+        });
+        for (what, got) in results {
+            assert_eq!(got.device(), device, "{what} was built on {device}");
+            assert_eq!(got.to_vec::<f32>().unwrap(), want, "{what} on {device}");
+        }
     }
     group.health().unwrap();
     group.close();

@@ -17,9 +17,23 @@ struct AllReduce {
 }
 
 impl Primitive for AllReduce {
-    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    /// On the host, but on the GPU for a backend with device collectives (NCCL).
     fn host_only(&self) -> bool {
-        true
+        super::shared::on_host(&self.group)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let (count, dtype, op) = (outputs[0].size(), outputs[0].dtype, self.op);
+        let call = (&self.group, op.collective_name(), self.at);
+        super::shared::on_gpu(call, gpu, &inputs[0], &outputs[0], |d, input, out| {
+            d.all_reduce((input, out), count, dtype, op)
+        })
     }
 
     fn name(&self) -> &str {
@@ -88,9 +102,23 @@ struct AllGather {
 }
 
 impl Primitive for AllGather {
-    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    /// On the host, but on the GPU for a backend with device collectives (NCCL).
     fn host_only(&self) -> bool {
-        true
+        super::shared::on_host(&self.group)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let bytes = inputs[0].size() * inputs[0].dtype.size();
+        let call = (&self.group, "all_gather", self.at);
+        super::shared::on_gpu(call, gpu, &inputs[0], &outputs[0], |d, input, out| {
+            d.all_gather((input, out), bytes)
+        })
     }
 
     fn name(&self) -> &str {
@@ -162,9 +190,23 @@ struct ReduceScatter {
 }
 
 impl Primitive for ReduceScatter {
-    /// Collectives run on the host (the ring's sockets and shared memory, JACCL, MPI).
+    /// On the host, but on the GPU for a backend with device collectives (NCCL).
     fn host_only(&self) -> bool {
-        true
+        super::shared::on_host(&self.group)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let (count, dtype) = (outputs[0].size(), outputs[0].dtype);
+        let call = (&self.group, "sum_scatter", self.at);
+        super::shared::on_gpu(call, gpu, &inputs[0], &outputs[0], |d, input, out| {
+            d.reduce_scatter((input, out), count, dtype, ReduceOp::Sum)
+        })
     }
 
     fn name(&self) -> &str {

@@ -47,6 +47,35 @@ pub struct LinkTraffic {
     pub received: u64,
 }
 
+/// Collectives over device memory, for a backend whose ranks each own a GPU (NCCL): a
+/// group's `all_sum`/`all_max`/`all_min`, `all_gather` and `sum_scatter` built while a GPU is
+/// the default device then run there, without copies through the host.
+#[cfg(feature = "cuda")]
+pub trait DeviceCollectives: Send + Sync {
+    /// Reduces `count` elements of `dtype` of every rank's `input` into `output`.
+    fn all_reduce(
+        &self,
+        buffers: (&nuvec_cuda::DeviceBuffer, &mut nuvec_cuda::DeviceBuffer),
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()>;
+    /// Every rank's `bytes` of `input`, in rank order, into `output`.
+    fn all_gather(
+        &self,
+        buffers: (&nuvec_cuda::DeviceBuffer, &mut nuvec_cuda::DeviceBuffer),
+        bytes: usize,
+    ) -> Result<()>;
+    /// This rank's `count` elements of the reduction of every rank's `input`.
+    fn reduce_scatter(
+        &self,
+        buffers: (&nuvec_cuda::DeviceBuffer, &mut nuvec_cuda::DeviceBuffer),
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()>;
+}
+
 /// A connected group of processes, as a backend sees it.
 pub trait Communicator: Send + Sync + std::fmt::Debug {
     /// This process's rank.
@@ -131,6 +160,12 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
     /// does) keeps it. The default ignores it.
     fn attach_trace(&self, trace: std::sync::Arc<super::Trace>) {
         let _ = trace;
+    }
+    /// The collectives over device memory, for a backend that has them (NCCL); `None` (the
+    /// default) keeps collectives on the host.
+    #[cfg(feature = "cuda")]
+    fn on_device(&self) -> Option<&dyn DeviceCollectives> {
+        None
     }
     /// Checks every connection without running a collective.
     fn health(&self) -> Result<()>;

@@ -21,6 +21,8 @@ pub use broadcast::{barrier, broadcast};
 pub use collectives::{
     all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_gradients, sum_scatter,
 };
+#[cfg(feature = "cuda")]
+pub use communicator::DeviceCollectives;
 pub use communicator::{Communicator, LinkTraffic, ReduceOp};
 pub use group::{default_group, initialized_default, set_default_group, Group};
 pub use trace::{records_json, Record, State, Trace};

@@ -75,3 +75,50 @@ pub(super) fn into_new_output(
     })?;
     Ok(vec![Arc::new(out)])
 }
+
+/// Whether `group`'s collectives run on the host: every backend's but one with device
+/// collectives (NCCL).
+pub(super) fn on_host(group: &Group) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        group
+            .communicator()
+            .is_none_or(|c| c.on_device().is_none())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = group;
+        true
+    }
+}
+
+/// A collective of `group` over device memory: allocates the output on `gpu`, then records
+/// and runs `run(device collectives, input, output)` as the group's `op`, called at `at`.
+#[cfg(feature = "cuda")]
+pub(super) fn on_gpu(
+    (group, op, at): (&Group, &'static str, &'static Location<'static>),
+    gpu: &Arc<crate::gpu::Gpu>,
+    input: &crate::gpu::GpuInput,
+    output: &OutputSpec,
+    run: impl FnOnce(
+        &dyn super::DeviceCollectives,
+        &nuvec_cuda::DeviceBuffer,
+        &mut nuvec_cuda::DeviceBuffer,
+    ) -> Result<()>,
+) -> crate::gpu::GpuOutputs {
+    let mut out = gpu
+        .alloc(output.bytes())
+        .map_err(|e| crate::gpu::cuda(op, e))?;
+    let what = (output.dtype, &input.shape[..], None);
+    group.communicate(op, what, at, |c| match c.on_device() {
+        Some(device) => run(device, input.buffer(), &mut out),
+        None => Err(Error::eval(
+            op,
+            format!(
+                "the {} backend has no collectives on GPU memory",
+                c.backend()
+            ),
+        )),
+    })?;
+    Ok(vec![crate::gpu::GpuBuffer::new(gpu, out)])
+}

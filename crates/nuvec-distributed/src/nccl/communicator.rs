@@ -1,11 +1,12 @@
-//! `Backend::Nccl`'s communicator: NCCL on this rank's GPU. Arrays reach it as host bytes (the
-//! collectives are host primitives), which are copied to the GPU, combined there by NCCL and
-//! copied back; the failure promises come from `nuvec_cuda::nccl::Comm` (every wait ends at
-//! the timeout, which aborts the communicator).
+//! `Backend::Nccl`'s communicator: NCCL on this rank's GPU. Collectives built while the GPU is
+//! the default device hand NCCL the arrays' device memory (`DeviceCollectives`); those built on
+//! the CPU reach it as host bytes, copied to the GPU, combined there and copied back. The
+//! failure promises come from `nuvec_cuda::nccl::Comm` (every wait ends at the timeout, which
+//! aborts the communicator).
 
 use super::{share_unique_id, Launch};
 use crate::Options;
-use nuvec_core::distributed::{Communicator, ReduceOp};
+use nuvec_core::distributed::{Communicator, DeviceCollectives, ReduceOp};
 use nuvec_core::{DType, Error, Result};
 use nuvec_cuda::nccl::{Comm, Reduction};
 use nuvec_cuda::{CudaError, DeviceBuffer};
@@ -150,12 +151,48 @@ impl Communicator for NcclCommunicator {
         self.download("broadcast", &buffer, data)
     }
 
+    fn on_device(&self) -> Option<&dyn DeviceCollectives> {
+        Some(self)
+    }
+
     fn health(&self) -> Result<()> {
         self.comm.health().map_err(self.rank_error("health"))
     }
 
     fn close(&self) {
         self.comm.abort();
+    }
+}
+
+impl DeviceCollectives for NcclCommunicator {
+    fn all_reduce(
+        &self,
+        buffers: (&DeviceBuffer, &mut DeviceBuffer),
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.comm
+            .all_reduce(buffers, count, dtype, reduction(op))
+            .map_err(self.rank_error(op.collective_name()))
+    }
+
+    fn all_gather(&self, buffers: (&DeviceBuffer, &mut DeviceBuffer), bytes: usize) -> Result<()> {
+        self.comm
+            .all_gather(buffers, bytes)
+            .map_err(self.rank_error("all_gather"))
+    }
+
+    fn reduce_scatter(
+        &self,
+        buffers: (&DeviceBuffer, &mut DeviceBuffer),
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.comm
+            .reduce_scatter(buffers, count, dtype, reduction(op))
+            .map_err(self.rank_error("sum_scatter"))
     }
 }
 
