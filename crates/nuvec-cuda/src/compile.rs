@@ -36,7 +36,13 @@ pub fn compile(source: &Source, arch: &str) -> Result<Ptx> {
 pub fn compile_uncached(source: &Source, arch: &str) -> Result<String> {
     require(Library::Nvrtc)?;
     let options = CompileOptions {
-        options: vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()],
+        // No multiply-add contraction: every `a * b + c` rounds twice, as on the CPU and as the
+        // unfused kernels do, so a fused chain keeps their bits.
+        options: vec![
+            format!("--gpu-architecture={arch}"),
+            "--std=c++17".into(),
+            "--fmad=false".into(),
+        ],
         name: Some(format!("{}.cu", source.name)),
         ..CompileOptions::default()
     };

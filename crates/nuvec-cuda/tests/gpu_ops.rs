@@ -90,9 +90,12 @@ fn unary_ops_on_float32_and_bfloat16_match_the_cpu() {
         let got = f32s(&gpu.download(&out, 4 * N).unwrap());
         for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
             let want = op.apply_f32(v);
+            // Where the CPU's float32 function is itself off (acosh just above 1), the GPU
+            // may instead be within a few ulp of the exact value.
+            let exact = op.apply_f64(f64::from(v)) as f32;
             assert!(
-                close(g, want, 4),
-                "{} f32 of {v} at {i}: GPU {g}, CPU {want}",
+                close(g, want, 4) || close(g, exact, 4),
+                "{} f32 of {v} at {i}: GPU {g}, CPU {want}, exact {exact}",
                 op.name()
             );
         }
@@ -158,8 +161,11 @@ fn binary_ops_broadcast_and_match_the_cpu_for_every_float_and_int32() {
             } else {
                 let g = f32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
                 let want = op.apply(x, y);
+                // A result far smaller than its operands (logaddexp's cancellation) is
+                // within a few ulp of the operands' scale.
+                let scale = 4.0 * f32::EPSILON * x.abs().max(y.abs());
                 assert!(
-                    close(g, want, 4),
+                    close(g, want, 4) || (g - want).abs() <= scale,
                     "{} of {x} and {y}: GPU {g}, CPU {want}",
                     op.name()
                 );
@@ -376,6 +382,21 @@ fn random_bits_equal_the_cpus_for_the_same_key() {
     }
 }
 
+/// `batch` row-major products `[m, k] · [k, n]`, summed in order in float32.
+fn plain_product(a: &[f32], b: &[f32], (batch, m, n, k): (usize, usize, usize, usize)) -> Vec<f32> {
+    let mut out = vec![0f32; batch * m * n];
+    for p in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                out[p * m * n + i * n + j] = (0..k)
+                    .map(|l| a[p * m * k + i * k + l] * b[p * k * n + l * n + j])
+                    .sum();
+            }
+        }
+    }
+    out
+}
+
 #[test]
 fn matmul_in_every_float_matches_a_plain_product() {
     let Some(gpu) = gpu_or_skip("matmul_in_every_float_matches_a_plain_product") else {
@@ -384,16 +405,7 @@ fn matmul_in_every_float_matches_a_plain_product() {
     let (batch, m, n, k) = (3usize, 67usize, 45usize, 129usize);
     let a = values(batch * m * k, 6);
     let b = values(batch * k * n, 7);
-    let mut want = vec![0f32; batch * m * n];
-    for p in 0..batch {
-        for i in 0..m {
-            for j in 0..n {
-                want[p * m * n + i * n + j] = (0..k)
-                    .map(|l| a[p * m * k + i * k + l] * b[p * k * n + l * n + j])
-                    .sum();
-            }
-        }
-    }
+    let want = plain_product(&a, &b, (batch, m, n, k));
     let product = Product {
         batch,
         m,
@@ -435,10 +447,15 @@ fn matmul_in_every_float_matches_a_plain_product() {
     )
     .unwrap();
     let got = gpu.download(&out, 2 * batch * m * n).unwrap();
-    for (c, w) in got.chunks_exact(2).zip(&want) {
+    // The reference multiplies the bfloat16-rounded inputs, so what is left is the product's
+    // own rounding (accumulated in float32, stored in bfloat16).
+    let rounded =
+        |v: &[f32]| -> Vec<f32> { v.iter().map(|x| bf16::from_f32(*x).to_f32()).collect() };
+    let want_bf = plain_product(&rounded(&a), &rounded(&b), (batch, m, n, k));
+    for (c, w) in got.chunks_exact(2).zip(&want_bf) {
         let g = bf16::from_le_bytes([c[0], c[1]]).to_f32();
         assert!(
-            (g - w).abs() < 0.1 * w.abs().max(1.0),
+            (g - w).abs() < 1e-2 * w.abs().max(1.0),
             "bf16: {g} against {w}"
         );
     }

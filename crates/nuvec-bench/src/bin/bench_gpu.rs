@@ -140,8 +140,21 @@ fn run() -> Result<(), String> {
             }),
         ),
     ];
-    let mut ours = Vec::new();
-    for (case, op) in &cases {
+    // The copy ceiling: nuvec's copy kernel between two 1 GiB buffers.
+    let (src, mut dst) = (
+        device.alloc(gib as usize).map_err(|e| e.to_string())?,
+        device.alloc(gib as usize).map_err(|e| e.to_string())?,
+    );
+    let words = u64::from(n.unsigned_abs());
+    let flat =
+        nuvec::cuda::ops::Dims::copy(&[words as i64], &[1], &[1]).map_err(|e| e.to_string())?;
+    let copy = nuvec_bench::time_median((3, 10, 10), Duration::ZERO, || {
+        nuvec::cuda::ops::copy_into(&device, (&src, 0), (&mut dst, 0), 4, (words, &flat))
+            .map_err(|e| e.to_string())?;
+        sync()
+    })?;
+    let mut ours = vec![copy.as_secs_f64()];
+    for (case, op) in cases.iter().skip(1) {
         let time = nuvec_bench::time_median((3, 10, 10), Duration::ZERO, || {
             let out = with_default_device(gpu, op);
             out.eval().map_err(|e| format!("{}: {e}", case.name))?;

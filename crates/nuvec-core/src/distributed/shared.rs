@@ -81,9 +81,7 @@ pub(super) fn into_new_output(
 pub(super) fn on_host(group: &Group) -> bool {
     #[cfg(feature = "cuda")]
     {
-        group
-            .communicator()
-            .is_none_or(|c| c.on_device().is_none())
+        group.communicator().is_none_or(|c| c.on_device().is_none())
     }
     #[cfg(not(feature = "cuda"))]
     {

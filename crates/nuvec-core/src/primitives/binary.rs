@@ -32,6 +32,23 @@ impl Primitive for Binary {
                 ),
             ));
         }
+        // A float op with a scalar operand (`x * 2.0`) reads it once per thread, through the
+        // fused kernels' contiguous loop, rather than the strided kernel's index arithmetic.
+        let n = spec.size();
+        let whole = |x: &crate::gpu::GpuInput| x.size() == n && n != 1;
+        let scalar_or_whole = |x: &crate::gpu::GpuInput| x.size() == n || x.size() == 1;
+        if a.dtype == spec.dtype
+            && scalar_or_whole(a)
+            && scalar_or_whole(b)
+            && !(whole(a) && whole(b))
+        {
+            use nuvec_cuda::kernels::fused;
+            if let Some(source) = fused::chain(&[fused::Step::Binary(self.0, 0, 1)], 2, a.dtype) {
+                let operands = [(a.buffer(), whole(a)), (b.buffer(), whole(b))];
+                let out = nuvec_cuda::ops::fused(gpu, &source, &operands, n as u64, spec.dtype);
+                return crate::gpu::one(gpu, self.name(), out);
+            }
+        }
         let strides = |shape: &[usize]| -> Vec<i64> {
             broadcast_strides(shape, &spec.shape)
                 .iter()
