@@ -9,6 +9,7 @@ mod broadcast;
 mod collectives;
 mod communicator;
 mod group;
+mod point_to_point;
 mod shared;
 mod trace;
 pub(crate) mod worker;
@@ -18,11 +19,10 @@ pub use all_to_all::{
     all_to_all_v_by_gathering, check_all_to_all_counts,
 };
 pub use broadcast::{barrier, broadcast};
-pub use collectives::{
-    all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_gradients, sum_scatter,
-};
+pub use collectives::{all_gather, all_max, all_min, all_sum, sum_gradients, sum_scatter};
 #[cfg(feature = "cuda")]
 pub use communicator::DeviceCollectives;
 pub use communicator::{Communicator, LinkTraffic, ReduceOp};
 pub use group::{default_group, initialized_default, set_default_group, Group};
+pub use point_to_point::{recv, recv_like, send};
 pub use trace::{records_json, Record, State, Trace};
