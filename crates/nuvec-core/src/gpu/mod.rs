@@ -244,3 +244,43 @@ pub(crate) fn strided(
     .map_err(|e| cuda(op, e))?;
     Ok(out)
 }
+
+/// The operands of a flat element-wise kernel over `shape`: each input read at `i` (one of the
+/// output's size, `true`) or once (a scalar, `false`). An input broadcast along some axes only
+/// is made whole first, into `made` (which the operands borrow).
+pub(crate) fn flat_operands<'a>(
+    gpu: &Gpu,
+    op: &str,
+    inputs: &'a [GpuInput],
+    shape: &[usize],
+    made: &'a mut Vec<Option<DeviceBuffer>>,
+) -> Result<Vec<(&'a DeviceBuffer, bool)>> {
+    let n: usize = shape.iter().product();
+    made.clear();
+    for input in inputs {
+        made.push(if input.size() == n || input.size() == 1 {
+            None
+        } else {
+            let from: Vec<i64> = crate::ops::broadcast_strides(&input.shape, shape)
+                .iter()
+                .map(|&s| s as i64)
+                .collect();
+            Some(strided(
+                gpu,
+                op,
+                (input.buffer(), 0),
+                input.dtype,
+                shape,
+                &from,
+            )?)
+        });
+    }
+    Ok(inputs
+        .iter()
+        .zip(made.iter())
+        .map(|(input, made)| match made {
+            Some(buffer) => (buffer, true),
+            None => (input.buffer(), input.size() == n && n != 1),
+        })
+        .collect())
+}

@@ -230,35 +230,9 @@ impl Primitive for Fused {
         let source = fused::chain(&steps, inputs.len(), spec.dtype)
             .ok_or_else(|| crate::gpu::no_kernel("compiled (fused) chain", gpu))?;
         let n = spec.size();
-        // Inputs broadcast along some axes only are made whole first; scalars are read once.
-        let mut whole = Vec::with_capacity(inputs.len());
-        for input in inputs.iter() {
-            let size = input.size();
-            whole.push(if size == n || size == 1 {
-                None
-            } else {
-                let from: Vec<i64> = broadcast_strides(&input.shape, &spec.shape)
-                    .iter()
-                    .map(|&s| s as i64)
-                    .collect();
-                Some(crate::gpu::strided(
-                    gpu,
-                    "compiled (fused) chain",
-                    (input.buffer(), 0),
-                    input.dtype,
-                    &spec.shape,
-                    &from,
-                )?)
-            });
-        }
-        let operands: Vec<(&nuvec_cuda::DeviceBuffer, bool)> = inputs
-            .iter()
-            .zip(&whole)
-            .map(|(input, made)| match made {
-                Some(buffer) => (buffer, true),
-                None => (input.buffer(), input.size() == n && n != 1),
-            })
-            .collect();
+        let mut made = Vec::new();
+        let name = "compiled (fused) chain";
+        let operands = crate::gpu::flat_operands(gpu, name, inputs, &spec.shape, &mut made)?;
         let out = nuvec_cuda::ops::fused(gpu, &source, &operands, n as u64, spec.dtype)
             .map_err(|e| cuda("compiled (fused) chain", e))?;
         Ok(vec![crate::gpu::GpuBuffer::new(gpu, out)])

@@ -22,31 +22,9 @@ impl Primitive for Select {
     ) -> crate::gpu::GpuOutputs {
         let spec = &outputs[0];
         let n = spec.size();
-        // Operands broadcast along some axes only are made whole; scalars are read once.
-        let mut whole = Vec::with_capacity(3);
-        for input in inputs.iter() {
-            whole.push(if input.size() == n || input.size() == 1 {
-                None
-            } else {
-                let from: Vec<i64> = broadcast_strides(&input.shape, &spec.shape)
-                    .iter()
-                    .map(|&s| s as i64)
-                    .collect();
-                let shape = &spec.shape;
-                Some(crate::gpu::strided(
-                    gpu,
-                    "where",
-                    (input.buffer(), 0),
-                    input.dtype,
-                    shape,
-                    &from,
-                )?)
-            });
-        }
-        let operand = |k: usize| match &whole[k] {
-            Some(buffer) => (buffer, true),
-            None => (inputs[k].buffer(), inputs[k].size() == n && n != 1),
-        };
+        let mut made = Vec::new();
+        let operands = crate::gpu::flat_operands(gpu, "where", inputs, &spec.shape, &mut made)?;
+        let operand = |k: usize| operands[k];
         let out = nuvec_cuda::ops::select(
             gpu,
             [operand(0), operand(1), operand(2)],
