@@ -26,9 +26,15 @@ pub fn strided_copy(bytes: usize) -> Option<Source> {
     let text = format!(
         r#"{PRELUDE}{DIMS_STRUCT}
 extern "C" __global__ void {name}(const {w}* __restrict__ x, {w}* __restrict__ y, nv_u64 n, nv_dims d) {{
+    // Both sides contiguous (merged into one dimension of stride 1): no index arithmetic.
+    bool flat = d.ndim <= 1 && (d.ndim == 0 || (d.strides[0][0] == 1 && d.strides[2][0] == 1));
     for (nv_u64 i = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; i < n;
          i += (nv_u64)gridDim.x * blockDim.x) {{
-        y[nv_offset(d, 2, i)] = x[nv_offset(d, 0, i)];
+        if (flat) {{
+            y[i] = x[i];
+        }} else {{
+            y[nv_offset(d, 2, i)] = x[nv_offset(d, 0, i)];
+        }}
     }}
 }}
 "#
