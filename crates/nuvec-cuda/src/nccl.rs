@@ -30,10 +30,10 @@ pub enum Reduction {
     Min,
 }
 
-fn error(op: &str, rank: usize, reason: impl std::fmt::Display) -> CudaError {
+fn error(op: &str, (rank, device): (usize, usize), reason: impl std::fmt::Display) -> CudaError {
     CudaError::Call {
         op: format!("NCCL {op} (rank {rank})"),
-        device: 0,
+        device,
         reason: reason.to_string(),
     }
 }
@@ -49,7 +49,7 @@ fn describe(status: sys::ncclResult_t) -> String {
 pub fn unique_id() -> Result<[u8; ID_BYTES]> {
     require(Library::Nccl)?;
     let id = cudarc::nccl::result::get_uniqueid()
-        .map_err(|e| error("making a unique id", 0, describe(e.0)))?;
+        .map_err(|e| error("making a unique id", (0, 0), describe(e.0)))?;
     Ok(id.internal.map(|c| c as u8))
 }
 
@@ -110,7 +110,8 @@ impl Comm {
         timeout: Duration,
     ) -> Result<Comm> {
         require(Library::Nccl)?;
-        let ranks = i32::try_from(size).map_err(|_| error("init", rank, "too many ranks"))?;
+        let ranks = i32::try_from(size)
+            .map_err(|_| error("init", (rank, gpu.index()), "too many ranks"))?;
         let mut config = sys::ncclConfig_t {
             size: size_of::<sys::ncclConfig_t>(),
             magic: 0xcafe_beef,
@@ -130,7 +131,7 @@ impl Comm {
         let mut raw: sys::ncclComm_t = std::ptr::null_mut();
         gpu.context
             .bind_to_thread()
-            .map_err(|e| error("init", rank, e))?;
+            .map_err(|e| error("init", (rank, gpu.index()), e))?;
         // SAFETY: `raw` and `config` outlive the call; NCCL writes the handle into `raw`.
         let started = unsafe {
             cudarc::nccl::result::comm_init_rank_config(
@@ -152,10 +153,15 @@ impl Comm {
         };
         if let Err(e) = started {
             comm.abort();
-            return Err(error("init", rank, describe(e.0)));
+            return Err(comm.fail("init", describe(e.0)));
         }
         comm.settle("init", &format!("the other {} rank(s) to join", size - 1))?;
         Ok(comm)
+    }
+
+    /// An error of `op` on this rank and device.
+    fn fail(&self, op: &str, reason: impl std::fmt::Display) -> CudaError {
+        error(op, (self.rank, self.gpu.index()), reason)
     }
 
     /// This rank.
@@ -176,22 +182,18 @@ impl Comm {
     /// NCCL's asynchronous status: `Ok(true)` when done, `Ok(false)` while in progress.
     fn status(&self, op: &str) -> Result<bool> {
         if self.aborted.load(Ordering::Acquire) {
-            return Err(error(
-                op,
-                self.rank,
-                "the communicator was aborted after an earlier failure",
-            ));
+            return Err(self.fail(op, "the communicator was aborted after an earlier failure"));
         }
         let mut status = sys::ncclResult_t::ncclSuccess;
         // SAFETY: `raw` is a live communicator (not aborted) and `status` outlives the call.
         let asked = unsafe { sys::ncclCommGetAsyncError(self.raw, &mut status) };
         if asked != sys::ncclResult_t::ncclSuccess {
-            return Err(error(op, self.rank, describe(asked)));
+            return Err(self.fail(op, describe(asked)));
         }
         match status {
             sys::ncclResult_t::ncclSuccess => Ok(true),
             sys::ncclResult_t::ncclInProgress => Ok(false),
-            other => Err(error(op, self.rank, describe(other))),
+            other => Err(self.fail(op, describe(other))),
         }
     }
 
@@ -206,9 +208,8 @@ impl Comm {
                 }
                 Ok(false) => {
                     self.abort();
-                    return Err(error(
+                    return Err(self.fail(
                         op,
-                        self.rank,
                         format!(
                             "waited {:.1} s for {waiting_for}; the communicator was aborted",
                             self.timeout.as_secs_f64()
@@ -235,7 +236,7 @@ impl Comm {
         self.gpu
             .context
             .bind_to_thread()
-            .map_err(|e| error(op, self.rank, e))?;
+            .map_err(|e| self.fail(op, e))?;
         let stream = self.gpu.stream.cu_stream() as sys::cudaStream_t;
         let queued = enqueue(self.raw, stream);
         if !matches!(
@@ -243,19 +244,16 @@ impl Comm {
             sys::ncclResult_t::ncclSuccess | sys::ncclResult_t::ncclInProgress
         ) {
             self.abort();
-            return Err(error(op, self.rank, describe(queued)));
+            return Err(self.fail(op, describe(queued)));
         }
         let done = self
             .gpu
             .stream
             .record_event(None)
-            .map_err(|e| error(op, self.rank, e))?;
+            .map_err(|e| self.fail(op, e))?;
         let start = Instant::now();
         loop {
-            if done
-                .try_is_complete()
-                .map_err(|e| error(op, self.rank, e))?
-            {
+            if done.try_is_complete().map_err(|e| self.fail(op, e))? {
                 return self.status(op).map(drop);
             }
             if let Err(e) = self.status(op) {
@@ -264,9 +262,8 @@ impl Comm {
             }
             if start.elapsed() >= self.timeout {
                 self.abort();
-                return Err(error(
+                return Err(self.fail(
                     op,
-                    self.rank,
                     format!(
                         "did not finish within {:.1} s: a rank stalled, left or called another \
                          collective; the communicator was aborted",

@@ -82,12 +82,13 @@ fn init_nccl(strict: bool) -> Result<Group> {
         }
         return Ok(Group::single());
     };
-    if let Err(reason) = nccl_available() {
-        return Err(init_error(format!(
+    let cannot_run = |reason: String| {
+        init_error(format!(
             "this process was launched for NCCL (NCCL_HOST_IP is set), but the nccl backend \
              cannot run here: {reason}"
-        )));
-    }
+        ))
+    };
+    nccl_available().map_err(cannot_run)?;
     #[cfg(feature = "nccl")]
     {
         let options = Options::from_env().map_err(init_error)?;
@@ -96,10 +97,11 @@ fn init_nccl(strict: bool) -> Result<Group> {
         set_default_group(group);
         Ok(group)
     }
+    // Without the feature `nccl_available` is always an error, returned above.
     #[cfg(not(feature = "nccl"))]
     {
         let _ = launch;
-        unreachable!("nccl_available() is an error without the feature")
+        Err(cannot_run("not built".into()))
     }
 }
 

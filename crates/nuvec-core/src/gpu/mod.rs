@@ -141,7 +141,7 @@ fn on_gpu(input: &Array, gpu: &Arc<Gpu>) -> Result<Arc<GpuBuffer>> {
     }
     let host = match &*state {
         State::OnGpu(data) if data.gpu.index() == gpu.index() => return Ok(data.clone()),
-        State::OnGpu(data) => data.clone().to_host()?,
+        State::OnGpu(data) => data.to_host()?,
         State::Ready(buffer) => {
             if let Some(copy) = input.node.uploaded.get() {
                 if copy.gpu.index() == gpu.index() {
