@@ -18,16 +18,66 @@ const ALIGN: usize = 64;
 const MAP_THRESHOLD: usize = 1 << 20;
 /// Mapped sizes are rounded up to this, so arrays of nearby sizes share cached buffers.
 const MAP_GRANULE: usize = 1 << 16;
+/// Heap buffers at least this large (and below [`MAP_THRESHOLD`]) are recycled through the
+/// cache too: a fresh one is zeroed, which costs as much as the op that fills it (a
+/// 768 KiB `recv` took twice a 1 MiB one's time per byte, measured:
+/// `docs/performance.md`, "Tuning measurements").
+const CACHE_FROM: usize = 64 << 10;
+/// Cached heap sizes are rounded up to this.
+const HEAP_GRANULE: usize = 4 << 10;
 
 /// Freed mapped buffers kept for reuse: allocating and faulting in fresh pages costs more than
 /// the element-wise op that fills them (MLX keeps such a cache too).
 struct Cache {
-    free: Vec<(usize, SendPtr)>,
+    free: Vec<(Block, SendPtr)>,
     bytes: usize,
     limit: usize,
 }
 
-/// A mapped block in the cache; only the cache touches it.
+/// Where a cached block came from, with its length in bytes: how it is returned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Mapped(usize),
+    Heap(usize),
+}
+
+impl Block {
+    fn len(self) -> usize {
+        match self {
+            Block::Mapped(len) | Block::Heap(len) => len,
+        }
+    }
+
+    /// The block a buffer of `bytes` takes, when such buffers are cached.
+    fn for_bytes(bytes: usize) -> Option<Block> {
+        if bytes >= MAP_THRESHOLD {
+            Some(Block::Mapped(bytes.div_ceil(MAP_GRANULE) * MAP_GRANULE))
+        } else if bytes >= CACHE_FROM {
+            Some(Block::Heap(bytes.div_ceil(HEAP_GRANULE) * HEAP_GRANULE))
+        } else {
+            None
+        }
+    }
+
+    /// Returns the block at `ptr` to the OS or the allocator.
+    ///
+    /// # Safety
+    /// `ptr` must be this block's memory (mapped with this length, or allocated with this
+    /// length and [`ALIGN`]), and nothing may use it afterwards.
+    unsafe fn release(self, ptr: NonNull<u8>) {
+        match self {
+            // SAFETY: the caller's promise.
+            Block::Mapped(len) => unsafe { os::unmap(ptr, len) },
+            Block::Heap(len) => {
+                let layout = Layout::from_size_align(len, ALIGN).expect("a cached layout");
+                // SAFETY: the caller's promise.
+                unsafe { alloc::dealloc(ptr.as_ptr(), layout) }
+            }
+        }
+    }
+}
+
+/// A block in the cache; only the cache touches it.
 struct SendPtr(NonNull<u8>);
 // SAFETY: a cached block is owned by the cache alone (no buffer points into it).
 unsafe impl Send for SendPtr {}
@@ -46,14 +96,14 @@ fn cache() -> std::sync::MutexGuard<'static, Cache> {
 
 /// Returns every cached block to the OS (MLX's `clear_cache`).
 pub fn clear_cache() {
-    let blocks: Vec<(usize, SendPtr)> = {
+    let blocks: Vec<(Block, SendPtr)> = {
         let mut cache = cache();
         cache.bytes = 0;
         std::mem::take(&mut cache.free)
     };
-    for (bytes, block) in blocks {
-        // SAFETY: cached blocks are live mappings of `bytes` bytes that nothing else uses.
-        unsafe { os::unmap(block.0, bytes) };
+    for (block, ptr) in blocks {
+        // SAFETY: cached blocks are live blocks of their kind and length that nothing uses.
+        unsafe { block.release(ptr.0) };
     }
 }
 
@@ -115,7 +165,11 @@ impl Buffer {
                 };
             }
         }
-        let Ok(layout) = Layout::from_size_align(bytes.max(1), ALIGN) else {
+        let size = match Block::for_bytes(bytes) {
+            Some(Block::Heap(len)) => len,
+            _ => bytes.max(1),
+        };
+        let Ok(layout) = Layout::from_size_align(size, ALIGN) else {
             alloc::handle_alloc_error(Layout::new::<u8>())
         };
         // SAFETY: the layout has a nonzero size.
@@ -133,16 +187,21 @@ impl Buffer {
     /// A buffer for a result that will be written in full: a recycled block when the cache
     /// has one of this size (its old contents are overwritten), else fresh zeroed memory.
     pub fn for_output(bytes: usize) -> Buffer {
-        if bytes >= MAP_THRESHOLD {
-            let len = bytes.div_ceil(MAP_GRANULE) * MAP_GRANULE;
+        if let Some(wanted) = Block::for_bytes(bytes) {
             let mut cache = cache();
-            if let Some(index) = cache.free.iter().rposition(|(size, _)| *size == len) {
-                let (_, block) = cache.free.swap_remove(index);
-                cache.bytes -= len;
+            if let Some(index) = cache.free.iter().rposition(|(block, _)| *block == wanted) {
+                let (block, ptr) = cache.free.swap_remove(index);
+                cache.bytes -= block.len();
+                let owner = match block {
+                    Block::Mapped(len) => Owner::Mapped(len),
+                    Block::Heap(len) => Owner::Allocated(
+                        Layout::from_size_align(len, ALIGN).expect("a cached layout"),
+                    ),
+                };
                 return Buffer {
-                    ptr: block.0,
+                    ptr: ptr.0,
                     bytes,
-                    owner: Owner::Mapped(len),
+                    owner,
                 };
             }
         }
@@ -265,26 +324,34 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        match &mut self.owner {
-            // SAFETY: allocated in `zeroed` with exactly this layout.
-            Owner::Allocated(layout) => unsafe { alloc::dealloc(self.ptr.as_ptr(), *layout) },
-            Owner::Mapped(len) => {
-                let len = *len;
-                let mut cache = cache();
-                if cache.bytes + len <= cache.limit {
-                    cache.bytes += len;
-                    cache.free.push((len, SendPtr(self.ptr)));
+        let block = match &mut self.owner {
+            Owner::Allocated(layout) => {
+                let cached = Block::Heap(layout.size());
+                if Block::for_bytes(self.bytes) == Some(cached) {
+                    cached
                 } else {
-                    drop(cache);
-                    // SAFETY: mapped in `zeroed` with this length; the buffer is being dropped.
-                    unsafe { os::unmap(self.ptr, len) };
+                    // SAFETY: allocated in `zeroed` with exactly this layout.
+                    unsafe { alloc::dealloc(self.ptr.as_ptr(), *layout) };
+                    return;
                 }
             }
+            Owner::Mapped(len) => Block::Mapped(*len),
             Owner::External { deleter, .. } => {
                 if let Some(deleter) = deleter.take() {
                     deleter();
                 }
+                return;
             }
+        };
+        let mut cache = cache();
+        if cache.bytes + block.len() <= cache.limit {
+            cache.bytes += block.len();
+            cache.free.push((block, SendPtr(self.ptr)));
+        } else {
+            drop(cache);
+            // SAFETY: the buffer's own block (allocated or mapped in `zeroed` with this
+            // length), which is being dropped.
+            unsafe { block.release(self.ptr) };
         }
     }
 }
@@ -314,6 +381,23 @@ mod tests {
         let buffer = Buffer::zeroed(40);
         assert!(buffer.as_slice::<f64>().iter().all(|v| *v == 0.0));
         assert_eq!(buffer.as_bytes().as_ptr() as usize % ALIGN, 0);
+    }
+
+    #[test]
+    fn mid_size_buffers_are_recycled_for_outputs_but_not_for_zeroed_ones() {
+        // An odd size no other test of this crate uses, so the cache hands back this block.
+        let bytes = 300_000 + 17;
+        let mut first = Buffer::zeroed(bytes);
+        assert!(first.as_bytes().iter().all(|b| *b == 0));
+        first.as_mut_bytes()[bytes - 1] = 9;
+        let address = first.as_bytes().as_ptr() as usize;
+        drop(first);
+        let reused = Buffer::for_output(bytes - 100);
+        assert_eq!(reused.as_bytes().as_ptr() as usize, address);
+        assert_eq!(reused.len_bytes(), bytes - 100);
+        // A zeroed buffer never comes from the cache.
+        drop(reused);
+        assert!(Buffer::zeroed(bytes).as_bytes().iter().all(|b| *b == 0));
     }
 
     #[test]

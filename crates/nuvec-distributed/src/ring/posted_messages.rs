@@ -4,11 +4,12 @@
 //! payload through the channel's slots. `recv` waits on the mailbox alone, so a small
 //! message costs no system call on either side, and reads what the post says follows.
 //!
-//! A payload larger than the channel's slots hold goes in one copy instead (Linux): the post
-//! says where it lies in the sender's memory, the receiver reads it from there
-//! (`cross_memory.rs`) and answers before it releases the post, and the sender waits for the
-//! answer. Such a send waited for its receiver before too (the slots fill), so nothing new
-//! waits. Where the receiver may not read it (the kernel refuses, or
+//! A payload larger than the channel's slots hold goes in one copy instead (Linux), as does
+//! one larger than a slot to a receiver already waiting for it: the post says where it lies
+//! in the sender's memory, the receiver reads it from there (`cross_memory.rs`) and answers
+//! before it releases the post, and the sender waits for the answer. Such a send waited for
+//! its receiver before too (the slots fill, or the receiver is there), so nothing new waits:
+//! two ranks that both send a message the slots hold before either receives still pass. Where the receiver may not read it (the kernel refuses, or
 //! `NUVEC_RING_CROSS_MEMORY=off`), it answers so and the payload follows on the connection;
 //! the sender remembers, and later messages to that rank go that way from the start.
 //!
@@ -23,6 +24,7 @@ use crate::shm::{Answer, Channel, Mailbox, Reply, MESSAGE_POST_BYTES, SLOTS, SLO
 use crate::tcp::frame::{Header, Kind, HEADER_BYTES};
 use nuvec_core::{DType, Error, Result};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 /// The most dimensions a received message may claim (a larger count is a corrupt frame, not a
 /// reason to allocate).
@@ -30,12 +32,29 @@ pub(crate) const MAX_NDIM: usize = 64;
 
 /// Payloads larger than this (what a channel's slots hold) are read from the sender's memory.
 const READ_FROM_MEMORY_ABOVE: usize = SLOTS * SLOT_BYTES;
+/// Payloads larger than this (one slot) are read from the sender's memory when the receiver
+/// waits for them: through the slots every byte is copied twice, read only once (a 1 MiB
+/// ping-pong took 79 µs through the slots, 42 read, on the 2-core VM: `docs/performance.md`,
+/// "Tuning measurements"). To a receiver not waiting they still go through the slots, so
+/// that such a send never waits for its receiver.
+const READ_FROM_MEMORY_WHEN_AWAITED_ABOVE: usize = SLOT_BYTES;
+/// How long a sender of such a payload gives its receiver to start waiting for it, per byte:
+/// a fraction of what the slots would cost (about 40 GB/s, against their 13; 26 µs for
+/// 1 MiB). A receiver finishing its last call comes within it; one busy elsewhere does not,
+/// and the payload goes through the slots.
+const AWAIT_RECEIVER_NS_PER_KIB: u64 = 25;
 /// Payloads of at least this many bytes are copied by both ends at once: the receiver reads
-/// the first half while the sender writes the second into the receiver's memory.
-const BOTH_COPY_FROM: usize = 4 << 20;
+/// the first half while the sender writes the second into the receiver's memory (measured
+/// with the above).
+const BOTH_COPY_FROM: usize = 2 * SLOT_BYTES;
 /// The offset a post gives to say that its payload is to be read from the sender's memory
 /// (every other message post has offset 0).
 const IN_MEMORY: u64 = 1;
+
+/// How long to give the receiver of `bytes` to start waiting for them.
+fn patience(bytes: usize) -> Duration {
+    Duration::from_nanos((bytes as u64 >> 10) * AWAIT_RECEIVER_NS_PER_KIB)
+}
 
 /// A `recv` that found another message than the one it expects from `peer`.
 pub(crate) fn recv_mismatch(peer: usize, reason: String) -> Error {
@@ -78,7 +97,9 @@ impl Network {
         let inline = shape.len() + data.len() <= MESSAGE_POST_BYTES;
         let mut alive = || self.still_going(Kind::Send, dst);
         if cfg!(target_os = "linux")
-            && data.len() > READ_FROM_MEMORY_ABOVE
+            && (data.len() > READ_FROM_MEMORY_ABOVE
+                || (data.len() > READ_FROM_MEMORY_WHEN_AWAITED_ABOVE
+                    && channel.receiver_waits(Mailbox::Messages, patience(data.len()))))
             && !self.unread_by[dst].load(Ordering::Relaxed)
         {
             let location = Location::of(data).encode();

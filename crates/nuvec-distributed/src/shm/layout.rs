@@ -46,6 +46,9 @@ pub(crate) struct MailboxLayout {
     pub(crate) split_at: usize,
     /// The sender's word that it wrote that part (`Channel::wrote`).
     pub(crate) written_at: usize,
+    /// The receiver's word, while it waits for a post (`Channel::next_post`): that post's
+    /// number plus one. A sender that sees it knows the receiver takes its next post at once.
+    pub(crate) waits_for_at: usize,
     /// Post `i`'s header at `headers_at + i * POST_HEADER_STRIDE`.
     pub(crate) headers_at: usize,
     /// Post `i`'s buffer at `buffers_at + i * post_bytes`.
@@ -84,6 +87,7 @@ const fn mailbox(
         answer_at: at + 136,
         split_at: at + 140,
         written_at: at + 12,
+        waits_for_at: at + 164,
         headers_at,
         buffers_at,
         posts,
@@ -100,6 +104,10 @@ const _: () = {
     // on the sender's, clear of the word that says the sender gave up.
     assert!(MAILBOXES[0].split_at + 4 + 20 <= MAILBOXES[0].headers_at);
     assert!(MAILBOXES[1].split_at + 4 + 20 <= MAILBOXES[1].taken_at + 128);
+    // The word saying which post the receiver waits for is on its line, after the request.
+    assert!(MAILBOXES[0].waits_for_at == MAILBOXES[0].split_at + 4 + 20);
+    assert!(MAILBOXES[0].waits_for_at + 4 <= MAILBOXES[0].headers_at);
+    assert!(MAILBOXES[1].waits_for_at + 4 <= MAILBOXES[1].taken_at + 128);
     assert!(MAILBOXES[0].written_at != SENDER_GAVE_UP_AT);
     assert!(MAILBOXES[0].headers_at + POSTS * POST_HEADER_STRIDE <= MAILBOXES[1].posted_at);
     assert!(MAILBOXES[1].headers_at >= MAILBOXES[1].taken_at + 128);

@@ -162,6 +162,30 @@ impl Channel {
         }
     }
 
+    /// The sending end: whether the receiver waits, in [`Channel::next_post`], for the post
+    /// this end makes next (so that it takes that post before anything else it does), or
+    /// starts to within `patience`. Looks while yielding the core: with more ranks than
+    /// cores, the receiver may need it to get there.
+    pub(crate) fn receiver_waits(&self, mailbox: Mailbox, patience: Duration) -> bool {
+        let layout = mailbox.layout();
+        let next = self
+            .word(layout.posted_at)
+            .load(Ordering::Relaxed)
+            .wrapping_add(1);
+        // 0 is also the word's value before any wait: never taken as one.
+        let waits = || next != 0 && self.word(layout.waits_for_at).load(Ordering::SeqCst) == next;
+        let start = Instant::now();
+        loop {
+            if waits() {
+                return true;
+            }
+            if start.elapsed() >= patience {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// The receiving end: waits for the next post of the call `op` and returns it, in place
     /// until [`Channel::release`].
     pub(crate) fn next_post(
@@ -176,6 +200,11 @@ impl Channel {
         let gave_up = self.word(SENDER_GAVE_UP_AT);
         let ready =
             || posted.load(Ordering::Acquire) != count || gave_up.load(Ordering::Acquire) != 0;
+        if !ready() {
+            // The sender may hand this post's payload over in one copy (`receiver_waits`).
+            self.word(layout.waits_for_at)
+                .store(count.wrapping_add(1), Ordering::SeqCst);
+        }
         let what = "to post its part";
         self.wait_for(
             op,

@@ -286,3 +286,45 @@ fn a_message_not_yet_received_does_not_fail_a_collective_that_waits() {
         }
     });
 }
+
+/// Messages the channel's slots hold never wait for their receiver (those larger than a slot
+/// are read from the sender's memory only when the receiver already waits for them), so two
+/// ranks may both send before either receives; and a ping-pong of such sizes arrives whole.
+#[test]
+fn messages_the_slots_hold_may_cross_unreceived_and_go_back_and_forth() {
+    const ELEMENTS: [usize; 4] = [
+        (128 << 10) / 4 + 1,
+        (256 << 10) / 4,
+        (768 << 10) / 4 + 3,
+        (1 << 20) / 4,
+    ];
+    run_ranks(test_name!(), 2, TIMEOUT, |group| {
+        let (me, other) = (group.rank(), 1 - group.rank());
+        for (k, &elements) in ELEMENTS.iter().enumerate() {
+            // Both send, then both receive: in one evaluation, the send first.
+            let shift = (10 * k + me) as f32;
+            let sent = distributed::send(&message(elements, shift), other, Some(&group));
+            let got = distributed::recv_like(&message(elements, 0.0), other, Some(&group));
+            eval(&[sent, got.clone()]).unwrap();
+            assert!(
+                is_message(&got, elements, (10 * k + other) as f32),
+                "crossed {elements}"
+            );
+            // Then back and forth, each receiver waiting first.
+            for round in 0..3 {
+                let shift = (100 * k + round) as f32;
+                if me == round % 2 {
+                    distributed::send(&message(elements, shift), other, Some(&group))
+                        .check()
+                        .unwrap();
+                } else {
+                    let got = distributed::recv_like(&message(elements, 0.0), other, Some(&group));
+                    assert!(
+                        is_message(&got, elements, shift),
+                        "round {round} of {elements}"
+                    );
+                }
+            }
+        }
+    });
+}
