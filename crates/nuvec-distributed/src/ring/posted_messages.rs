@@ -5,7 +5,7 @@
 //! message costs no system call on either side, and reads what the post says follows.
 //!
 //! A payload larger than the channel's slots hold goes in one copy instead (Linux), as does
-//! one larger than a slot to a receiver already waiting for it: the post says where it lies
+//! one too large for a post to a receiver already waiting for it: the post says where it lies
 //! in the sender's memory, the receiver reads it from there (`cross_memory.rs`) and answers
 //! before it releases the post, and the sender waits for the answer. Such a send waited for
 //! its receiver before too (the slots fill, or the receiver is there), so nothing new waits:
@@ -32,12 +32,12 @@ pub(crate) const MAX_NDIM: usize = 64;
 
 /// Payloads larger than this (what a channel's slots hold) are read from the sender's memory.
 const READ_FROM_MEMORY_ABOVE: usize = SLOTS * SLOT_BYTES;
-/// Payloads larger than this (one slot) are read from the sender's memory when the receiver
-/// waits for them: through the slots every byte is copied twice, read only once (a 1 MiB
-/// ping-pong took 79 µs through the slots, 42 read, on the 2-core VM: `docs/performance.md`,
-/// "Tuning measurements"). To a receiver not waiting they still go through the slots, so
-/// that such a send never waits for its receiver.
-const READ_FROM_MEMORY_WHEN_AWAITED_ABOVE: usize = SLOT_BYTES;
+/// Payloads too large for a post are read from the sender's memory too when the receiver
+/// waits for them: through the slots every byte is copied twice (and a header goes on the
+/// connection), read only once (a 1 MiB ping-pong took 79 µs through the slots, 42 read; 16
+/// KiB, 7.3 and 6.0 µs; on the 2-core VM: `docs/performance.md`, "Tuning measurements"). To
+/// a receiver not waiting they still go through the slots, so that such a send never waits
+/// for its receiver.
 /// How long a sender of such a payload gives its receiver to start waiting for it, per byte:
 /// a fraction of what the slots would cost (about 40 GB/s, against their 13; 26 µs for
 /// 1 MiB). A receiver finishing its last call comes within it; one busy elsewhere does not,
@@ -98,8 +98,7 @@ impl Network {
         let mut alive = || self.still_going(Kind::Send, dst);
         if cfg!(target_os = "linux")
             && (data.len() > READ_FROM_MEMORY_ABOVE
-                || (data.len() > READ_FROM_MEMORY_WHEN_AWAITED_ABOVE
-                    && channel.receiver_waits(Mailbox::Messages, patience(data.len()))))
+                || (!inline && channel.receiver_waits(Mailbox::Messages, patience(data.len()))))
             && !self.unread_by[dst].load(Ordering::Relaxed)
         {
             let location = Location::of(data).encode();

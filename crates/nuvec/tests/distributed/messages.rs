@@ -287,12 +287,13 @@ fn a_message_not_yet_received_does_not_fail_a_collective_that_waits() {
     });
 }
 
-/// Messages the channel's slots hold never wait for their receiver (those larger than a slot
+/// Messages the channel's slots hold never wait for their receiver (those too large for a post
 /// are read from the sender's memory only when the receiver already waits for them), so two
 /// ranks may both send before either receives; and a ping-pong of such sizes arrives whole.
 #[test]
 fn messages_the_slots_hold_may_cross_unreceived_and_go_back_and_forth() {
-    const ELEMENTS: [usize; 4] = [
+    const ELEMENTS: [usize; 5] = [
+        (20 << 10) / 4 + 1,
         (128 << 10) / 4 + 1,
         (256 << 10) / 4,
         (768 << 10) / 4 + 3,
