@@ -108,7 +108,7 @@ impl Dims {
     }
 }
 
-fn grid(n: u64) -> LaunchConfig {
+pub(crate) fn grid(n: u64) -> LaunchConfig {
     let blocks = n.div_ceil(u64::from(THREADS)).clamp(1, MOST_BLOCKS) as u32;
     LaunchConfig {
         grid_dim: (blocks, 1, 1),
@@ -117,7 +117,7 @@ fn grid(n: u64) -> LaunchConfig {
     }
 }
 
-fn unsupported(gpu: &Gpu, op: &str, dtype: DType) -> CudaError {
+pub(crate) fn unsupported(gpu: &Gpu, op: &str, dtype: DType) -> CudaError {
     CudaError::Unsupported {
         op: op.into(),
         dtype: dtype.to_string(),
@@ -125,7 +125,7 @@ fn unsupported(gpu: &Gpu, op: &str, dtype: DType) -> CudaError {
     }
 }
 
-fn launched(
+pub(crate) fn launched(
     gpu: &Gpu,
     source: &Source,
     outcome: std::result::Result<(), cudarc::driver::DriverError>,

@@ -157,6 +157,34 @@ fn matrix_products_batched_broadcast_and_transposed_match_the_cpu() {
 }
 
 #[test]
+fn quantized_products_of_few_and_many_rows_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("quantized_products_of_few_and_many_rows_match_the_cpu") else {
+        return;
+    };
+    // Quantized on the CPU, as a checkpoint's weights arrive; a few rows of `x` take the
+    // matrix-vector kernel, many the dequantized weights through cuBLAS.
+    let w = values(&[24, 256], 21);
+    for (bits, group_size) in [(4, 64), (8, 32), (3, 64), (6, 128), (2, 32), (5, 64)] {
+        let (wq, scales, biases) = ops::quantize(&w, group_size, bits);
+        for rows in [1, 5, 8, 9, 40] {
+            let x = values(&[rows, 256], 22 + rows as u64);
+            let what = format!("{bits}-bit groups of {group_size}, {rows} rows");
+            same_on_both(gpu, &what, 1e-4, || {
+                ops::quantized_matmul(&x, &wq, &scales, &biases, true, group_size, bits)
+            });
+            let (x16, s16, b16) = (
+                x.astype(DType::BF16),
+                scales.astype(DType::BF16),
+                biases.astype(DType::BF16),
+            );
+            same_on_both(gpu, &format!("{what}, bfloat16"), 2e-2, || {
+                ops::quantized_matmul(&x16, &wq, &s16, &b16, true, group_size, bits)
+            });
+        }
+    }
+}
+
+#[test]
 fn layout_and_indexing_match_the_cpu() {
     let Some(gpu) = gpu_or_skip("layout_and_indexing_match_the_cpu") else {
         return;

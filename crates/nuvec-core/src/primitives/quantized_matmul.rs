@@ -32,6 +32,49 @@ impl Primitive for QuantizedMatmul {
         "quantized_matmul"
     }
 
+    /// A few rows of `x` read the packed words once (one block per weight row); more multiply
+    /// the weights dequantized into `x`'s dtype with cuBLAS (`nuvec_cuda::quantized`).
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        let spec = &outputs[0];
+        let (x, words) = (&inputs[0], &inputs[1]);
+        let k = *x.shape.last().unwrap_or(&0);
+        let dims = QuantizedDims {
+            m: x.shape[..x.shape.len() - 1].iter().product(),
+            n: words.shape[0],
+            k,
+            group_size: self.group_size,
+            bits: self.bits,
+        };
+        if !dims.is_supported() {
+            return Err(Error::eval(
+                "quantized_matmul",
+                format!(
+                    "{} bits in groups of {} over {k} values has no GPU kernel (gpu:{})",
+                    self.bits,
+                    self.group_size,
+                    gpu.index()
+                ),
+            ));
+        }
+        let shape = nuvec_cuda::quantized::Quantized {
+            m: dims.m as u64,
+            n: dims.n as u64,
+            k: k as u64,
+            group_size: self.group_size as u64,
+            bits: self.bits,
+        };
+        let packed = (words.buffer(), inputs[2].buffer(), inputs[3].buffer());
+        let product =
+            nuvec_cuda::quantized::quantized_matmul(gpu, x.buffer(), packed, shape, spec.dtype);
+        crate::gpu::one(gpu, "quantized_matmul", product)
+    }
+
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let spec = &outputs[0];
         let (x, words, scales, biases) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);

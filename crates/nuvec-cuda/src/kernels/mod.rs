@@ -5,11 +5,13 @@
 //! - `elementwise.rs`: unary and binary ops and `astype`, contiguous and strided;
 //! - `reduce.rs`: reductions along the last axis and softmax;
 //! - `layout.rs`: strided copies and gathers;
-//! - `random.rs`: MLX's threefry bits.
+//! - `random.rs`: MLX's threefry bits;
+//! - `quantized.rs`: MLX's affine-quantized matrices, dequantized and multiplied.
 
 pub mod elementwise;
 pub mod fused;
 pub mod layout;
+pub mod quantized;
 pub mod random;
 pub mod reduce;
 pub mod types;
@@ -135,5 +137,11 @@ pub fn catalogue() -> Vec<Source> {
         all.extend(layout::select(width));
     }
     all.push(random::bits());
+    for bits in quantized::BITS {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            all.extend(quantized::dequantize(bits, dtype));
+            all.extend(quantized::matvec(bits, dtype));
+        }
+    }
     all
 }

@@ -1,7 +1,8 @@
 //! How each dtype looks inside a generated kernel: its storage type, how a value is loaded
 //! into the type arithmetic runs in, and how a result is stored back.
 //!
-//! The kernels include no CUDA header: `float16` converts through the PTX `cvt` instructions
+//! The kernels include no CUDA header (and compile as host C++ too, for the tests that run
+//! them on the CPU): `float16` converts through the PTX `cvt` instructions
 //! and `bfloat16` through bit operations (rounding to nearest even, a NaN kept quiet), the
 //! rounding the CPU's `half` crate does, so a value stored from the same `float` has the same
 //! bits on both devices. Half-precision arithmetic runs in `float`, as on the CPU.
@@ -58,6 +59,7 @@ typedef unsigned long long nv_u64;
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
+#ifdef __CUDACC_RTC__
 __device__ __forceinline__ float nv_f16_to_f32(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -68,6 +70,20 @@ __device__ __forceinline__ unsigned short nv_f32_to_f16(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+#else
+/* Compiled as C++ on the host by the tests that run kernels on the CPU (no PTX there). */
+inline float nv_f16_to_f32(unsigned short h) {
+    _Float16 v;
+    __builtin_memcpy(&v, &h, 2);
+    return (float)v;
+}
+inline unsigned short nv_f32_to_f16(float f) {
+    _Float16 v = (_Float16)f;
+    unsigned short h;
+    __builtin_memcpy(&h, &v, 2);
+    return h;
+}
+#endif
 __device__ __forceinline__ float nv_bf16_to_f32(unsigned short b) {
     return __uint_as_float(((unsigned int)b) << 16);
 }

@@ -1,0 +1,122 @@
+//! Kernels of MLX's affine-quantized matrices: row `n` of `W` is `bits`-bit integers `q` laid
+//! end to end, least significant bits first, in the bytes of its 32-bit words, with a scale
+//! `s` and a bias `b` per group of values: `W[n][j] = s·q + b`, computed in `float` as the
+//! CPU does (`nuvec_cpu::quantized`).
+//!
+//! - [`dequantize`]: `W` written out in the activations' dtype, one thread per value (for
+//!   products of many rows, which cuBLAS then multiplies);
+//! - [`matvec`]: `y = x · Wᵀ` for a few rows of `x` (decoding), reading the packed weights
+//!   once: one block per row of `W`, each thread a strided share of its values for every row
+//!   of `x`, the shares folded in shared memory in a fixed order.
+
+use super::types::{compute, is_float, load, storage, store, tag, PRELUDE};
+use super::Source;
+use nuvec_cpu::DType;
+
+/// Threads per block of [`matvec`].
+pub const MATVEC_THREADS: u32 = 128;
+/// The most rows of `x` [`matvec`] takes; more are multiplied through [`dequantize`].
+pub const MATVEC_MOST_ROWS: usize = 8;
+/// The bit widths the kernels read.
+pub const BITS: [u32; 6] = [2, 3, 4, 5, 6, 8];
+
+/// Value `j` of a packed row: at bit `j·bits`, within two bytes for at most 8 bits (the second
+/// read only when the value crosses into it, so a row's last byte is never passed).
+const UNPACK: &str = r#"
+__device__ __forceinline__ float nv_unpack(const unsigned char* row, nv_u64 j, unsigned int bits) {
+    nv_u64 bit = j * bits;
+    const unsigned char* at = row + (bit >> 3);
+    unsigned int shift = (unsigned int)(bit & 7);
+    unsigned int v = at[0];
+    if (shift + bits > 8) v |= ((unsigned int)at[1]) << 8;
+    return (float)((v >> shift) & ((1u << bits) - 1u));
+}
+"#;
+
+fn supported(bits: u32, dtype: DType) -> bool {
+    BITS.contains(&bits) && is_float(dtype) && dtype != DType::F64
+}
+
+/// `out[r][j] = s·q + b` for the `n × k` values of a packed matrix (`w`: `n` rows of
+/// `k·bits/8` bytes; `scales`, `biases`: `n × k/group_size` of `dtype`).
+pub fn dequantize(bits: u32, dtype: DType) -> Option<Source> {
+    if !supported(bits, dtype) {
+        return None;
+    }
+    let (s, name) = (storage(dtype), format!("dequantize_{bits}_{}", tag(dtype)));
+    let scale = load(dtype, "scales[g]");
+    let bias = load(dtype, "biases[g]");
+    let value = store(dtype, "v");
+    let text = format!(
+        r#"{PRELUDE}{UNPACK}
+extern "C" __global__ void {name}(const unsigned char* __restrict__ w,
+        const {s}* __restrict__ scales, const {s}* __restrict__ biases, {s}* __restrict__ out,
+        nv_u64 n, nv_u64 k, nv_u64 group_size) {{
+    nv_u64 total = n * k, row_bytes = k * {bits} / 8, groups = k / group_size;
+    for (nv_u64 i = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; i < total;
+         i += (nv_u64)gridDim.x * blockDim.x) {{
+        nv_u64 r = i / k, j = i % k;
+        nv_u64 g = r * groups + j / group_size;
+        float v = {scale} * nv_unpack(w + r * row_bytes, j, {bits}) + {bias};
+        out[i] = {value};
+    }}
+}}
+"#
+    );
+    Some(Source { name, text })
+}
+
+/// `y[r][c] = Σ_j x[r][j] · W[c][j]` for `m ≤ MATVEC_MOST_ROWS` rows of `x` (`m × k`, of
+/// `dtype`) and the packed `W` (`n × k`); `y` is `m × n`. Launched with one block of
+/// [`MATVEC_THREADS`] per row of `W`. Sums are in `float`, rounded once to `dtype`.
+pub fn matvec(bits: u32, dtype: DType) -> Option<Source> {
+    if !supported(bits, dtype) {
+        return None;
+    }
+    let (s, t) = (storage(dtype), compute(dtype));
+    let name = format!("qmv_{bits}_{}", tag(dtype));
+    let scale = load(dtype, "scales[g]");
+    let bias = load(dtype, "biases[g]");
+    let xv = load(dtype, "x[r * k + j]");
+    let result = store(dtype, "(float)shares[0]");
+    let threads = MATVEC_THREADS;
+    let most = MATVEC_MOST_ROWS;
+    let text = format!(
+        r#"{PRELUDE}{UNPACK}
+extern "C" __global__ void {name}(const {s}* __restrict__ x, const unsigned char* __restrict__ w,
+        const {s}* __restrict__ scales, const {s}* __restrict__ biases, {s}* __restrict__ y,
+        nv_u64 m, nv_u64 n, nv_u64 k, nv_u64 group_size) {{
+    __shared__ float shares[{threads}];
+    nv_u64 c = blockIdx.x;
+    const unsigned char* row = w + c * (k * {bits} / 8);
+    nv_u64 groups = k / group_size;
+    float sums[{most}];
+    for (int r = 0; r < {most}; r++) sums[r] = 0.0f;
+    for (nv_u64 j = threadIdx.x; j < k; j += {threads}) {{
+        nv_u64 g = c * groups + j / group_size;
+        float weight = {scale} * nv_unpack(row, j, {bits}) + {bias};
+        #pragma unroll
+        for (int r = 0; r < {most}; r++) {{
+            if ((nv_u64)r < m) {{
+                {t} xr = {xv};
+                sums[r] += (float)xr * weight;
+            }}
+        }}
+    }}
+    #pragma unroll
+    for (int r = 0; r < {most}; r++) {{
+        if ((nv_u64)r >= m) break;
+        shares[threadIdx.x] = sums[r];
+        __syncthreads();
+        for (unsigned int half = {threads} / 2; half > 0; half /= 2) {{
+            if (threadIdx.x < half) shares[threadIdx.x] += shares[threadIdx.x + half];
+            __syncthreads();
+        }}
+        if (threadIdx.x == 0) y[r * n + c] = {result};
+        __syncthreads();
+    }}
+}}
+"#
+    );
+    Some(Source { name, text })
+}

@@ -1,0 +1,330 @@
+//! The quantized kernels' CUDA C, compiled as host C++ with `host/cuda_on_host.h` (each
+//! block's threads as OS threads meeting at one barrier) and run on the CPU against
+//! `nuvec_cpu::quantized`, so their bit unpacking, indexing and folds are checked where no GPU
+//! is (CI). The GPU tests run the same kernels on a device. Needs `g++` (C++20); without it a
+//! visible skip, or a failure with `NUVEC_REQUIRE_HOST_CXX=1` (which CI sets).
+
+use nuvec_cpu::quantized::{quantized_matmul_t, QuantizedDims};
+use nuvec_cpu::{bf16, f16, DType, Float};
+use nuvec_cuda::kernels::quantized::{dequantize, matvec, BITS, MATVEC_THREADS};
+use nuvec_cuda::kernels::types::storage;
+use nuvec_cuda::kernels::Source;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Whether `g++` is here; without it, a visible skip (or a failure when required).
+fn compiler_or_skip(test: &str) -> bool {
+    let found = Command::new("g++")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("NUVEC_REQUIRE_HOST_CXX").is_none(),
+            "{test}: NUVEC_REQUIRE_HOST_CXX is set but g++ is not on PATH"
+        );
+        nuvec_test_support::skip(&format!(
+            "{test}: g++ is not on PATH (apt install g++; set NUVEC_REQUIRE_HOST_CXX=1 to make this a failure)"
+        ));
+    }
+    found
+}
+
+/// A fresh directory for one kernel's program and files.
+fn workdir(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("nuvec-host-kernels-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+/// Compiles `source` with `driver` (a `main` reading its operands from files and taking the
+/// sizes as arguments) into `dir/run`.
+fn compile(dir: &Path, source: &Source, driver: &str) {
+    let header = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/host");
+    let program = dir.join("main.cpp");
+    let text = format!("#include \"cuda_on_host.h\"\n{}\n{driver}", source.text);
+    std::fs::write(&program, text).expect("writing the program");
+    let output = Command::new("g++")
+        .args(["-std=c++20", "-O1", "-pthread", "-w", "-I"])
+        .arg(&header)
+        .arg(&program)
+        .arg("-o")
+        .arg(dir.join("run"))
+        .output()
+        .expect("running g++");
+    assert!(
+        output.status.success(),
+        "{} did not compile as host C++:\n{}",
+        source.name,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Runs `dir/run` with `args`, its operands written first as `name.bin`; returns `out.bin`.
+fn run(dir: &Path, operands: &[(&str, &[u8])], args: &[u64]) -> Vec<u8> {
+    for (name, bytes) in operands {
+        std::fs::write(dir.join(format!("{name}.bin")), bytes).expect("writing an operand");
+    }
+    let status = Command::new(dir.join("run"))
+        .args(args.iter().map(u64::to_string))
+        .current_dir(dir)
+        .status()
+        .expect("running the kernel's program");
+    assert!(status.success(), "the kernel's program failed: {status}");
+    std::fs::read(dir.join("out.bin")).expect("reading the result")
+}
+
+/// Deterministic values in `[-1, 1)`.
+struct Values(u64);
+
+impl Values {
+    fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn byte(&mut self) -> u8 {
+        ((self.next() + 1.0) * 128.0) as u8
+    }
+}
+
+/// The dtypes the tests use, as their little-endian bytes.
+trait Stored: Float {
+    const BYTES: usize;
+    fn put(self, out: &mut Vec<u8>);
+    fn get(bytes: &[u8]) -> Self;
+}
+
+impl Stored for f32 {
+    const BYTES: usize = 4;
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend(self.to_le_bytes());
+    }
+    fn get(bytes: &[u8]) -> Self {
+        f32::from_le_bytes(bytes.try_into().expect("4 bytes"))
+    }
+}
+
+impl Stored for bf16 {
+    const BYTES: usize = 2;
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend(self.to_bits().to_le_bytes());
+    }
+    fn get(bytes: &[u8]) -> Self {
+        bf16::from_bits(u16::from_le_bytes(bytes.try_into().expect("2 bytes")))
+    }
+}
+
+impl Stored for f16 {
+    const BYTES: usize = 2;
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend(self.to_bits().to_le_bytes());
+    }
+    fn get(bytes: &[u8]) -> Self {
+        f16::from_bits(u16::from_le_bytes(bytes.try_into().expect("2 bytes")))
+    }
+}
+
+fn bytes_of<T: Stored>(values: &[T]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * T::BYTES);
+    for &v in values {
+        v.put(&mut out);
+    }
+    out
+}
+
+fn from_bytes<T: Stored>(bytes: &[u8]) -> Vec<T> {
+    bytes.chunks_exact(T::BYTES).map(T::get).collect()
+}
+
+/// A packed matrix of random words, scales and biases, and random activations.
+struct Case<T> {
+    x: Vec<T>,
+    words: Vec<u8>,
+    scales: Vec<T>,
+    biases: Vec<T>,
+}
+
+fn case<T: Float>(dims: QuantizedDims, seed: u64) -> Case<T> {
+    let mut values = Values(seed);
+    let groups = dims.n * dims.k / dims.group_size;
+    let mut take = |count: usize, scale: f32| -> Vec<T> {
+        (0..count)
+            .map(|_| T::from_f32(values.next() * scale))
+            .collect()
+    };
+    let x = take(dims.m * dims.k, 1.0);
+    let scales = take(groups, 0.05);
+    let biases = take(groups, 0.1);
+    let words = (0..dims.n * dims.k * dims.bits as usize / 8)
+        .map(|_| values.byte())
+        .collect();
+    Case {
+        x,
+        words,
+        scales,
+        biases,
+    }
+}
+
+fn driver_matvec(name: &str, s: &str) -> String {
+    format!(
+        r#"
+int main(int argc, char** argv) {{
+    nv_u64 m = strtoull(argv[1], 0, 10), n = strtoull(argv[2], 0, 10);
+    nv_u64 k = strtoull(argv[3], 0, 10), group_size = strtoull(argv[4], 0, 10);
+    auto x = nv_read("x.bin"), w = nv_read("w.bin"), s = nv_read("s.bin"), b = nv_read("b.bin");
+    std::vector<unsigned char> y(m * n * sizeof({s}));
+    nv_launch((unsigned)n, {MATVEC_THREADS}, [&] {{
+        {name}((const {s}*)x.data(), w.data(), (const {s}*)s.data(), (const {s}*)b.data(),
+               ({s}*)y.data(), m, n, k, group_size);
+    }});
+    nv_write("out.bin", y);
+}}
+"#
+    )
+}
+
+fn driver_dequantize(name: &str, s: &str) -> String {
+    format!(
+        r#"
+int main(int argc, char** argv) {{
+    nv_u64 n = strtoull(argv[1], 0, 10), k = strtoull(argv[2], 0, 10);
+    nv_u64 group_size = strtoull(argv[3], 0, 10);
+    auto w = nv_read("w.bin"), s = nv_read("s.bin"), b = nv_read("b.bin");
+    std::vector<unsigned char> out(n * k * sizeof({s}));
+    // Fewer threads than values: the grid-stride loop covers the rest.
+    nv_launch(3, 32, [&] {{
+        {name}(w.data(), (const {s}*)s.data(), (const {s}*)b.data(), ({s}*)out.data(),
+               n, k, group_size);
+    }});
+    nv_write("out.bin", out);
+}}
+"#
+    )
+}
+
+/// Whether `got` is within rounding of `want`: the kernel and the CPU sum in `float` in
+/// different orders, and a half-precision result may round either way of a tie.
+fn close(got: f32, want: f32, ulp: f32) -> bool {
+    (got - want).abs() <= ulp * want.abs().max(1.0) * 4.0
+}
+
+fn check_matvec<T: Stored>(dtype: DType, ulp: f32) {
+    let mut failures = Vec::new();
+    for bits in BITS {
+        let source = matvec(bits, dtype).expect("a matvec kernel");
+        let dir = workdir(&source.name);
+        compile(&dir, &source, &driver_matvec(&source.name, storage(dtype)));
+        for (m, n, k, group_size) in [(1, 5, 128, 64), (3, 4, 96, 32), (8, 3, 256, 128)] {
+            let dims = QuantizedDims {
+                m,
+                n,
+                k,
+                group_size,
+                bits,
+            };
+            let c = case::<T>(dims, u64::from(bits) * 1000 + m as u64);
+            let out = run(
+                &dir,
+                &[
+                    ("x", &bytes_of(&c.x)),
+                    ("w", &c.words),
+                    ("s", &bytes_of(&c.scales)),
+                    ("b", &bytes_of(&c.biases)),
+                ],
+                &[m as u64, n as u64, k as u64, group_size as u64],
+            );
+            let got: Vec<T> = from_bytes(&out);
+            let mut want = vec![T::from_f32(0.0); m * n];
+            quantized_matmul_t(&c.x, &c.words, &c.scales, &c.biases, dims, &mut want);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                if !close(g.to_f32(), w.to_f32(), ulp) {
+                    failures.push(format!(
+                        "{} {dims:?}: y[{i}] = {} on the kernel, {} on the CPU",
+                        source.name,
+                        g.to_f32(),
+                        w.to_f32()
+                    ));
+                }
+            }
+            assert_eq!(got.len(), m * n, "{}: output length", source.name);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn quantized_matvec_kernels_match_the_cpu_in_float32() {
+    if compiler_or_skip("quantized_matvec_kernels_match_the_cpu_in_float32") {
+        check_matvec::<f32>(DType::F32, 1e-5);
+    }
+}
+
+#[test]
+fn quantized_matvec_kernels_match_the_cpu_in_bfloat16() {
+    if compiler_or_skip("quantized_matvec_kernels_match_the_cpu_in_bfloat16") {
+        check_matvec::<bf16>(DType::BF16, 1.0 / 128.0);
+    }
+}
+
+#[test]
+fn dequantize_kernels_give_the_values_the_cpu_multiplies_by() {
+    if !compiler_or_skip("dequantize_kernels_give_the_values_the_cpu_multiplies_by") {
+        return;
+    }
+    let mut failures = Vec::new();
+    for bits in BITS {
+        let source = dequantize(bits, DType::F16).expect("a dequantize kernel");
+        let dir = workdir(&source.name);
+        compile(
+            &dir,
+            &source,
+            &driver_dequantize(&source.name, storage(DType::F16)),
+        );
+        let (n, k, group_size) = (3, 64, 32);
+        // The CPU's product with the identity (`k` rows of `x`) is `Wᵀ`, each value once
+        // rounded from the `float` the CPU dequantizes to.
+        let dims = QuantizedDims {
+            m: k,
+            n,
+            k,
+            group_size,
+            bits,
+        };
+        let mut c = case::<f16>(dims, u64::from(bits));
+        c.x = (0..k * k)
+            .map(|i| f16::from_f32(if i / k == i % k { 1.0 } else { 0.0 }))
+            .collect();
+        let out = run(
+            &dir,
+            &[
+                ("w", &c.words),
+                ("s", &bytes_of(&c.scales)),
+                ("b", &bytes_of(&c.biases)),
+            ],
+            &[n as u64, k as u64, group_size as u64],
+        );
+        let got: Vec<f16> = from_bytes(&out);
+        let mut transposed = vec![f16::from_f32(0.0); k * n];
+        quantized_matmul_t(&c.x, &c.words, &c.scales, &c.biases, dims, &mut transposed);
+        for r in 0..n {
+            for j in 0..k {
+                let (g, w) = (got[r * k + j], transposed[j * n + r]);
+                if g.to_bits() != w.to_bits() {
+                    failures.push(format!(
+                        "{}: W[{r}][{j}] = {g} on the kernel, {w} on the CPU",
+                        source.name
+                    ));
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
