@@ -26,8 +26,9 @@ const CACHE_FROM: usize = 64 << 10;
 /// Cached heap sizes are rounded up to this.
 const HEAP_GRANULE: usize = 4 << 10;
 
-/// Freed mapped buffers kept for reuse: allocating and faulting in fresh pages costs more than
-/// the element-wise op that fills them (MLX keeps such a cache too).
+/// Freed buffers kept for reuse (mapped ones, and heap ones from [`CACHE_FROM`]): allocating,
+/// zeroing and faulting in fresh pages costs more than the element-wise op that fills them
+/// (MLX keeps such a cache too).
 struct Cache {
     free: Vec<(Block, SendPtr)>,
     bytes: usize,

@@ -185,6 +185,34 @@ fn quantized_products_of_few_and_many_rows_match_the_cpu() {
 }
 
 #[test]
+fn sorts_argsorts_and_top_k_match_the_cpu_exactly() {
+    let Some(gpu) = gpu_or_skip("sorts_argsorts_and_top_k_match_the_cpu_exactly") else {
+        return;
+    };
+    // Ties (rounded values) make the stable order matter; a NaN sorts last.
+    let x = ops::round(&(values(&[3, 1000], 31) * 4.0f32), 0);
+    let with_nan = ops::concatenate(&[x.clone(), ops::full(&[3, 1], f64::NAN, DType::F32)], 1);
+    for (what, a) in [("rows of 1000", &x), ("rows with a NaN", &with_nan)] {
+        same_on_both(gpu, &format!("sort, {what}"), 0.0, || {
+            ops::sort(a, Some(-1))
+        });
+        same_on_both(gpu, &format!("argsort, {what}"), 0.0, || {
+            ops::argsort(a, Some(-1))
+        });
+        same_on_both(gpu, &format!("sort along axis 0, {what}"), 0.0, || {
+            ops::sort(a, Some(0))
+        });
+    }
+    same_on_both(gpu, "top 5", 0.0, || ops::topk(&x, 5, Some(-1)));
+    same_on_both(gpu, "argsort of bfloat16", 0.0, || {
+        ops::argsort(&x.astype(DType::BF16), Some(-1))
+    });
+    same_on_both(gpu, "sort of int32", 0.0, || {
+        ops::sort(&x.astype(DType::I32), None)
+    });
+}
+
+#[test]
 fn layout_and_indexing_match_the_cpu() {
     let Some(gpu) = gpu_or_skip("layout_and_indexing_match_the_cpu") else {
         return;
@@ -282,16 +310,18 @@ fn arrays_move_between_devices_and_an_op_without_a_kernel_says_so() {
     assert_eq!(there.device(), gpu, "evaluated, the data stays on the GPU");
     let back = to_device(&there, Device::Cpu);
     assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
-    let sorted = with_default_device(gpu, || ops::sort(&there, None));
-    let error = sorted.eval().unwrap_err().to_string();
+    let summed = with_default_device(gpu, || ops::cumsum(&there, None, false, true));
+    let error = summed.eval().unwrap_err().to_string();
     assert!(
-        error.contains("sort") && error.contains("gpu:0"),
+        error.contains("cumsum") && error.contains("gpu:0"),
         "the error names the op and the device: {error}"
     );
-    let on_cpu = with_default_device(Device::Cpu, || ops::sort(&there, None));
+    let on_cpu = with_default_device(Device::Cpu, || ops::cumsum(&there, None, false, true));
     assert_eq!(on_cpu.device(), Device::Cpu);
     let mut want = x.to_vec::<f32>().unwrap();
-    want.sort_by(f32::total_cmp);
+    for i in 1..want.len() {
+        want[i] += want[i - 1];
+    }
     assert_eq!(on_cpu.to_vec::<f32>().unwrap(), want);
 }
 

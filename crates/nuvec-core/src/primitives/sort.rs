@@ -31,6 +31,42 @@ impl Primitive for SortLast {
         }
     }
 
+    /// A bitonic network per row (`nuvec_cuda::sort`); top-k keeps the last `k` of each
+    /// sorted row.
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        _outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::{cuda, strided, GpuBuffer};
+        let input = &inputs[0];
+        let len = input.shape.last().copied().unwrap_or(1);
+        let rows = input.size().checked_div(len).unwrap_or(0);
+        let indices = self.0 == SortKind::ArgSort;
+        let (values, order) = nuvec_cuda::sort::sort(
+            gpu,
+            (input.buffer(), input.dtype),
+            (rows as u64, len as u64),
+            indices,
+        )
+        .map_err(|e| cuda(self.name(), e))?;
+        let result = match (self.0, order) {
+            (SortKind::ArgSort, Some(order)) => order,
+            (SortKind::TopK(k), _) => strided(
+                gpu,
+                "topk",
+                (&values, len - k),
+                input.dtype,
+                &[rows, k],
+                &[len as i64, 1],
+            )?,
+            _ => values,
+        };
+        Ok(vec![GpuBuffer::new(gpu, result)])
+    }
+
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let input = &inputs[0];
         let spec = &outputs[0];

@@ -6,7 +6,8 @@
 //! - `reduce.rs`: reductions along the last axis and softmax;
 //! - `layout.rs`: strided copies and gathers;
 //! - `random.rs`: MLX's threefry bits;
-//! - `quantized.rs`: MLX's affine-quantized matrices, dequantized and multiplied.
+//! - `quantized.rs`: MLX's affine-quantized matrices, dequantized and multiplied;
+//! - `sort.rs`: rows sorted in place, with the indices that sort them.
 
 pub mod elementwise;
 pub mod fused;
@@ -14,6 +15,7 @@ pub mod layout;
 pub mod quantized;
 pub mod random;
 pub mod reduce;
+pub mod sort;
 pub mod types;
 
 use nuvec_cpu::binary::BinaryOp;
@@ -119,6 +121,7 @@ pub fn catalogue() -> Vec<Source> {
             all.extend(reduce::row_reduction(reduction, dtype, output));
         }
         all.extend(reduce::softmax(dtype));
+        all.push(sort::sort_rows(dtype));
         // A fused chain using every unary and binary op that keeps the dtype.
         let mut steps = vec![fused::Step::Binary(BinaryOp::Add, 0, 1)];
         for &op in &UNARY_OPS {

@@ -9,9 +9,10 @@
 //! in the sender's memory, the receiver reads it from there (`cross_memory.rs`) and answers
 //! before it releases the post, and the sender waits for the answer. Such a send waited for
 //! its receiver before too (the slots fill, or the receiver is there), so nothing new waits:
-//! two ranks that both send a message the slots hold before either receives still pass. Where the receiver may not read it (the kernel refuses, or
-//! `NUVEC_RING_CROSS_MEMORY=off`), it answers so and the payload follows on the connection;
-//! the sender remembers, and later messages to that rank go that way from the start.
+//! two ranks that both send a message the slots hold before either receives still pass.
+//! Where the receiver may not read it (the kernel refuses, or `NUVEC_RING_CROSS_MEMORY=off`),
+//! it answers so and the payload follows on the connection; the sender remembers, and later
+//! messages to that rank go that way from the start.
 //!
 //! Every message to a rank on this machine is posted, whatever its size, so sender and
 //! receiver never look in different places: a receiver expecting another size or type
@@ -38,10 +39,11 @@ const READ_FROM_MEMORY_ABOVE: usize = SLOTS * SLOT_BYTES;
 /// KiB, 7.3 and 6.0 µs; on the 2-core VM: `docs/performance.md`, "Tuning measurements"). To
 /// a receiver not waiting they still go through the slots, so that such a send never waits
 /// for its receiver.
-/// How long a sender of such a payload gives its receiver to start waiting for it, per byte:
-/// a fraction of what the slots would cost (about 40 GB/s, against their 13; 26 µs for
-/// 1 MiB). A receiver finishing its last call comes within it; one busy elsewhere does not,
-/// and the payload goes through the slots.
+///
+/// This is how long, per KiB, a sender of such a payload gives its receiver to start waiting:
+/// a fraction of what the slots would cost (26 µs for 1 MiB, against their 79). A receiver
+/// finishing its last call comes within it; one busy elsewhere does not, and the payload goes
+/// through the slots.
 const AWAIT_RECEIVER_NS_PER_KIB: u64 = 25;
 /// Payloads of at least this many bytes are copied by both ends at once: the receiver reads
 /// the first half while the sender writes the second into the receiver's memory (measured
