@@ -185,8 +185,8 @@ fn quantized_products_of_few_and_many_rows_match_the_cpu() {
 }
 
 #[test]
-fn sorts_argsorts_and_top_k_match_the_cpu_exactly() {
-    let Some(gpu) = gpu_or_skip("sorts_argsorts_and_top_k_match_the_cpu_exactly") else {
+fn sorts_argsorts_top_k_and_scans_match_the_cpu_exactly() {
+    let Some(gpu) = gpu_or_skip("sorts_argsorts_top_k_and_scans_match_the_cpu_exactly") else {
         return;
     };
     // Ties (rounded values) make the stable order matter; a NaN sorts last.
@@ -210,6 +210,22 @@ fn sorts_argsorts_and_top_k_match_the_cpu_exactly() {
     same_on_both(gpu, "sort of int32", 0.0, || {
         ops::sort(&x.astype(DType::I32), None)
     });
+    // Scans round each step as the CPU does: the same bits.
+    let y = values(&[4, 300, 3], 32);
+    for axis in [0, 1, 2] {
+        for (reverse, inclusive) in [(false, true), (true, false)] {
+            let what = format!("axis {axis}, reverse {reverse}, inclusive {inclusive}");
+            same_on_both(gpu, &format!("cumsum {what}"), 0.0, || {
+                ops::cumsum(&y, Some(axis), reverse, inclusive)
+            });
+            same_on_both(gpu, &format!("cummax {what}"), 0.0, || {
+                ops::cummax(&y, Some(axis), reverse, inclusive)
+            });
+            same_on_both(gpu, &format!("cumprod of bfloat16 {what}"), 0.0, || {
+                ops::cumprod(&y.astype(DType::BF16), Some(axis), reverse, inclusive)
+            });
+        }
+    }
 }
 
 #[test]
@@ -310,19 +326,21 @@ fn arrays_move_between_devices_and_an_op_without_a_kernel_says_so() {
     assert_eq!(there.device(), gpu, "evaluated, the data stays on the GPU");
     let back = to_device(&there, Device::Cpu);
     assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
-    let summed = with_default_device(gpu, || ops::cumsum(&there, None, false, true));
-    let error = summed.eval().unwrap_err().to_string();
+    let w = to_device(&values(&[2, 64], 13), gpu);
+    let (words, _, _) = with_default_device(gpu, || ops::quantize(&w, 64, 4));
+    let error = words.eval().unwrap_err().to_string();
     assert!(
-        error.contains("cumsum") && error.contains("gpu:0"),
+        error.contains("quantize") && error.contains("gpu:0"),
         "the error names the op and the device: {error}"
     );
-    let on_cpu = with_default_device(Device::Cpu, || ops::cumsum(&there, None, false, true));
+    let (on_cpu, _, _) = with_default_device(Device::Cpu, || ops::quantize(&w, 64, 4));
     assert_eq!(on_cpu.device(), Device::Cpu);
-    let mut want = x.to_vec::<f32>().unwrap();
-    for i in 1..want.len() {
-        want[i] += want[i - 1];
-    }
-    assert_eq!(on_cpu.to_vec::<f32>().unwrap(), want);
+    assert_eq!(
+        on_cpu.shape(),
+        &[2, 8],
+        "built on the CPU, the GPU array's copy is quantized"
+    );
+    on_cpu.eval().unwrap();
 }
 
 #[test]

@@ -28,6 +28,37 @@ impl Primitive for Scan {
         }
     }
 
+    /// One GPU thread per lane of the axis, in order, rounding each step as the CPU does.
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        _outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use nuvec_cpu::binary::BinaryOp;
+        let input = &inputs[0];
+        let layout = axis_layout(&input.shape, self.axis);
+        let op = match self.op {
+            ReduceOp::Sum => BinaryOp::Add,
+            ReduceOp::Prod => BinaryOp::Multiply,
+            ReduceOp::Max => BinaryOp::Maximum,
+            _ => BinaryOp::Minimum,
+        };
+        let direction = nuvec_cuda::scan::Direction {
+            reverse: self.reverse,
+            inclusive: self.inclusive,
+        };
+        let result = nuvec_cuda::scan::scan(
+            gpu,
+            op,
+            (input.buffer(), input.dtype),
+            (layout.outer as u64, layout.len as u64, layout.inner as u64),
+            direction,
+        );
+        crate::gpu::one(gpu, self.name(), result)
+    }
+
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let input = &inputs[0];
         let layout = axis_layout(&input.shape, self.axis);

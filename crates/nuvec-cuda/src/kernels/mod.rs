@@ -7,7 +7,8 @@
 //! - `layout.rs`: strided copies and gathers;
 //! - `random.rs`: MLX's threefry bits;
 //! - `quantized.rs`: MLX's affine-quantized matrices, dequantized and multiplied;
-//! - `sort.rs`: rows sorted in place, with the indices that sort them.
+//! - `sort.rs`: rows sorted in place, with the indices that sort them;
+//! - `scan.rs`: cumulative sums, products, maxima and minima.
 
 pub mod elementwise;
 pub mod fused;
@@ -15,6 +16,7 @@ pub mod layout;
 pub mod quantized;
 pub mod random;
 pub mod reduce;
+pub mod scan;
 pub mod sort;
 pub mod types;
 
@@ -122,6 +124,9 @@ pub fn catalogue() -> Vec<Source> {
         }
         all.extend(reduce::softmax(dtype));
         all.push(sort::sort_rows(dtype));
+        for op in scan::SCAN_OPS {
+            all.extend(scan::scan(op, dtype));
+        }
         // A fused chain using every unary and binary op that keeps the dtype.
         let mut steps = vec![fused::Step::Binary(BinaryOp::Add, 0, 1)];
         for &op in &UNARY_OPS {

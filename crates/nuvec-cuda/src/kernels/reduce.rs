@@ -81,7 +81,7 @@ fn fold(reduction: Reduction, dtype: DType) -> Option<(String, &'static str)> {
 }
 
 /// The extremes of an integer type, for max and min.
-fn limits(dtype: DType) -> String {
+pub(crate) fn limits(dtype: DType) -> String {
     if is_float(dtype) {
         return String::new();
     }

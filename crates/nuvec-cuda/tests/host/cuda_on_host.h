@@ -13,6 +13,13 @@
 #include <thread>
 #include <vector>
 
+// CUDA's math library names the C++ overloads without `std::`.
+using std::copysign;
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::signbit;
+
 #define __global__
 #define __device__
 #define __forceinline__ inline
