@@ -6,8 +6,8 @@
 //! a GPU gets an error saying what is missing, never a panic. Kernels are CUDA C generated per
 //! op and dtype ([`kernels`]) and compiled by NVRTC at first use for the GPU at hand
 //! ([`compile`]); memory comes from plain device allocations through a caching pool
-//! ([`memory`]); [`ops`], [`matmul`], [`quantized`], [`scan`] and [`sort`] run them on a
-//! device's stream.
+//! ([`memory`]); [`ops`], [`matmul`], [`quantized`], [`scan`], [`scatter`] and [`sort`] run
+//! them on a device's stream.
 //!
 //! ```
 //! // Without a GPU (or its driver) this is an error, not a panic.
@@ -28,6 +28,7 @@ pub mod nccl;
 pub mod ops;
 pub mod quantized;
 pub mod scan;
+pub mod scatter;
 pub mod sort;
 
 pub use device::{available, device_count, gpu, unavailable_reason, Gpu};

@@ -295,6 +295,25 @@ fn gradients_and_vmap_run_on_the_gpu_unchanged() {
             assert!((p - q).abs() <= 1e-5 * p.abs().max(1.0), "{p} against {q}");
         }
     }
+    // Through an embedding lookup: its gradient scatters the rows back (repeated and
+    // negative indices add up), in the CPU's order, so the same bits.
+    let table = values(&[10, 4], 12);
+    let tokens = Array::from_slice(&[3i32, 7, 3, -1, 0, 3], &[6]);
+    let embed = |p: &[Array]| {
+        let rows = ops::take(&p[0], &tokens, Some(0));
+        ops::sum(&ops::square(&rows), None, false)
+    };
+    let gradient = |device| {
+        with_default_device(device, || grad(embed)(std::slice::from_ref(&table)))
+            .unwrap_or_else(|e| panic!("grad through take on {device}: {e}"))
+    };
+    let (g, c) = (gradient(gpu), gradient(Device::Cpu));
+    assert_eq!(g[0].device(), gpu, "the scatter ran on the GPU");
+    assert_eq!(
+        g[0].to_vec::<f32>().unwrap(),
+        c[0].to_vec::<f32>().unwrap(),
+        "grad through take"
+    );
     let rows = |device| {
         with_default_device(device, || {
             vmap(

@@ -38,6 +38,45 @@ impl Primitive for ScatterAdd {
         "scatter_add"
     }
 
+    /// One GPU thread per lane of the axis adds its updates in order: the CPU's bits.
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::{cuda, flat};
+        let (updates, idx) = (&inputs[0], &inputs[1]);
+        let converted;
+        let indices = if idx.dtype == crate::DType::I32 {
+            idx.buffer()
+        } else {
+            let n = idx.size();
+            converted = nuvec_cuda::ops::convert(
+                gpu,
+                (idx.buffer(), idx.dtype),
+                (n as u64, &flat(n)?),
+                crate::DType::I32,
+            )
+            .map_err(|e| cuda("scatter_add", e))?;
+            &converted
+        };
+        let shape = nuvec_cuda::scatter::Scatter {
+            outer: updates.shape[..self.axis].iter().product::<usize>() as u64,
+            taken: updates.shape[self.axis] as u64,
+            len: outputs[0].shape[self.axis] as u64,
+            inner: updates.shape[self.axis + 1..].iter().product::<usize>() as u64,
+        };
+        let out = nuvec_cuda::scatter::scatter_add(
+            gpu,
+            (updates.buffer(), updates.dtype),
+            indices,
+            shape,
+        );
+        crate::gpu::one(gpu, "scatter_add", out)
+    }
+
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let spec = &outputs[0];
         let len = spec.shape[self.axis];

@@ -8,7 +8,8 @@
 //! - `random.rs`: MLX's threefry bits;
 //! - `quantized.rs`: MLX's affine-quantized matrices, dequantized and multiplied;
 //! - `sort.rs`: rows sorted in place, with the indices that sort them;
-//! - `scan.rs`: cumulative sums, products, maxima and minima.
+//! - `scan.rs`: cumulative sums, products, maxima and minima;
+//! - `scatter.rs`: scatter-add along an axis.
 
 pub mod elementwise;
 pub mod fused;
@@ -17,6 +18,7 @@ pub mod quantized;
 pub mod random;
 pub mod reduce;
 pub mod scan;
+pub mod scatter;
 pub mod sort;
 pub mod types;
 
@@ -124,6 +126,7 @@ pub fn catalogue() -> Vec<Source> {
         }
         all.extend(reduce::softmax(dtype));
         all.push(sort::sort_rows(dtype));
+        all.extend(scatter::scatter_add(dtype));
         for op in scan::SCAN_OPS {
             all.extend(scan::scan(op, dtype));
         }

@@ -7,4 +7,5 @@
 mod host;
 mod quantized;
 mod scan;
+mod scatter;
 mod sort;
