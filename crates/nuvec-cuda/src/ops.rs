@@ -158,10 +158,15 @@ fn elementwise(
     if !contiguous {
         launch.arg(dims);
     }
+    let threads = if contiguous {
+        n.div_ceil(u64::from(elementwise::UNROLL))
+    } else {
+        n
+    };
     // SAFETY: the kernel reads `n` elements of each input at the offsets `dims` gives (the
     // caller's layout, within the inputs) and writes `n` contiguous elements of `out`, which
     // holds them; the arguments match the kernel's parameters in order and type.
-    let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
+    let outcome = unsafe { launch.launch(grid(threads)) }.map(drop);
     launched(gpu, source, outcome)?;
     Ok(out)
 }
@@ -323,9 +328,15 @@ pub fn copy_into(
     let mut y_view = y.block_mut().slice_mut(y_start..);
     let mut launch = gpu.stream.launch_builder(&function);
     launch.arg(&x_view).arg(&mut y_view).arg(&n).arg(dims);
+    // A contiguous copy takes `UNROLL` elements per thread.
+    let threads = if dims.contiguous(1) {
+        n.div_ceil(u64::from(elementwise::UNROLL))
+    } else {
+        n
+    };
     // SAFETY: the kernel reads `x` from element `from` at the offsets `dims` gives and writes
     // `y` from element `to` likewise; the caller's layout keeps both within their buffers.
-    let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
+    let outcome = unsafe { launch.launch(grid(threads)) }.map(drop);
     launched(gpu, &source, outcome)
 }
 
@@ -349,9 +360,10 @@ pub fn fused(
         launch.arg(x.block()).arg(stride);
     }
     launch.arg(out.block_mut()).arg(&n);
+    let threads = n.div_ceil(u64::from(elementwise::UNROLL));
     // SAFETY: the kernel reads element `i` of each full input (which holds `n`) or element 0
     // of each scalar, and writes `n` elements of `out`, which holds them.
-    let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
+    let outcome = unsafe { launch.launch(grid(threads)) }.map(drop);
     launched(gpu, source, outcome)?;
     Ok(out)
 }

@@ -207,31 +207,76 @@ __device__ __forceinline__ {t} nv_ifloordiv_{tg}({t} a, {t} b) {{
     )
 }
 
-/// The grid-stride loops of an element-wise kernel: `body` computes element `i` given the
-/// offsets `o0`, `o1` (inputs) and `oy` (output).
-fn entry_points(name: &str, params: &str, body: &str, inputs: usize) -> String {
+/// Elements each thread of a contiguous kernel takes per step, a block apart (so each load
+/// is still coalesced): all are loaded before any is computed and stored, so a thread has
+/// that many loads in flight (the kernels are bound by memory).
+pub const UNROLL: u32 = 4;
+
+/// A value an element-wise kernel loads: its C type, its name in the computation, and the
+/// expression loading it from the inputs at the offsets `o0`, `o1`.
+struct Loaded {
+    ty: String,
+    name: &'static str,
+    expr: String,
+}
+
+/// The grid-stride loops of an element-wise kernel: `loads` read element `i` of the inputs,
+/// then `compute` writes the output at offset `oy`. The contiguous entry point takes
+/// [`UNROLL`] elements per thread and step; the strided one, one.
+fn entry_points(
+    name: &str,
+    params: &str,
+    loads: &[Loaded],
+    compute: &str,
+    inputs: usize,
+) -> String {
     let contiguous_offsets: String = (0..inputs)
         .map(|k| format!("long long o{k} = (long long)i; "))
-        .collect::<String>()
-        + "long long oy = (long long)i;";
+        .collect();
     let strided_offsets: String = (0..inputs)
         .map(|k| format!("long long o{k} = nv_offset(d, {k}, i); "))
         .collect::<String>()
         + "long long oy = nv_offset(d, 2, i);";
+    let loaded: String = loads
+        .iter()
+        .map(|l| format!("{} {} = {}; ", l.ty, l.name, l.expr))
+        .collect();
+    let registers: String = loads
+        .iter()
+        .map(|l| format!("{} r_{}[{UNROLL}]; ", l.ty, l.name))
+        .collect();
+    let to_registers: String = loads
+        .iter()
+        .map(|l| format!("r_{}[u] = {}; ", l.name, l.expr))
+        .collect();
+    let from_registers: String = loads
+        .iter()
+        .map(|l| format!("{} {} = r_{}[u]; ", l.ty, l.name, l.name))
+        .collect();
     format!(
         r#"
 extern "C" __global__ void {name}_c({params}, nv_u64 n) {{
-    for (nv_u64 i = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; i < n;
-         i += (nv_u64)gridDim.x * blockDim.x) {{
-        {contiguous_offsets}
-        {body}
+    nv_u64 stride = (nv_u64)gridDim.x * blockDim.x * {UNROLL};
+    for (nv_u64 base = blockIdx.x * (nv_u64)blockDim.x * {UNROLL} + threadIdx.x; base < n;
+         base += stride) {{
+        {registers}
+        #pragma unroll
+        for (int u = 0; u < {UNROLL}; u++) {{
+            nv_u64 i = base + (nv_u64)u * blockDim.x;
+            if (i < n) {{ {contiguous_offsets}{to_registers}}}
+        }}
+        #pragma unroll
+        for (int u = 0; u < {UNROLL}; u++) {{
+            nv_u64 i = base + (nv_u64)u * blockDim.x;
+            if (i < n) {{ long long oy = (long long)i; {from_registers}{compute} }}
+        }}
     }}
 }}
 extern "C" __global__ void {name}_s({params}, nv_u64 n, nv_dims d) {{
     for (nv_u64 i = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; i < n;
          i += (nv_u64)gridDim.x * blockDim.x) {{
         {strided_offsets}
-        {body}
+        {loaded}{compute}
     }}
 }}
 "#
@@ -246,11 +291,16 @@ pub fn unary(op: UnaryOp, input: DType, output: DType) -> Option<Source> {
     let (ti, to, tc) = (storage(input), storage(output), compute(output));
     let loaded = load(input, "x[o0]");
     let result = store(output, &expression);
-    let body = format!("{tc} v = ({tc})({loaded}); y[oy] = {result};");
+    let loads = [Loaded {
+        ty: tc.into(),
+        name: "v",
+        expr: format!("({tc})({loaded})"),
+    }];
+    let compute = format!("y[oy] = {result};");
     let params = format!("const {ti}* __restrict__ x, {to}* __restrict__ y");
     let text = format!(
         "{PRELUDE}{DIMS_STRUCT}{}",
-        entry_points(&name, &params, &body, 1)
+        entry_points(&name, &params, &loads, &compute, 1)
     );
     Some(Source { name, text })
 }
@@ -263,13 +313,25 @@ pub fn binary(op: BinaryOp, input: DType, output: DType) -> Option<Source> {
     let (ti, to, tc) = (storage(input), storage(output), compute(input));
     let (la, lb) = (load(input, "a_[o0]"), load(input, "b_[o1]"));
     let result = store(output, &expression);
-    let body = format!("{tc} a = {la}; {tc} b = {lb}; y[oy] = {result};");
+    let loads = [
+        Loaded {
+            ty: tc.into(),
+            name: "a",
+            expr: la,
+        },
+        Loaded {
+            ty: tc.into(),
+            name: "b",
+            expr: lb,
+        },
+    ];
+    let compute = format!("y[oy] = {result};");
     let params =
         format!("const {ti}* __restrict__ a_, const {ti}* __restrict__ b_, {to}* __restrict__ y");
     let text = format!(
         "{PRELUDE}{DIMS_STRUCT}{}{}",
         binary_helpers(input),
-        entry_points(&name, &params, &body, 2)
+        entry_points(&name, &params, &loads, &compute, 2)
     );
     Some(Source { name, text })
 }
@@ -279,13 +341,17 @@ pub fn binary(op: BinaryOp, input: DType, output: DType) -> Option<Source> {
 pub fn convert(input: DType, output: DType) -> Source {
     let name = format!("convert_{}_{}", tag(input), tag(output));
     let (ti, to) = (storage(input), storage(output));
-    let loaded = load(input, "x[o0]");
-    let result = store(output, &format!("({})({loaded})", compute(output)));
-    let body = format!("y[oy] = {result};");
+    let to_compute = compute(output);
+    let loads = [Loaded {
+        ty: to_compute.into(),
+        name: "v",
+        expr: format!("({to_compute})({})", load(input, "x[o0]")),
+    }];
+    let result = format!("y[oy] = {};", store(output, "v"));
     let params = format!("const {ti}* __restrict__ x, {to}* __restrict__ y");
     let text = format!(
         "{PRELUDE}{DIMS_STRUCT}{}",
-        entry_points(&name, &params, &body, 1)
+        entry_points(&name, &params, &loads, &result, 1)
     );
     Source { name, text }
 }

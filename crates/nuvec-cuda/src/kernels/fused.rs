@@ -1,9 +1,9 @@
-//! `compile`'s fused element-wise chains as one kernel: each thread loads its element of every
-//! input into a register, applies the chain's steps in order (each rounded to the dtype as
+//! `compile`'s fused element-wise chains as one kernel: each thread loads its elements
+//! ([`UNROLL`] of them, a block apart) of every input into registers, applies the chain's steps in order (each rounded to the dtype as
 //! the unfused op would store it, so the results are bit for bit the unfused kernels'), and
 //! stores the last.
 
-use super::elementwise::{binary_expression, binary_helpers, rounded, unary_expression};
+use super::elementwise::{binary_expression, binary_helpers, rounded, unary_expression, UNROLL};
 use super::types::{compute, is_float, load, storage, store, tag, PRELUDE};
 use super::{binary_output, Source};
 use nuvec_cpu::binary::BinaryOp;
@@ -29,10 +29,13 @@ pub fn chain(steps: &[Step], inputs: usize, dtype: DType) -> Option<Source> {
     }
     let (ts, tc) = (storage(dtype), compute(dtype));
     let mut body = String::new();
+    let (mut registers, mut loads) = (String::new(), String::new());
     for k in 0..inputs {
+        registers += &format!("{ts} l{k}[{UNROLL}]; ");
+        loads += &format!("l{k}[u] = x{k}[i * s{k}]; ");
         body += &format!(
             "        {tc} r{k} = {};\n",
-            load(dtype, &format!("x{k}[i * s{k}]"))
+            load(dtype, &format!("l{k}[u]"))
         );
     }
     for (j, step) in steps.iter().enumerate() {
@@ -64,9 +67,21 @@ pub fn chain(steps: &[Step], inputs: usize, dtype: DType) -> Option<Source> {
     let text = format!(
         r#"{PRELUDE}{helpers}
 extern "C" __global__ void {name}({params}{ts}* __restrict__ y, nv_u64 n) {{
-    for (nv_u64 i = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; i < n;
-         i += (nv_u64)gridDim.x * blockDim.x) {{
+    nv_u64 stride = (nv_u64)gridDim.x * blockDim.x * {UNROLL};
+    for (nv_u64 base = blockIdx.x * (nv_u64)blockDim.x * {UNROLL} + threadIdx.x; base < n;
+         base += stride) {{
+        {registers}
+        #pragma unroll
+        for (int u = 0; u < {UNROLL}; u++) {{
+            nv_u64 i = base + (nv_u64)u * blockDim.x;
+            if (i < n) {{ {loads}}}
+        }}
+        #pragma unroll
+        for (int u = 0; u < {UNROLL}; u++) {{
+            nv_u64 i = base + (nv_u64)u * blockDim.x;
+            if (i >= n) continue;
 {body}        y[i] = {stored};
+        }}
     }}
 }}
 "#,

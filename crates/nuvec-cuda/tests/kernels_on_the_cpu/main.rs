@@ -4,6 +4,7 @@
 //! GPU is (CI). The GPU tests run the same kernels on a device. Needs `g++` (C++20); without it a
 //! visible skip, or a failure with `NUVEC_REQUIRE_HOST_CXX=1` (which CI sets).
 
+mod elementwise;
 mod host;
 mod quantized;
 mod scan;
