@@ -200,6 +200,28 @@ pub(crate) fn one(
     Ok(vec![GpuBuffer::new(gpu, result.map_err(|e| cuda(op, e))?)])
 }
 
+/// The indices of `idx` as the `int32` the GPU's gathers and scatters read: its own buffer,
+/// or `converted` (which the result borrows) holding a converted copy.
+pub(crate) fn int32_indices<'a>(
+    gpu: &Gpu,
+    op: &str,
+    idx: &'a GpuInput,
+    converted: &'a mut Option<DeviceBuffer>,
+) -> Result<&'a DeviceBuffer> {
+    if idx.dtype == DType::I32 {
+        return Ok(idx.buffer());
+    }
+    let n = idx.size();
+    let copy = nuvec_cuda::ops::convert(
+        gpu,
+        (idx.buffer(), idx.dtype),
+        (n as u64, &flat(n)?),
+        DType::I32,
+    )
+    .map_err(|e| cuda(op, e))?;
+    Ok(converted.insert(copy))
+}
+
 /// The row-major strides of `shape`, in elements.
 pub(crate) fn contiguous(shape: &[usize]) -> Vec<i64> {
     let mut strides = vec![0i64; shape.len()];

@@ -273,21 +273,8 @@ fn gather_gpu(
     idx: &crate::gpu::GpuInput,
     shape: nuvec_cuda::ops::Gather,
 ) -> crate::gpu::GpuOutputs {
-    use crate::gpu::cuda;
-    let converted;
-    let indices = if idx.dtype == crate::DType::I32 {
-        idx.buffer()
-    } else {
-        let n = idx.size();
-        converted = nuvec_cuda::ops::convert(
-            gpu,
-            (idx.buffer(), idx.dtype),
-            (n as u64, &crate::gpu::flat(n)?),
-            crate::DType::I32,
-        )
-        .map_err(|e| cuda(op, e))?;
-        &converted
-    };
+    let mut converted = None;
+    let indices = crate::gpu::int32_indices(gpu, op, idx, &mut converted)?;
     let out = nuvec_cuda::ops::gather(gpu, (a.buffer(), a.dtype.size()), indices, shape);
     crate::gpu::one(gpu, op, out)
 }

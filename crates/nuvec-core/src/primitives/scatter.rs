@@ -46,22 +46,9 @@ impl Primitive for ScatterAdd {
         inputs: &mut [crate::gpu::GpuInput],
         outputs: &[OutputSpec],
     ) -> crate::gpu::GpuOutputs {
-        use crate::gpu::{cuda, flat};
         let (updates, idx) = (&inputs[0], &inputs[1]);
-        let converted;
-        let indices = if idx.dtype == crate::DType::I32 {
-            idx.buffer()
-        } else {
-            let n = idx.size();
-            converted = nuvec_cuda::ops::convert(
-                gpu,
-                (idx.buffer(), idx.dtype),
-                (n as u64, &flat(n)?),
-                crate::DType::I32,
-            )
-            .map_err(|e| cuda("scatter_add", e))?;
-            &converted
-        };
+        let mut converted = None;
+        let indices = crate::gpu::int32_indices(gpu, "scatter_add", idx, &mut converted)?;
         let shape = nuvec_cuda::scatter::Scatter {
             outer: updates.shape[..self.axis].iter().product::<usize>() as u64,
             taken: updates.shape[self.axis] as u64,

@@ -212,6 +212,32 @@ __device__ __forceinline__ {t} nv_ifloordiv_{tg}({t} a, {t} b) {{
 /// that many loads in flight (the kernels are bound by memory).
 pub const UNROLL: u32 = 4;
 
+/// The loops of a contiguous kernel over `n` elements: each thread declares `registers`, then
+/// for each of its [`UNROLL`] elements `i` (a block apart, those below `n`) runs `load`, and
+/// then, for each again, `compute`; `u` numbers the element.
+pub(crate) fn unrolled(registers: &str, load: &str, compute: &str) -> String {
+    format!(
+        r#"    nv_u64 stride = (nv_u64)gridDim.x * blockDim.x * {UNROLL};
+    for (nv_u64 base = blockIdx.x * (nv_u64)blockDim.x * {UNROLL} + threadIdx.x; base < n;
+         base += stride) {{
+        {registers}
+        #pragma unroll
+        for (int u = 0; u < {UNROLL}; u++) {{
+            nv_u64 i = base + (nv_u64)u * blockDim.x;
+            if (i < n) {{ {load} }}
+        }}
+        #pragma unroll
+        for (int u = 0; u < {UNROLL}; u++) {{
+            nv_u64 i = base + (nv_u64)u * blockDim.x;
+            if (i < n) {{
+{compute}
+            }}
+        }}
+    }}
+"#
+    )
+}
+
 /// A value an element-wise kernel loads: its C type, its name in the computation, and the
 /// expression loading it from the inputs at the offsets `o0`, `o1`.
 struct Loaded {
@@ -253,25 +279,15 @@ fn entry_points(
         .iter()
         .map(|l| format!("{} {} = r_{}[u]; ", l.ty, l.name, l.name))
         .collect();
+    let unrolled = unrolled(
+        &registers,
+        &format!("{contiguous_offsets}{to_registers}"),
+        &format!("long long oy = (long long)i; {from_registers}{compute}"),
+    );
     format!(
         r#"
 extern "C" __global__ void {name}_c({params}, nv_u64 n) {{
-    nv_u64 stride = (nv_u64)gridDim.x * blockDim.x * {UNROLL};
-    for (nv_u64 base = blockIdx.x * (nv_u64)blockDim.x * {UNROLL} + threadIdx.x; base < n;
-         base += stride) {{
-        {registers}
-        #pragma unroll
-        for (int u = 0; u < {UNROLL}; u++) {{
-            nv_u64 i = base + (nv_u64)u * blockDim.x;
-            if (i < n) {{ {contiguous_offsets}{to_registers}}}
-        }}
-        #pragma unroll
-        for (int u = 0; u < {UNROLL}; u++) {{
-            nv_u64 i = base + (nv_u64)u * blockDim.x;
-            if (i < n) {{ long long oy = (long long)i; {from_registers}{compute} }}
-        }}
-    }}
-}}
+{unrolled}}}
 extern "C" __global__ void {name}_s({params}, nv_u64 n, nv_dims d) {{
     for (nv_u64 i = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; i < n;
          i += (nv_u64)gridDim.x * blockDim.x) {{

@@ -1,9 +1,11 @@
 //! `compile`'s fused element-wise chains as one kernel: each thread loads its elements
-//! ([`UNROLL`] of them, a block apart) of every input into registers, applies the chain's steps in order (each rounded to the dtype as
-//! the unfused op would store it, so the results are bit for bit the unfused kernels'), and
-//! stores the last.
+//! ([`UNROLL`] of them, a block apart) of every input into registers, applies the chain's
+//! steps in order (each rounded to the dtype as the unfused op would store it, so the results
+//! are bit for bit the unfused kernels'), and stores the last.
 
-use super::elementwise::{binary_expression, binary_helpers, rounded, unary_expression, UNROLL};
+use super::elementwise::{
+    binary_expression, binary_helpers, rounded, unary_expression, unrolled, UNROLL,
+};
 use super::types::{compute, is_float, load, storage, store, tag, PRELUDE};
 use super::{binary_output, Source};
 use nuvec_cpu::binary::BinaryOp;
@@ -67,26 +69,17 @@ pub fn chain(steps: &[Step], inputs: usize, dtype: DType) -> Option<Source> {
     let text = format!(
         r#"{PRELUDE}{helpers}
 extern "C" __global__ void {name}({params}{ts}* __restrict__ y, nv_u64 n) {{
-    nv_u64 stride = (nv_u64)gridDim.x * blockDim.x * {UNROLL};
-    for (nv_u64 base = blockIdx.x * (nv_u64)blockDim.x * {UNROLL} + threadIdx.x; base < n;
-         base += stride) {{
-        {registers}
-        #pragma unroll
-        for (int u = 0; u < {UNROLL}; u++) {{
-            nv_u64 i = base + (nv_u64)u * blockDim.x;
-            if (i < n) {{ {loads}}}
-        }}
-        #pragma unroll
-        for (int u = 0; u < {UNROLL}; u++) {{
-            nv_u64 i = base + (nv_u64)u * blockDim.x;
-            if (i >= n) continue;
-{body}        y[i] = {stored};
-        }}
-    }}
-}}
+{loops}}}
 "#,
         helpers = binary_helpers(dtype),
-        stored = store(dtype, &format!("r{last}")),
+        loops = unrolled(
+            &registers,
+            &loads,
+            &format!(
+                "{body}        y[i] = {};",
+                store(dtype, &format!("r{last}"))
+            )
+        ),
     );
     Some(Source { name, text })
 }

@@ -3,7 +3,7 @@
 //! `take_along_axis`) with MLX's negative indices. Element sizes only matter, so one kernel
 //! per element width serves every dtype.
 
-use super::elementwise::{DIMS_STRUCT, UNROLL};
+use super::elementwise::{unrolled, DIMS_STRUCT, UNROLL};
 use super::types::PRELUDE;
 use super::Source;
 
@@ -30,29 +30,15 @@ extern "C" __global__ void {name}(const {w}* __restrict__ x, {w}* __restrict__ y
     // {UNROLL} elements per thread and step, all loaded before any is stored.
     bool flat = d.ndim <= 1 && (d.ndim == 0 || (d.strides[0][0] == 1 && d.strides[2][0] == 1));
     if (flat) {{
-        nv_u64 stride = (nv_u64)gridDim.x * blockDim.x * {UNROLL};
-        for (nv_u64 base = blockIdx.x * (nv_u64)blockDim.x * {UNROLL} + threadIdx.x; base < n;
-             base += stride) {{
-            {w} r[{UNROLL}];
-            #pragma unroll
-            for (int u = 0; u < {UNROLL}; u++) {{
-                nv_u64 i = base + (nv_u64)u * blockDim.x;
-                if (i < n) r[u] = x[i];
-            }}
-            #pragma unroll
-            for (int u = 0; u < {UNROLL}; u++) {{
-                nv_u64 i = base + (nv_u64)u * blockDim.x;
-                if (i < n) y[i] = r[u];
-            }}
-        }}
-        return;
+{loops}        return;
     }}
     for (nv_u64 i = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; i < n;
          i += (nv_u64)gridDim.x * blockDim.x) {{
         y[nv_offset(d, 2, i)] = x[nv_offset(d, 0, i)];
     }}
 }}
-"#
+"#,
+        loops = unrolled(&format!("{w} r[{UNROLL}];"), "r[u] = x[i];", "y[i] = r[u];")
     );
     Some(Source { name, text })
 }
