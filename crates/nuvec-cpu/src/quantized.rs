@@ -501,6 +501,7 @@ fn gather_columns<T: Float>(columns: &[f32], n: usize, rows_per_part: usize, out
     });
 }
 
+pub mod affine;
 pub(crate) mod bfloat16;
 #[cfg(test)]
 mod tests;

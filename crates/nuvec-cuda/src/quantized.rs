@@ -1,6 +1,7 @@
-//! Products with MLX's affine-quantized matrices on a device (`kernels/quantized.rs`): a few
-//! rows of `x` through the matrix-vector kernel, which reads the packed weights once; more
-//! through the weights dequantized into the activations' dtype and multiplied by cuBLAS.
+//! MLX's affine-quantized matrices on a device (`kernels/quantized.rs`): quantizing and
+//! dequantizing, and products: a few rows of `x` through the matrix-vector kernel, which reads
+//! the packed weights once; more through the weights dequantized into the activations' dtype
+//! and multiplied by cuBLAS.
 
 use crate::device::Gpu;
 use crate::error::Result;
@@ -29,6 +30,39 @@ pub struct Quantized {
 
 /// The packed matrix: its words' bytes, scales and biases (of the activations' dtype).
 pub type Packed<'a> = (&'a DeviceBuffer, &'a DeviceBuffer, &'a DeviceBuffer);
+
+/// `w` (`groups × group_size` values of `dtype`) quantized to `bits`: its words, scales and
+/// biases, the CPU's bits.
+pub fn quantize(
+    gpu: &Gpu,
+    (w, dtype): (&DeviceBuffer, DType),
+    (groups, group_size): (u64, u64),
+    bits: u32,
+) -> Result<(DeviceBuffer, DeviceBuffer, DeviceBuffer)> {
+    let source =
+        quantized::quantize(bits, dtype).ok_or_else(|| unsupported(gpu, "quantize", dtype))?;
+    let mut words = gpu.alloc((groups * group_size * u64::from(bits) / 8) as usize)?;
+    let mut scales = gpu.alloc(groups as usize * dtype.size())?;
+    let mut biases = gpu.alloc(groups as usize * dtype.size())?;
+    if groups == 0 {
+        return Ok((words, scales, biases));
+    }
+    let function = gpu.function(&source, &source.name)?;
+    let mut launch = gpu.stream.launch_builder(&function);
+    launch
+        .arg(w.block())
+        .arg(words.block_mut())
+        .arg(scales.block_mut())
+        .arg(biases.block_mut())
+        .arg(&groups)
+        .arg(&group_size);
+    // SAFETY: the thread of group `g` reads its `group_size` values of `w` and writes its
+    // `group_size·bits/32` words and its scale and bias, all within the buffers allocated
+    // above for `groups` groups; the arguments match the kernel's parameters.
+    let outcome = unsafe { launch.launch(grid(groups)) }.map(drop);
+    launched(gpu, &source, outcome)?;
+    Ok((words, scales, biases))
+}
 
 /// `W` written out: `n × k` values of `dtype`.
 pub fn dequantize(

@@ -157,15 +157,43 @@ fn matrix_products_batched_broadcast_and_transposed_match_the_cpu() {
 }
 
 #[test]
-fn quantized_products_of_few_and_many_rows_match_the_cpu() {
-    let Some(gpu) = gpu_or_skip("quantized_products_of_few_and_many_rows_match_the_cpu") else {
+fn quantization_and_quantized_products_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("quantization_and_quantized_products_match_the_cpu") else {
         return;
     };
     // Quantized on the CPU, as a checkpoint's weights arrive; a few rows of `x` take the
     // matrix-vector kernel, many the dequantized weights through cuBLAS.
     let w = values(&[24, 256], 21);
     for (bits, group_size) in [(4, 64), (8, 32), (3, 64), (6, 128), (2, 32), (5, 64)] {
+        // Quantizing and dequantizing on the GPU give the CPU's bits (the words compared in
+        // halves of 16 bits, which float32 holds exactly).
+        let half = Array::scalar(65536u32);
+        for high in [false, true] {
+            let what = if high { "high halves" } else { "low halves" };
+            same_on_both(
+                gpu,
+                &format!("quantize's words, {what}, {bits} bits"),
+                0.0,
+                || {
+                    let wq = ops::quantize(&w.astype(DType::BF16), group_size, bits).0;
+                    if high {
+                        ops::floor_divide(&wq, &half)
+                    } else {
+                        ops::remainder(&wq, &half)
+                    }
+                },
+            );
+        }
+        for (part, what) in [(1, "scales"), (2, "biases")] {
+            same_on_both(gpu, &format!("quantize's {what}, {bits} bits"), 0.0, || {
+                let (wq, s, b) = ops::quantize(&w.astype(DType::BF16), group_size, bits);
+                [wq, s, b][part].clone()
+            });
+        }
         let (wq, scales, biases) = ops::quantize(&w, group_size, bits);
+        same_on_both(gpu, &format!("dequantize, {bits} bits"), 0.0, || {
+            ops::dequantize(&wq, &scales, &biases, group_size, bits)
+        });
         for rows in [1, 5, 8, 9, 40] {
             let x = values(&[rows, 256], 22 + rows as u64);
             let what = format!("{bits}-bit groups of {group_size}, {rows} rows");
@@ -345,19 +373,26 @@ fn arrays_move_between_devices_and_an_op_without_a_kernel_says_so() {
     assert_eq!(there.device(), gpu, "evaluated, the data stays on the GPU");
     let back = to_device(&there, Device::Cpu);
     assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
-    let w = to_device(&values(&[2, 64], 13), gpu);
-    let (words, _, _) = with_default_device(gpu, || ops::quantize(&w, 64, 4));
-    let error = words.eval().unwrap_err().to_string();
+    // Two experts [2, 2, 1]; three tokens routed to experts 1, 0, 1.
+    let experts = to_device(&values(&[2, 2, 1], 13), gpu);
+    let tokens = values(&[3, 1, 2], 14);
+    let routes = Array::from_slice(&[1i32, 0, 1], &[3]);
+    let routed = |device| {
+        with_default_device(device, || {
+            ops::gather_mm(&tokens, &experts, None, Some(&routes))
+        })
+    };
+    let error = routed(gpu).eval().unwrap_err().to_string();
     assert!(
-        error.contains("quantize") && error.contains("gpu:0"),
+        error.contains("gather_mm") && error.contains("gpu:0"),
         "the error names the op and the device: {error}"
     );
-    let (on_cpu, _, _) = with_default_device(Device::Cpu, || ops::quantize(&w, 64, 4));
+    let on_cpu = routed(Device::Cpu);
     assert_eq!(on_cpu.device(), Device::Cpu);
     assert_eq!(
         on_cpu.shape(),
-        &[2, 8],
-        "built on the CPU, the GPU array's copy is quantized"
+        &[3, 1, 1],
+        "built on the CPU, it reads the GPU's experts"
     );
     on_cpu.eval().unwrap();
 }

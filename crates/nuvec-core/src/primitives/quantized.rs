@@ -10,52 +10,9 @@
 use super::batching;
 use crate::primitive::{Input, OutputSpec, Primitive};
 use crate::{ops, Array, DType, Error, Result};
+use nuvec_cpu::quantized::affine::{quantize_rows, unpack};
 use nuvec_cpu::{with_float_dtype, Buffer, Float};
 use std::sync::Arc;
-
-/// The scale and bias of one group, computed in f32 as MLX's CPU kernel does: the end with
-/// the larger magnitude becomes exactly representable (`q0 · s`), a zero range keeps `1e-7`.
-fn group_parameters(values: impl Iterator<Item = f32> + Clone, bits: u32) -> (f32, f32) {
-    let n_bins = ((1u32 << bits) - 1) as f32;
-    let (mut w_min, mut w_max) = (f32::INFINITY, f32::NEG_INFINITY);
-    for v in values {
-        w_min = w_min.min(v);
-        w_max = w_max.max(v);
-    }
-    let mask = w_min.abs() > w_max.abs();
-    let mut scale = ((w_max - w_min) / n_bins).max(1e-7);
-    if !mask {
-        scale = -scale;
-    }
-    let edge = if mask { w_min } else { w_max };
-    let q0 = (edge / scale).round_ties_even();
-    if q0 != 0.0 {
-        (edge / q0, edge)
-    } else {
-        (scale, 0.0)
-    }
-}
-
-/// Writes `q` (of `bits` bits) at value position `index` of a little-endian bit stream.
-fn pack(words: &mut [u32], index: usize, bits: u32, q: u32) {
-    let bit = index * bits as usize;
-    let (word, offset) = (bit / 32, (bit % 32) as u32);
-    words[word] |= q << offset;
-    if offset + bits > 32 {
-        words[word + 1] |= q >> (32 - offset);
-    }
-}
-
-/// Reads the value at position `index` of a bit stream of `bits`-bit values.
-fn unpack(words: &[u32], index: usize, bits: u32) -> u32 {
-    let bit = index * bits as usize;
-    let (word, offset) = (bit / 32, (bit % 32) as u32);
-    let mut q = words[word] >> offset;
-    if offset + bits > 32 {
-        q |= words[word + 1] << (32 - offset);
-    }
-    q & ((1u32 << bits) - 1)
-}
 
 /// Float rows `[..., n]` to packed words `[..., n·bits/32]`, scales and biases
 /// `[..., n/group_size]` (of the input's dtype).
@@ -65,35 +22,33 @@ pub(crate) struct Quantize {
     pub(crate) bits: u32,
 }
 
-fn quantize_rows<T: Float>(
-    q: &Quantize,
-    w: &[T],
-    n: usize,
-    (words, scales, biases): (&mut [u32], &mut [T], &mut [T]),
-) {
-    let (group, bits) = (q.group_size, q.bits);
-    let n_bins = ((1u32 << bits) - 1) as f32;
-    let words_per_row = n * bits as usize / 32;
-    for (row, values) in w.chunks_exact(n).enumerate() {
-        let row_words = &mut words[row * words_per_row..(row + 1) * words_per_row];
-        row_words.fill(0);
-        for (g, chunk) in values.chunks_exact(group).enumerate() {
-            let (scale, bias) = group_parameters(chunk.iter().map(|v| v.to_f32()), bits);
-            scales[row * (n / group) + g] = T::from_f32(scale);
-            biases[row * (n / group) + g] = T::from_f32(bias);
-            for (k, v) in chunk.iter().enumerate() {
-                let level = ((v.to_f32() - bias) / scale)
-                    .round_ties_even()
-                    .clamp(0.0, n_bins);
-                pack(row_words, g * group + k, bits, level as u32);
-            }
-        }
-    }
-}
-
 impl Primitive for Quantize {
     fn name(&self) -> &str {
         "quantize"
+    }
+
+    /// One GPU thread per group, with the CPU's arithmetic: the same words, scales and biases.
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        _outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::{cuda, GpuBuffer};
+        let w = &inputs[0];
+        let groups = (w.size() / self.group_size) as u64;
+        let (words, scales, biases) = nuvec_cuda::quantized::quantize(
+            gpu,
+            (w.buffer(), w.dtype),
+            (groups, self.group_size as u64),
+            self.bits,
+        )
+        .map_err(|e| cuda("quantize", e))?;
+        Ok([words, scales, biases]
+            .into_iter()
+            .map(|b| GpuBuffer::new(gpu, b))
+            .collect())
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
@@ -106,9 +61,8 @@ impl Primitive for Quantize {
             w.dtype,
             T,
             quantize_rows::<T>(
-                self,
                 w.slice::<T>(),
-                n,
+                (n, self.group_size, self.bits),
                 (
                     &mut words.as_mut_slice::<u32>()[..outputs[0].size()],
                     &mut scales.as_mut_slice::<T>()[..outputs[1].size()],
@@ -224,6 +178,46 @@ fn dequantize_transposed<T: Float>(
 impl Primitive for Dequantize {
     fn name(&self) -> &str {
         "dequantize"
+    }
+
+    /// One GPU thread per value; a transposed result is the rows' values copied across.
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        use crate::gpu::{cuda, strided, GpuBuffer};
+        let spec = &outputs[0];
+        let ndim = spec.shape.len();
+        // Values per packed row, and how many rows.
+        let n = if self.transposed {
+            spec.shape[ndim - 2]
+        } else {
+            spec.shape[ndim - 1]
+        };
+        let rows = spec.size().checked_div(n).unwrap_or(0);
+        let shape = nuvec_cuda::quantized::Quantized {
+            m: 0,
+            n: rows as u64,
+            k: n as u64,
+            group_size: self.group_size as u64,
+            bits: self.bits,
+        };
+        let packed = (inputs[0].buffer(), inputs[1].buffer(), inputs[2].buffer());
+        let dense = nuvec_cuda::quantized::dequantize(gpu, packed, shape, spec.dtype)
+            .map_err(|e| cuda("dequantize", e))?;
+        if !self.transposed {
+            return Ok(vec![GpuBuffer::new(gpu, dense)]);
+        }
+        // Each matrix's `[rows, n]` values as `[n, rows]`.
+        let per_matrix = spec.shape[ndim - 1];
+        let matrices = rows.checked_div(per_matrix).unwrap_or(0);
+        let from = [(per_matrix * n) as i64, 1, n as i64];
+        let shape = [matrices, n, per_matrix];
+        let across = strided(gpu, "dequantize", (&dense, 0), spec.dtype, &shape, &from)?;
+        Ok(vec![GpuBuffer::new(gpu, across)])
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
@@ -410,31 +404,4 @@ pub(crate) fn dequantize_array(
         shape,
         scales.dtype(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn packed_values_round_trip_at_every_width_and_position() {
-        for bits in [2, 3, 4, 5, 6, 8] {
-            let count = 64;
-            let mut words = vec![0u32; count * bits as usize / 32];
-            let values: Vec<u32> = (0..count as u32)
-                .map(|i| (i * 7 + 3) % (1 << bits))
-                .collect();
-            for (i, &q) in values.iter().enumerate() {
-                pack(&mut words, i, bits, q);
-            }
-            let back: Vec<u32> = (0..count).map(|i| unpack(&words, i, bits)).collect();
-            assert_eq!(back, values, "{bits} bits");
-        }
-    }
-
-    #[test]
-    fn a_group_of_one_value_keeps_the_minimum_scale() {
-        let (scale, bias) = group_parameters([0.0f32; 4].into_iter(), 4);
-        assert_eq!((scale, bias), (-1e-7, 0.0));
-    }
 }

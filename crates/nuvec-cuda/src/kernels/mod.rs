@@ -150,6 +150,7 @@ pub fn catalogue() -> Vec<Source> {
     all.push(random::bits());
     for bits in quantized::BITS {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
+            all.extend(quantized::quantize(bits, dtype));
             all.extend(quantized::dequantize(bits, dtype));
             all.extend(quantized::matvec(bits, dtype));
         }

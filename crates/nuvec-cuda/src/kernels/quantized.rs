@@ -3,6 +3,8 @@
 //! `s` and a bias `b` per group of values: `W[n][j] = s·q + b`, computed in `float` as the
 //! CPU does (`nuvec_cpu::quantized`).
 //!
+//! - [`quantize`]: float rows to packed words, scales and biases, one thread per group, with
+//!   the CPU's rounding (MLX's: the end of the larger magnitude made exact);
 //! - [`dequantize`]: `W` written out in the activations' dtype, one thread per value (for
 //!   products of many rows, which cuBLAS then multiplies);
 //! - [`matvec`]: `y = x · Wᵀ` for a few rows of `x` (decoding), reading the packed weights
@@ -114,6 +116,65 @@ extern "C" __global__ void {name}(const {s}* __restrict__ x, const unsigned char
         }}
         if (threadIdx.x == 0) y[r * n + c] = {result};
         __syncthreads();
+    }}
+}}
+"#
+    );
+    Some(Source { name, text })
+}
+
+/// Groups of `group_size` floats (a multiple of 32, so each group's values fill whole words)
+/// to packed words, scales and biases: `(w, words, scales, biases, groups, group_size)`.
+/// Each group's scale and bias are computed in `float` as the CPU computes them
+/// (`nuvec-core`'s `group_parameters`), so the words, scales and biases are the CPU's bits.
+pub fn quantize(bits: u32, dtype: DType) -> Option<Source> {
+    if !supported(bits, dtype) {
+        return None;
+    }
+    let s = storage(dtype);
+    let name = format!("quantize_{bits}_{}", tag(dtype));
+    let value = load(dtype, "v[j]");
+    let (scale, bias) = (store(dtype, "scale"), store(dtype, "bias"));
+    let text = format!(
+        r#"{PRELUDE}
+extern "C" __global__ void {name}(const {s}* __restrict__ w, unsigned int* __restrict__ words,
+        {s}* __restrict__ scales, {s}* __restrict__ biases, nv_u64 groups, nv_u64 group_size) {{
+    const float n_bins = (float)((1u << {bits}) - 1u);
+    nv_u64 group_words = group_size * {bits} / 32;
+    for (nv_u64 g = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; g < groups;
+         g += (nv_u64)gridDim.x * blockDim.x) {{
+        const {s}* v = w + g * group_size;
+        float lo = INFINITY, hi = -INFINITY;
+        for (nv_u64 j = 0; j < group_size; j++) {{
+            float x = {value};
+            lo = fminf(lo, x);
+            hi = fmaxf(hi, x);
+        }}
+        bool low_end = fabsf(lo) > fabsf(hi);
+        float scale = fmaxf((hi - lo) / n_bins, 1e-7f);
+        if (!low_end) scale = -scale;
+        float edge = low_end ? lo : hi;
+        float q0 = rintf(edge / scale);
+        float bias = 0.0f;
+        if (q0 != 0.0f) {{
+            scale = edge / q0;
+            bias = edge;
+        }}
+        scales[g] = {scale};
+        biases[g] = {bias};
+        unsigned int* out = words + g * group_words;
+        for (nv_u64 k = 0; k < group_words; k++) out[k] = 0u;
+        for (nv_u64 j = 0; j < group_size; j++) {{
+            float x = {value};
+            /* NaN becomes level 0, as the CPU's saturating cast makes it. */
+            float level = fminf(fmaxf(rintf((x - bias) / scale), 0.0f), n_bins);
+            unsigned int q = (unsigned int)level;
+            nv_u64 bit = j * {bits};
+            nv_u64 at = bit / 32;
+            unsigned int offset = (unsigned int)(bit % 32);
+            out[at] |= q << offset;
+            if (offset + {bits} > 32) out[at + 1] |= q >> (32 - offset);
+        }}
     }}
 }}
 "#

@@ -1,9 +1,11 @@
-//! The quantized kernels against `nuvec_cpu::quantized`.
+//! The quantized kernels against `nuvec_cpu::quantized`: products, dequantization and
+//! quantization.
 
 use super::host::{bytes_of, compile, compiler_or_skip, from_bytes, run, workdir, Stored, Values};
+use nuvec_cpu::quantized::affine::quantize_rows;
 use nuvec_cpu::quantized::{quantized_matmul_t, QuantizedDims};
 use nuvec_cpu::{bf16, f16, DType, Float};
-use nuvec_cuda::kernels::quantized::{dequantize, matvec, BITS, MATVEC_THREADS};
+use nuvec_cuda::kernels::quantized::{dequantize, matvec, quantize, BITS, MATVEC_THREADS};
 use nuvec_cuda::kernels::types::storage;
 
 /// A packed matrix of random words, scales and biases, and random activations.
@@ -192,4 +194,91 @@ fn dequantize_kernels_give_the_values_the_cpu_multiplies_by() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn driver_quantize(name: &str, s: &str) -> String {
+    format!(
+        r#"
+int main(int argc, char** argv) {{
+    nv_u64 groups = strtoull(argv[1], 0, 10), group_size = strtoull(argv[2], 0, 10);
+    unsigned bits = (unsigned)strtoul(argv[3], 0, 10);
+    auto w = nv_read("w.bin");
+    // Not zeroed: the kernel clears the words it packs into.
+    std::vector<unsigned char> out(groups * group_size * bits / 8, 0xab);
+    std::vector<unsigned char> scales(groups * sizeof({s})), biases(groups * sizeof({s}));
+    nv_launch(2, 3, [&] {{
+        {name}((const {s}*)w.data(), (unsigned int*)out.data(), ({s}*)scales.data(),
+               ({s}*)biases.data(), groups, group_size);
+    }});
+    out.insert(out.end(), scales.begin(), scales.end());
+    out.insert(out.end(), biases.begin(), biases.end());
+    nv_write("out.bin", out);
+}}
+"#
+    )
+}
+
+fn check_quantize<T: Stored + Float>(dtype: DType) {
+    let mut failures = Vec::new();
+    let (n, group_size) = (128, 32);
+    let rows = 3;
+    let mut values = Values(17);
+    let mut w: Vec<T> = (0..rows * n)
+        .map(|_| T::from_f32(values.next() * 2.5))
+        .collect();
+    // A constant group (the smallest scale), one whose low end has the larger magnitude, and
+    // a NaN.
+    for v in &mut w[..group_size] {
+        *v = T::from_f32(0.75);
+    }
+    for (j, v) in w[group_size..2 * group_size].iter_mut().enumerate() {
+        *v = T::from_f32(-3.0 + j as f32 * 0.01);
+    }
+    w[200] = T::from_f32(f32::NAN);
+    let groups = rows * n / group_size;
+    for bits in BITS {
+        let source = quantize(bits, dtype).expect("a quantize kernel");
+        let dir = workdir(&source.name);
+        compile(
+            &dir,
+            &source,
+            &driver_quantize(&source.name, storage(dtype)),
+        );
+        let args = [groups as u64, group_size as u64, u64::from(bits)];
+        let out = run(&dir, &[("w", &bytes_of(&w))], &args);
+        let _ = std::fs::remove_dir_all(&dir);
+        let word_bytes = rows * n * bits as usize / 8;
+        let mut words = vec![0u32; word_bytes / 4];
+        let mut scales = vec![T::from_f32(0.0); groups];
+        let mut biases = vec![T::from_f32(0.0); groups];
+        quantize_rows(
+            &w,
+            (n, group_size, bits),
+            (&mut words, &mut scales, &mut biases),
+        );
+        let want_words: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let (got_words, rest) = out.split_at(word_bytes);
+        let (got_scales, got_biases) = rest.split_at(groups * T::BYTES);
+        if got_words != &want_words[..] {
+            failures.push(format!(
+                "{}: the packed words differ from the CPU's",
+                source.name
+            ));
+        }
+        if got_scales != &bytes_of(&scales)[..] || got_biases != &bytes_of(&biases)[..] {
+            failures.push(format!(
+                "{}: scales or biases differ from the CPU's",
+                source.name
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn quantize_kernels_give_the_cpus_words_scales_and_biases() {
+    if compiler_or_skip("quantize_kernels_give_the_cpus_words_scales_and_biases") {
+        check_quantize::<f32>(DType::F32);
+        check_quantize::<bf16>(DType::BF16);
+    }
 }
