@@ -16,6 +16,9 @@ use nuvec_cpu::quantized::{quantized_matmul_t, QuantizedDims};
 use nuvec_cpu::{with_float_dtype, Buffer, Float};
 use std::sync::Arc;
 
+#[cfg(feature = "cuda")]
+mod gpu;
+
 /// Inputs: `x: [count_x, M, K]`, the stack, and int32 indices `lhs`, `rhs: [T]`; output
 /// `[T, M, N]` with `y[t] = x[lhs[t]] · W[rhs[t]]`. The stack is `[count_w, K, N]` floats
 /// (`Dense`), or words `[count_w, N, K·bits/32]` with scales and biases
@@ -146,6 +149,17 @@ fn by_runs<T: Float>(
 impl Primitive for GatherMatmul {
     fn name(&self) -> &str {
         self.op_name()
+    }
+
+    /// Run by run, as on the CPU (`gather_matmul/gpu.rs`).
+    #[cfg(feature = "cuda")]
+    fn eval_gpu(
+        &self,
+        gpu: &Arc<crate::gpu::Gpu>,
+        inputs: &mut [crate::gpu::GpuInput],
+        outputs: &[OutputSpec],
+    ) -> crate::gpu::GpuOutputs {
+        gpu::eval(self, gpu, inputs, outputs)
     }
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {

@@ -51,12 +51,18 @@ impl Primitive for Quantize {
             .collect())
     }
 
-    fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
+    fn eval_cpu(&self, inputs: &mut [Input], _outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let w = &inputs[0];
         let n = *w.shape.last().unwrap_or(&0);
-        let mut words = outputs[0].alloc();
-        let mut scales = outputs[1].alloc();
-        let mut biases = outputs[2].alloc();
+        // Sized from the input, not the output specs: an output nobody holds any more has an
+        // empty stand-in spec, and all three are written together.
+        let (word_count, groups) = (
+            w.size() * self.bits as usize / 32,
+            w.size() / self.group_size,
+        );
+        let mut words = Buffer::for_output(word_count * 4);
+        let mut scales = Buffer::for_output(groups * w.dtype.size());
+        let mut biases = Buffer::for_output(groups * w.dtype.size());
         with_float_dtype!(
             w.dtype,
             T,
@@ -64,9 +70,9 @@ impl Primitive for Quantize {
                 w.slice::<T>(),
                 (n, self.group_size, self.bits),
                 (
-                    &mut words.as_mut_slice::<u32>()[..outputs[0].size()],
-                    &mut scales.as_mut_slice::<T>()[..outputs[1].size()],
-                    &mut biases.as_mut_slice::<T>()[..outputs[2].size()],
+                    &mut words.as_mut_slice::<u32>()[..word_count],
+                    &mut scales.as_mut_slice::<T>()[..groups],
+                    &mut biases.as_mut_slice::<T>()[..groups],
                 ),
             ),
             return Err(Error::eval(
@@ -404,4 +410,23 @@ pub(crate) fn dequantize_array(
         shape,
         scales.dtype(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{ops, Array};
+
+    #[test]
+    fn the_words_of_a_quantize_whose_scales_were_dropped_still_evaluate() {
+        let values: Vec<f32> = (0..128).map(|i| i as f32 / 10.0).collect();
+        let w = Array::from_slice(&values, &[2, 64]);
+        let (words, _, _) = ops::quantize(&w, 32, 4);
+        assert_eq!(words.shape(), &[2, 8]);
+        let kept = words.to_vec::<u32>().expect("the words evaluate alone");
+        let (all, scales, biases) = ops::quantize(&w, 32, 4);
+        let back = ops::dequantize(&all, &scales, &biases, 32, 4);
+        assert_eq!(kept, all.to_vec::<u32>().unwrap());
+        let back = back.to_vec::<f32>().unwrap();
+        assert!(back.iter().zip(&values).all(|(b, v)| (b - v).abs() < 0.2));
+    }
 }
