@@ -1,8 +1,8 @@
 //! Reductions along the last axis of a contiguous `[rows, cols]` view (the caller moves the
 //! reduced axes last): sum, product, max, min, argmax, argmin and logsumexp, and softmax. One
 //! block of [`BLOCK`] threads per row: each thread folds a strided share of the row, then the
-//! block folds the threads' values in shared memory, always in the same order, so a rerun
-//! gives the same bits. Half precision accumulates in `float`, as the CPU does; the order of
+//! block folds the threads' values by warp shuffles and one pass through shared memory,
+//! always in the same order, so a rerun gives the same bits. Half precision accumulates in `float`, as the CPU does; the order of
 //! the additions differs from the CPU's, so float sums agree within rounding, not bitwise.
 
 use super::types::{compute, is_float, load, storage, store, tag, PRELUDE};
@@ -11,6 +11,33 @@ use nuvec_cpu::DType;
 
 /// Threads per block (one block per row).
 pub const BLOCK: u32 = 256;
+/// Warps per block.
+const WARPS: u32 = BLOCK / 32;
+
+/// Folds each thread's `acc` (of type `t`) over the block in a fixed order, so a rerun gives
+/// the same bits: within each warp by shuffles (lane `l` takes lane `l + offset`'s value),
+/// then the warps' values within the first warp, through the shared array `name`. `combine`
+/// is a statement updating `acc` with `v`. Thread 0 ends with the block's value.
+fn fold_block(t: &str, combine: &str, name: &str) -> String {
+    format!(
+        r#"
+    __shared__ {t} {name}[{WARPS}];
+    for (int offset = 16; offset > 0; offset /= 2) {{
+        {t} v = ({t})__shfl_down_sync(0xffffffffu, acc, offset);
+        {combine}
+    }}
+    if ((threadIdx.x & 31u) == 0u) {name}[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x < 32u) {{
+        acc = {name}[threadIdx.x < {WARPS}u ? threadIdx.x : 0u];
+        for (int offset = {WARPS} / 2; offset > 0; offset /= 2) {{
+            {t} v = ({t})__shfl_down_sync(0xffffffffu, acc, offset);
+            {combine}
+        }}
+    }}
+"#
+    )
+}
 
 /// A reduction along the last axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,31 +148,40 @@ pub fn row_reduction(reduction: Reduction, input: DType, output: DType) -> Optio
             // Each thread keeps its first best; the fold keeps the lower index on ties.
             format!(
                 r#"
-    __shared__ {t} best_values[{BLOCK}];
-    __shared__ unsigned int best_indices[{BLOCK}];
     {t} best = {first};
     unsigned int at = 0xffffffffu;
     for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{
         {t} v = {loaded};
         if (at == 0xffffffffu || {better}) {{ best = v; at = (unsigned int)j; }}
     }}
-    best_values[threadIdx.x] = best;
-    best_indices[threadIdx.x] = at;
-    __syncthreads();
-    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
-        if (threadIdx.x < half) {{
-            {t} v = best_values[threadIdx.x + half];
-            unsigned int j = best_indices[threadIdx.x + half];
-            best = best_values[threadIdx.x];
-            at = best_indices[threadIdx.x];
-            bool take = j != 0xffffffffu && (at == 0xffffffffu || ({better}) || (v == best && j < at));
-            if (take) {{ best_values[threadIdx.x] = v; best_indices[threadIdx.x] = j; }}
-        }}
-        __syncthreads();
+    /* Folded as values are, the lower index kept on ties. */
+    __shared__ {t} warp_values[{WARPS}];
+    __shared__ unsigned int warp_indices[{WARPS}];
+    for (int offset = 16; offset > 0; offset /= 2) {{
+        {t} v = ({t})__shfl_down_sync(0xffffffffu, best, offset);
+        unsigned int j = __shfl_down_sync(0xffffffffu, at, offset);
+        {take}
     }}
-    if (threadIdx.x == 0) y[row] = ({to})best_indices[0];
+    if ((threadIdx.x & 31u) == 0u) {{
+        warp_values[threadIdx.x >> 5] = best;
+        warp_indices[threadIdx.x >> 5] = at;
+    }}
+    __syncthreads();
+    if (threadIdx.x < 32u) {{
+        best = warp_values[threadIdx.x < {WARPS}u ? threadIdx.x : 0u];
+        at = warp_indices[threadIdx.x < {WARPS}u ? threadIdx.x : 0u];
+        for (int offset = {WARPS} / 2; offset > 0; offset /= 2) {{
+            {t} v = ({t})__shfl_down_sync(0xffffffffu, best, offset);
+            unsigned int j = __shfl_down_sync(0xffffffffu, at, offset);
+            {take}
+        }}
+    }}
+    if (threadIdx.x == 0) y[row] = ({to})at;
 "#,
                 first = load(input, "x[base]"),
+                take = format!(
+                    "if (j != 0xffffffffu && (at == 0xffffffffu || ({better}) || (v == best && j < at))) {{ best = v; at = j; }}"
+                ),
             )
         }
         Reduction::LogSumExp => {
@@ -165,18 +201,12 @@ pub fn row_reduction(reduction: Reduction, input: DType, output: DType) -> Optio
             let (identity, step) = fold(reduction, output)?;
             format!(
                 r#"
-    __shared__ {t} shared[{BLOCK}];
     {t} acc = {identity};
     for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = ({t})({loaded}); acc = {step}; }}
-    shared[threadIdx.x] = acc;
-    __syncthreads();
-    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
-        if (threadIdx.x < half) {{ {t} v = shared[threadIdx.x + half]; acc = shared[threadIdx.x]; shared[threadIdx.x] = {step}; }}
-        __syncthreads();
-    }}
-    if (threadIdx.x == 0) y[row] = {stored};
+{fold}    if (threadIdx.x == 0) y[row] = {stored};
 "#,
-                stored = store(output, "shared[0]"),
+                fold = fold_block(t, &format!("acc = {step};"), "warps"),
+                stored = store(output, "acc"),
             )
         }
     };
@@ -204,29 +234,26 @@ extern "C" __global__ void {name}(const {ti}* __restrict__ x, {to}* __restrict__
 fn max_and_exp_sum(t: &str, s: &str, loaded: &str) -> String {
     format!(
         r#"
-    __shared__ {t} shared[{BLOCK}];
+    __shared__ {t} row_values[2];
     {t} acc = -INFINITY;
     for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; acc = (acc != acc) || acc > v ? acc : v; }}
-    shared[threadIdx.x] = acc;
+{largest}    if (threadIdx.x == 0) row_values[0] = acc;
     __syncthreads();
-    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
-        if (threadIdx.x < half) {{ {t} v = shared[threadIdx.x + half]; acc = shared[threadIdx.x]; shared[threadIdx.x] = (acc != acc) || acc > v ? acc : v; }}
-        __syncthreads();
-    }}
-    {t} top = shared[0];
-    __syncthreads();
-    {t} sum = 0;
+    {t} top = row_values[0];
+    acc = 0;
     if (!isinf(top)) {{
-        for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; sum += exp{s}(v - top); }}
+        for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; acc += exp{s}(v - top); }}
     }}
-    shared[threadIdx.x] = sum;
+{sum}    if (threadIdx.x == 0) row_values[1] = acc;
     __syncthreads();
-    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {{
-        if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
-        __syncthreads();
-    }}
-    {t} total = shared[0];
-"#
+    {t} total = row_values[1];
+"#,
+        largest = fold_block(
+            t,
+            "acc = (acc != acc) || acc > v ? acc : v;",
+            "warp_largest"
+        ),
+        sum = fold_block(t, "acc = acc + v;", "warp_sums"),
     )
 }
 

@@ -3,6 +3,7 @@
 // barrier for `__syncthreads()`, blocks run one after another (so a block's `__shared__`
 // arrays, made `static`, are its own while it runs). Slow, but the kernels' index arithmetic,
 // bit unpacking and folds run exactly as written.
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -38,6 +40,23 @@ inline float __uint_as_float(unsigned int i) { float f; std::memcpy(&f, &i, 4); 
 inline unsigned int __float_as_uint(float f) { unsigned int i; std::memcpy(&i, &f, 4); return i; }
 template <class T> T atomicExch(T* at, T value) { return __atomic_exchange_n(at, value, __ATOMIC_SEQ_CST); }
 
+// Warp shuffles: each warp's threads meet at the warp's own barrier, around an exchange of
+// their values through a per-thread slot (every lane of a warp calls a shuffle together, as
+// the kernels' full masks promise).
+static std::vector<std::unique_ptr<std::barrier<>>> nv_warp_barriers;
+alignas(16) static unsigned char nv_lanes[1024][16];
+template <class T> T __shfl_down_sync(unsigned int, T value, int offset) {
+    static_assert(sizeof(T) <= 16, "a shuffled value fits a slot");
+    unsigned int t = threadIdx.x, lane = t & 31u;
+    std::barrier<>& warp = *nv_warp_barriers[t >> 5];
+    std::memcpy(nv_lanes[t], &value, sizeof(T));
+    warp.arrive_and_wait();
+    T out = value;
+    if (lane + offset < 32u && t + offset < blockDim.x) std::memcpy(&out, nv_lanes[t + offset], sizeof(T));
+    warp.arrive_and_wait();
+    return out;
+}
+
 template <class Kernel>
 void nv_launch(unsigned int grid, unsigned int block, Kernel kernel) {
     gridDim = {grid, 1, 1};
@@ -45,6 +64,10 @@ void nv_launch(unsigned int grid, unsigned int block, Kernel kernel) {
     for (unsigned int b = 0; b < grid; b++) {
         std::barrier<> barrier(block);
         nv_block_barrier = &barrier;
+        nv_warp_barriers.clear();
+        for (unsigned int w = 0; w * 32 < block; w++) {
+            nv_warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - w * 32)));
+        }
         std::vector<std::thread> threads;
         for (unsigned int t = 0; t < block; t++) {
             threads.emplace_back([=] {

@@ -7,6 +7,7 @@
 mod elementwise;
 mod host;
 mod quantized;
+mod reduce;
 mod scan;
 mod scatter;
 mod sort;
