@@ -93,7 +93,9 @@ fn row_reductions_and_softmax_match_plain_loops() {
                     Reduction::ArgMin => got_index == first(|v, b| v < b),
                     Reduction::Max if nan => got.is_nan(),
                     Reduction::Min if nan => got.is_nan(),
-                    Reduction::Max => got == values.iter().cloned().fold(f32::NEG_INFINITY, f32::max),
+                    Reduction::Max => {
+                        got == values.iter().cloned().fold(f32::NEG_INFINITY, f32::max)
+                    }
                     Reduction::Min => got == values.iter().cloned().fold(f32::INFINITY, f32::min),
                     Reduction::Sum => close(got, values.iter().map(|&v| v as f64).sum()),
                     Reduction::Prod => {
