@@ -9,8 +9,9 @@
 //!   products of many rows, which cuBLAS then multiplies);
 //! - [`matvec`]: `y = x · Wᵀ` for a few rows of `x` (decoding), reading the packed weights
 //!   once: one block per row of `W`, each thread a strided share of its values for every row
-//!   of `x`, the shares folded in shared memory in a fixed order.
+//!   of `x`, the shares folded by warp shuffles in a fixed order.
 
+use super::reduce::fold_warps;
 use super::types::{compute, is_float, load, storage, store, tag, PRELUDE};
 use super::Source;
 use nuvec_cpu::DType;
@@ -80,7 +81,8 @@ pub fn matvec(bits: u32, dtype: DType) -> Option<Source> {
     let scale = load(dtype, "scales[g]");
     let bias = load(dtype, "biases[g]");
     let xv = load(dtype, "x[r * k + j]");
-    let result = store(dtype, "(float)shares[0]");
+    let result = store(dtype, "acc");
+    let fold = fold_warps("float", "acc = acc + v;", "warp_sums", MATVEC_THREADS / 32);
     let threads = MATVEC_THREADS;
     let most = MATVEC_MOST_ROWS;
     let text = format!(
@@ -88,7 +90,6 @@ pub fn matvec(bits: u32, dtype: DType) -> Option<Source> {
 extern "C" __global__ void {name}(const {s}* __restrict__ x, const unsigned char* __restrict__ w,
         const {s}* __restrict__ scales, const {s}* __restrict__ biases, {s}* __restrict__ y,
         nv_u64 m, nv_u64 n, nv_u64 k, nv_u64 group_size) {{
-    __shared__ float shares[{threads}];
     nv_u64 c = blockIdx.x;
     const unsigned char* row = w + c * (k * {bits} / 8);
     nv_u64 groups = k / group_size;
@@ -108,13 +109,8 @@ extern "C" __global__ void {name}(const {s}* __restrict__ x, const unsigned char
     #pragma unroll
     for (int r = 0; r < {most}; r++) {{
         if ((nv_u64)r >= m) break;
-        shares[threadIdx.x] = sums[r];
-        __syncthreads();
-        for (unsigned int half = {threads} / 2; half > 0; half /= 2) {{
-            if (threadIdx.x < half) shares[threadIdx.x] += shares[threadIdx.x + half];
-            __syncthreads();
-        }}
-        if (threadIdx.x == 0) y[r * n + c] = {result};
+        float acc = sums[r];
+{fold}        if (threadIdx.x == 0) y[r * n + c] = {result};
         __syncthreads();
     }}
 }}

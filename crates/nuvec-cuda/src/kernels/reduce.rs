@@ -14,14 +14,21 @@ pub const BLOCK: u32 = 256;
 /// Warps per block.
 const WARPS: u32 = BLOCK / 32;
 
-/// Folds each thread's `acc` (of type `t`) over the block in a fixed order, so a rerun gives
-/// the same bits: within each warp by shuffles (lane `l` takes lane `l + offset`'s value),
-/// then the warps' values within the first warp, through the shared array `name`. `combine`
-/// is a statement updating `acc` with `v`. Thread 0 ends with the block's value.
+/// Folds each thread's `acc` (of type `t`) over a block of [`BLOCK`] threads: see
+/// [`fold_warps`].
 fn fold_block(t: &str, combine: &str, name: &str) -> String {
+    fold_warps(t, combine, name, WARPS)
+}
+
+/// Folds each thread's `acc` (of type `t`) over a block of `warps` warps in a fixed order, so
+/// a rerun gives the same bits: within each warp by shuffles (lane `l` takes lane
+/// `l + offset`'s value), then the warps' values within the first warp, through the shared
+/// array `name`. `combine` is a statement updating `acc` with `v`. Thread 0 ends with the
+/// block's value. Every thread of the block must run it.
+pub(crate) fn fold_warps(t: &str, combine: &str, name: &str, warps: u32) -> String {
     format!(
         r#"
-    __shared__ {t} {name}[{WARPS}];
+    __shared__ {t} {name}[{warps}];
     for (int offset = 16; offset > 0; offset /= 2) {{
         {t} v = ({t})__shfl_down_sync(0xffffffffu, acc, offset);
         {combine}
@@ -29,8 +36,8 @@ fn fold_block(t: &str, combine: &str, name: &str) -> String {
     if ((threadIdx.x & 31u) == 0u) {name}[threadIdx.x >> 5] = acc;
     __syncthreads();
     if (threadIdx.x < 32u) {{
-        acc = {name}[threadIdx.x < {WARPS}u ? threadIdx.x : 0u];
-        for (int offset = {WARPS} / 2; offset > 0; offset /= 2) {{
+        acc = {name}[threadIdx.x < {warps}u ? threadIdx.x : 0u];
+        for (int offset = {warps} / 2; offset > 0; offset /= 2) {{
             {t} v = ({t})__shfl_down_sync(0xffffffffu, acc, offset);
             {combine}
         }}
