@@ -177,8 +177,9 @@ fn messages_of_16_mib_arrive_whole_in_both_ways_of_sending_them() {
 /// messages are still read. Two ranks as threads of this process, so their options differ.
 #[test]
 fn large_messages_to_a_rank_that_may_not_read_memory_arrive_another_way() {
-    // Past 4 MiB: rank 0 reads half of rank 1's messages while rank 1 writes the rest.
-    const ELEMENTS: usize = (5 << 20) / 4 + 5;
+    // Too large for a post (read when the receiver waits), past 256 KiB (both ends copy), and
+    // past the slots' 1 MiB (read whether or not it waits).
+    const SIZES: [usize; 3] = [(20 << 10) / 4 + 1, (512 << 10) / 4, (5 << 20) / 4 + 5];
     let ports = nuvec_test_support::ranks::free_ports(2);
     let nodes: Vec<Vec<String>> = ports
         .iter()
@@ -194,18 +195,21 @@ fn large_messages_to_a_rank_that_may_not_read_memory_arrive_another_way() {
                 }
                 let group = distributed::init_with(&nodes, rank, &options).expect("forming");
                 let other = 1 - rank;
-                for k in 0..3 {
+                for (k, elements) in SIZES.into_iter().flat_map(|e| [e; 3]).enumerate() {
                     // Rank 0 sends first, then rank 1 answers.
                     let send = |shift: usize| {
-                        let x = message(ELEMENTS, shift as f32);
+                        let x = message(elements, shift as f32);
                         distributed::send(&x, other, Some(&group)).check().unwrap();
                     };
                     if rank == 0 {
                         send(10 * k);
                     }
-                    let got = distributed::recv_like(&message(ELEMENTS, 0.0), other, Some(&group));
+                    let got = distributed::recv_like(&message(elements, 0.0), other, Some(&group));
                     let want = (10 * k + other) as f32;
-                    assert!(is_message(&got, ELEMENTS, want), "rank {rank}, message {k}");
+                    assert!(
+                        is_message(&got, elements, want),
+                        "rank {rank}, message {k} of {elements} elements"
+                    );
                     if rank == 1 {
                         send(10 * k + 1);
                     }
