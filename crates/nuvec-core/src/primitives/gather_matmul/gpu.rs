@@ -48,6 +48,7 @@ fn indices(gpu: &Gpu, op: &str, input: &GpuInput) -> Result<Vec<i32>> {
         .collect())
 }
 
+/// `this` over `inputs` on `gpu`, run by run.
 pub(super) fn eval(
     this: &GatherMatmul,
     gpu: &Arc<Gpu>,
