@@ -174,16 +174,17 @@ impl Channel {
             .wrapping_add(1);
         // 0 is also the word's value before any wait: never taken as one.
         let waits = || next != 0 && self.word(layout.waits_for_at).load(Ordering::SeqCst) == next;
+        if waits() {
+            return true;
+        }
         let start = Instant::now();
-        loop {
+        while start.elapsed() < patience {
+            std::thread::yield_now();
             if waits() {
                 return true;
             }
-            if start.elapsed() >= patience {
-                return false;
-            }
-            std::thread::yield_now();
         }
+        false
     }
 
     /// The receiving end: waits for the next post of the call `op` and returns it, in place
