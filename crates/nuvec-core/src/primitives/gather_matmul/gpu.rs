@@ -12,18 +12,6 @@ use nuvec_cuda::ops::{copy_into, Dims};
 use nuvec_cuda::{DeviceBuffer, Gpu};
 use std::sync::Arc;
 
-/// A new buffer holding `count` elements of `bytes` bytes of `from`, from element `at`.
-fn part(
-    gpu: &Gpu,
-    op: &str,
-    from: &DeviceBuffer,
-    (at, count, bytes): (usize, usize, usize),
-) -> Result<DeviceBuffer> {
-    let mut out = gpu.alloc(count * bytes).map_err(|e| cuda(op, e))?;
-    put(gpu, op, (from, at), (&mut out, 0), (count, bytes))?;
-    Ok(out)
-}
-
 /// Copies `count` elements of `bytes` bytes from element `from.1` of `from.0` to element `to.1`
 /// of `to.0`.
 fn put(
@@ -35,6 +23,11 @@ fn put(
 ) -> Result<()> {
     let flat = Dims::copy(&[count as i64], &[1], &[1]).map_err(|e| cuda(op, e))?;
     copy_into(gpu, from, to, bytes, (count as u64, &flat)).map_err(|e| cuda(op, e))
+}
+
+/// `count` elements of `input` from element `at`, in a new buffer.
+fn part(gpu: &Gpu, op: &str, input: &GpuInput, at: usize, count: usize) -> Result<DeviceBuffer> {
+    crate::gpu::strided(gpu, op, (input.buffer(), at), input.dtype, &[count], &[1])
 }
 
 /// The `int32` indices of `input`, read back to the host.
@@ -85,7 +78,7 @@ pub(super) fn eval(
         let run_rows = (end - start) * m;
         let product = match *this {
             GatherMatmul::Dense => {
-                let w = part(gpu, op, stack.buffer(), (e * k * n, k * n, size))?;
+                let w = part(gpu, op, stack, e * k * n, k * n)?;
                 let shape = nuvec_cuda::matmul::Product {
                     batch: 1,
                     m: run_rows,
@@ -98,9 +91,9 @@ pub(super) fn eval(
             }
             GatherMatmul::Quantized { group_size, bits } => {
                 let (words, groups) = (n * k * bits as usize / 32, n * k / group_size);
-                let w = part(gpu, op, stack.buffer(), (e * words, words, 4))?;
-                let s = part(gpu, op, inputs[2].buffer(), (e * groups, groups, size))?;
-                let b = part(gpu, op, inputs[3].buffer(), (e * groups, groups, size))?;
+                let w = part(gpu, op, stack, e * words, words)?;
+                let s = part(gpu, op, &inputs[2], e * groups, groups)?;
+                let b = part(gpu, op, &inputs[3], e * groups, groups)?;
                 let shape = nuvec_cuda::quantized::Quantized {
                     m: run_rows as u64,
                     n: n as u64,
