@@ -31,9 +31,12 @@ use nuvec_core::{Error, Result};
 /// "Tuning measurements").
 pub(crate) const SHARED_FROM: usize = 32 << 10;
 
-/// How long a mailbox wait spins before yielding where ranks outnumber cores
-/// (20 µs otherwise, `shm/channel.rs`).
-const CROWDED_SPIN: std::time::Duration = std::time::Duration::from_micros(2);
+/// How long a wait on a channel spins before yielding where ranks outnumber cores: not at
+/// all, since the rank waited on most likely needs this core (20 µs for a mailbox and 30 for
+/// slots otherwise, `shm/channel.rs`). Spinning 2 µs first made the 4-rank `all_gather` of 4
+/// KB take 12.8–17.9 µs on the 2-core VM, not spinning 8.0–8.5 (`docs/performance.md`,
+/// "Tuning measurements").
+const CROWDED_SPIN: std::time::Duration = std::time::Duration::ZERO;
 
 /// The channels of one rank, by peer: those it writes to, and those it reads from.
 #[derive(Debug, Default)]

@@ -48,6 +48,8 @@ pub(crate) struct Channel {
     stores: Stores,
     /// How long a mailbox wait spins before it yields (`mailbox.rs`).
     pub(super) spin: Duration,
+    /// How long a wait for slots spins before it yields.
+    slot_spin: Duration,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; the counters are atomics, and the
@@ -154,6 +156,7 @@ impl Channel {
             path,
             stores: Stores::new(Policy::Auto),
             spin: MAILBOX_SPIN_FOR,
+            slot_spin: SPIN_FOR,
         })
     }
 
@@ -162,10 +165,11 @@ impl Channel {
         self.stores = Stores::new(policy);
     }
 
-    /// Makes mailbox waits spin for at most `spin` before yielding their core: short where
-    /// ranks outnumber cores, so the rank waited on gets the core sooner.
+    /// Makes waits spin for at most `spin` before yielding their core: short (or not at all)
+    /// where ranks outnumber cores, so the rank waited on gets the core sooner.
     pub(crate) fn spin_for(&mut self, spin: Duration) {
-        self.spin = spin;
+        self.spin = spin.min(MAILBOX_SPIN_FOR);
+        self.slot_spin = spin.min(SPIN_FOR);
     }
 
     /// Removes the file now if this end created it (the other end has it open, or never will).
@@ -325,7 +329,7 @@ impl Channel {
             return Ok(());
         }
         let start = Instant::now();
-        while start.elapsed() < SPIN_FOR {
+        while start.elapsed() < self.slot_spin {
             for _ in 0..64 {
                 std::hint::spin_loop();
             }
