@@ -31,18 +31,30 @@ impl Primitive for Broadcast {
 
     fn eval_cpu(&self, inputs: &mut [Input], outputs: &[OutputSpec]) -> Result<Vec<Arc<Buffer>>> {
         let (bytes, dtype) = (outputs[0].bytes(), outputs[0].dtype);
+        let what = (dtype, &outputs[0].shape[..], Some(self.root));
+        let root = self.group.rank() == self.root;
         let mut data = match inputs[0].take_owned(bytes) {
             Some(data) => data,
             // Another rank's values are never read: only the root's array is copied in.
-            None if self.group.rank() != self.root => Buffer::for_output(bytes),
+            None if !root => Buffer::for_output(bytes),
             None => {
-                let mut data = Buffer::for_output(bytes);
-                data.as_mut_bytes()
-                    .copy_from_slice(&inputs[0].buffer().as_bytes()[..bytes]);
-                data
+                let input = inputs[0].buffer();
+                let mut copy = None;
+                self.group.communicate("broadcast", what, self.at, |c| {
+                    // The root's output is its input where the backend sends it unchanged.
+                    let whole = &input.as_bytes()[..bytes];
+                    if input.len_bytes() == bytes && c.broadcast_unchanged(whole, dtype)? {
+                        return Ok(());
+                    }
+                    let mut data = Buffer::for_output(bytes);
+                    data.as_mut_bytes().copy_from_slice(whole);
+                    c.broadcast(data.as_mut_bytes(), dtype, self.root)?;
+                    copy = Some(Arc::new(data));
+                    Ok(())
+                })?;
+                return Ok(vec![copy.unwrap_or_else(|| input.clone())]);
             }
         };
-        let what = (dtype, &outputs[0].shape[..], Some(self.root));
         self.group.communicate("broadcast", what, self.at, |c| {
             c.broadcast(data.as_mut_bytes(), dtype, self.root)
         })?;

@@ -119,6 +119,13 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
     fn broadcast(&self, data: &mut [u8], dtype: DType, root: usize) -> Result<()> {
         super::broadcast::broadcast_by_gathering(self, data, dtype, root)
     }
+    /// The root's side of [`Communicator::broadcast`] (this rank is the root) where it only
+    /// reads `data`, so that the root's output can be its input, uncopied: `Ok(false)`,
+    /// having done nothing, where the backend has no such path (the default), and the
+    /// caller then broadcasts a copy.
+    fn broadcast_unchanged(&self, _data: &[u8], _dtype: DType) -> Result<bool> {
+        Ok(false)
+    }
     /// Sends block `j` of `input` (`size` equal blocks) to rank `j`, and puts the block rank
     /// `j` sent this one at block `j` of `output` (as long as `input`). The default gathers
     /// every rank's input and keeps this rank's blocks.

@@ -288,6 +288,21 @@ impl Communicator for MpiCommunicator {
         })
     }
 
+    /// `MPI_Bcast` from this rank, the root, without a copy of `data`.
+    fn broadcast_unchanged(&self, data: &[u8], dtype: DType) -> Result<bool> {
+        let (width, count) = (dtype.size(), data.len() / dtype.size());
+        self.run("broadcast", |mpi| {
+            let kind = datatype(mpi, dtype);
+            for range in ranges(count, max_count()) {
+                let piece = &data[range.start * width..range.end * width];
+                mpi.bcast_from_root(piece, range.len(), kind, self.rank, self.comm)
+                    .map_err(named("MPI_Bcast"))?;
+            }
+            Ok(())
+        })?;
+        Ok(true)
+    }
+
     /// Open MPI's `MPI_Alltoall`, in chunks of at most the int count per rank.
     fn all_to_all(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {
         let width = dtype.size();

@@ -229,8 +229,21 @@ impl Communicator for RingCommunicator {
         self.authority
             .run(network, Kind::Broadcast.name(), true, |turn| {
                 let calls = &mut turn.state().calls;
+                let data = algorithms::broadcast::Data::Received(data);
                 algorithms::broadcast::broadcast(network, calls, data, (dtype, root))
             })
+    }
+
+    fn broadcast_unchanged(&self, data: &[u8], dtype: DType) -> Result<bool> {
+        let network = &self.network;
+        let root = network.rank;
+        self.authority
+            .run(network, Kind::Broadcast.name(), true, |turn| {
+                let calls = &mut turn.state().calls;
+                let data = algorithms::broadcast::Data::Sent(data);
+                algorithms::broadcast::broadcast(network, calls, data, (dtype, root))
+            })?;
+        Ok(true)
     }
 
     fn all_to_all(&self, input: &[u8], output: &mut [u8], dtype: DType) -> Result<()> {

@@ -96,6 +96,29 @@ impl Mpi {
         })
     }
 
+    /// `MPI_Bcast` on its root, this rank, whose `data` MPI only reads.
+    pub(crate) fn bcast_from_root(
+        &self,
+        data: &[u8],
+        count: usize,
+        datatype: Handle,
+        root: usize,
+        comm: Handle,
+    ) -> Result<(), c_int> {
+        // SAFETY: `data` holds `count` elements (`count` fits an int: the caller chunks); the
+        // buffer is an input on the root (the MPI standard's `MPI_Bcast`), so MPI never
+        // writes through the pointer, made mutable only for the C signature.
+        check(unsafe {
+            (self.bcast)(
+                data.as_ptr().cast_mut().cast(),
+                count as c_int,
+                datatype,
+                root as c_int,
+                comm,
+            )
+        })
+    }
+
     /// `MPI_Alltoall` of `count` elements to and from every rank.
     pub(crate) fn alltoall(
         &self,

@@ -24,11 +24,44 @@ const ONE_COPY_FROM: usize = 32 << 10;
 /// Where a rank's "here" post claims to be.
 const HERE_AT: usize = usize::MAX - 3;
 
+/// A rank's side of a broadcast: the root's array, only read, or where another rank
+/// receives it.
+pub(crate) enum Data<'a> {
+    Sent(&'a [u8]),
+    Received(&'a mut [u8]),
+}
+
+impl Data<'_> {
+    fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// The array as it is: the root's to send.
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Data::Sent(data) => data,
+            Data::Received(data) => data,
+        }
+    }
+
+    /// Where the root's array goes, on a rank other than the root.
+    fn receiver(&mut self, rank: usize) -> Result<&mut [u8]> {
+        match self {
+            Data::Received(data) => Ok(data),
+            Data::Sent(_) => Err(nuvec_core::Error::Distributed {
+                op: "broadcast".into(),
+                rank: Some(rank),
+                reason: format!("rank {rank} is not the root but was given nowhere to receive"),
+            }),
+        }
+    }
+}
+
 /// Broadcast of the root's `data` over `data` on every rank.
 pub(crate) fn broadcast<T: Transport + ?Sized>(
     t: &T,
     calls: &mut Calls,
-    data: &mut [u8],
+    mut data: Data<'_>,
     (dtype, root): (DType, usize),
 ) -> Result<()> {
     if t.size() == 1 {
@@ -44,24 +77,25 @@ pub(crate) fn broadcast<T: Transport + ?Sized>(
         return super::tuned(t, calls, bucket, |calls, path| {
             let call = start(t, near, calls, (Kind::Broadcast, dtype, bytes));
             match (path == tuning::Path::Thresholds) == by_reading {
-                true => in_one_copy(&call, calls, data, root),
-                false => through_mailboxes(&call, data, root),
+                true => in_one_copy(&call, calls, &mut data, root),
+                false => through_mailboxes(&call, &mut data, root),
             }
         });
     }
     let ours = calls.header(t, Kind::Broadcast, dtype, bytes);
-    along_the_ring(t, ours, data, root)
+    along_the_ring(t, ours, &mut data, root)
 }
 
 /// The root's posts of its array, or every other rank's "here"; then one take from every
 /// peer, the root's array copied in.
 fn through_mailboxes<T: Transport + ?Sized>(
     call: &Call<'_, T>,
-    data: &mut [u8],
+    data: &mut Data<'_>,
     root: usize,
 ) -> Result<()> {
     let rank = call.t.rank();
     if rank == root {
+        let data = data.bytes();
         for piece in pieces(data.len()) {
             for peer in call.others() {
                 call.post(peer, piece.start, &data[piece.clone()])?;
@@ -69,6 +103,7 @@ fn through_mailboxes<T: Transport + ?Sized>(
         }
         return take_heres(call, root);
     }
+    let data = data.receiver(rank)?;
     for peer in call.others() {
         call.post(peer, HERE_AT, &[])?;
     }
@@ -96,12 +131,13 @@ fn take_heres<T: Transport + ?Sized>(call: &Call<'_, T>, root: usize) -> Result<
 fn in_one_copy<T: Transport + ?Sized>(
     call: &Call<'_, T>,
     calls: &mut Calls,
-    data: &mut [u8],
+    data: &mut Data<'_>,
     root: usize,
 ) -> Result<()> {
     let known = &mut calls.cross_memory;
     let rank = call.t.rank();
     if rank == root {
+        let data = data.bytes();
         let readers: Vec<usize> = call
             .others()
             .filter(|p| !known.not_read_by.contains(p))
@@ -125,6 +161,7 @@ fn in_one_copy<T: Transport + ?Sized>(
         }
         return Ok(());
     }
+    let data = data.receiver(rank)?;
     for peer in call.others() {
         call.post(peer, HERE_AT, &[])?;
     }
@@ -152,7 +189,7 @@ fn in_one_copy<T: Transport + ?Sized>(
 fn along_the_ring<T: Transport + ?Sized>(
     t: &T,
     ours: Header,
-    data: &mut [u8],
+    data: &mut Data<'_>,
     root: usize,
 ) -> Result<()> {
     let n = t.size();
@@ -165,6 +202,7 @@ fn along_the_ring<T: Transport + ?Sized>(
     let name = ours.kind.name();
     let pass = (ours.kind, ours.sequence);
     if rank == root {
+        let data = data.bytes();
         t.send_frame(right, 0, &ours, if whole { data } else { &[] })?;
         if !whole {
             for piece in chunks(0..data.len(), chunk) {
@@ -175,6 +213,7 @@ fn along_the_ring<T: Transport + ?Sized>(
         same_call(rank, left, &t.recv_header(left, 0, name)?, &ours)?;
         return t.flush(right, 0, name);
     }
+    let data = data.receiver(rank)?;
     // Sent first even to the root, which reads it last: a rank never waits for a header
     // its left sends only later, whatever roots the ranks name.
     t.send_frame(right, 0, &ours, &[])?;
