@@ -18,14 +18,16 @@ pub(crate) fn broadcast_gives_every_rank_the_roots_array(group: Group) {
             }
         }
     }
-    let large = [300_007];
-    let root = size - 1;
-    let got = distributed::broadcast(&input(rank, &large, DType::F32), root, Some(&group));
-    assert_same(
-        &got,
-        &input(root, &large, DType::F32),
-        "a large float32 broadcast",
-    );
+    // Large ones, of odd lengths, from every root: on one machine the root writes the last
+    // part of each reader's copy while the reader reads the rest.
+    for root in 0..size {
+        for (elements, dtype) in [(65_537, DType::U8), (300_007, DType::F32)] {
+            let x = input(rank, &[elements], dtype);
+            let got = distributed::broadcast(&x, root, Some(&group));
+            let what = format!("a broadcast of {elements} {dtype} from root {root}");
+            assert_same(&got, &input(root, &[elements], dtype), &what);
+        }
+    }
     // The group goes on after them.
     distributed::barrier(Some(&group)).expect("a barrier after the broadcasts");
 }

@@ -5,15 +5,18 @@
 //!   peer, so ranks that name different roots (whose headers differ, `Header::broadcast_bytes`)
 //!   see it at their first take and fail naming both calls, instead of all waiting for a root
 //!   that never posts. From [`ONE_COPY_FROM`] bytes the root posts where its array lies and
-//!   the others read it from its memory (`single_copy.rs`), then tell the root they did.
+//!   the others read it from its memory (`single_copy.rs`), then tell the root they did;
+//!   above [`BOTH_COPY_ABOVE`] the root writes the last part of each reader's copy meanwhile.
+//!   The root only reads its array, so its output is its input, uncopied
+//!   (`Communicator::broadcast_unchanged`).
 //! - Otherwise, along the ring from the root, chunk by chunk: each rank forwards what it
 //!   receives, so every connection carries the array once and the chunks pipeline; an array
 //!   of one chunk rides in the root's header frame.
 
 use super::mailboxes::{pieces, start, Call};
-use super::single_copy::{read_block, READ_AT, WHERE_AT};
+use super::single_copy::{take_location, READ_AT, WHERE_AT};
 use super::{tuning, Calls, CHUNK_BYTES};
-use crate::ring::cross_memory::Location;
+use crate::ring::cross_memory::{Location, LOCATION_BYTES};
 use crate::ring::transport::{same_call, Transport};
 use crate::schedule::chunks;
 use crate::tcp::frame::{Header, Kind};
@@ -21,8 +24,15 @@ use nuvec_core::{DType, Result};
 
 /// The smallest broadcast read from the root's memory (as for all-gathers' blocks).
 const ONE_COPY_FROM: usize = 32 << 10;
+/// Broadcasts of more than this many bytes are copied by the root too, not only by its
+/// readers (`in_one_copy`). At 64 KiB the run-time choice of path (`tuning.rs`) then took
+/// the mailboxes in about half the runs, by the trials' timings, and those ran at 12–17 µs
+/// against 4.4–4.7 (2 ranks, `docs/performance.md`, "Tuning measurements").
+const BOTH_COPY_ABOVE: usize = 64 << 10;
 /// Where a rank's "here" post claims to be.
 const HERE_AT: usize = usize::MAX - 3;
+/// Where the root's post that says whether it wrote a reader's last part claims to be.
+const WROTE_AT: usize = usize::MAX - 4;
 
 /// A rank's side of a broadcast: the root's array, only read, or where another rank
 /// receives it.
@@ -127,7 +137,10 @@ fn take_heres<T: Transport + ?Sized>(call: &Call<'_, T>, root: usize) -> Result<
 
 /// The root posts where its array lies; every other rank says it is here, reads the array
 /// from the root's memory and tells the root whether it could (if not, the root posts the
-/// array to it through the mailboxes, now and in later calls).
+/// array to it through the mailboxes, now and in later calls). Above [`BOTH_COPY_ABOVE`] bytes
+/// each reader reads only the array's first part: its "here" to the root says where the last
+/// [`written_by_root`] bytes go, and the root writes them there meanwhile, then says whether
+/// it could (if not, the reader reads them too).
 fn in_one_copy<T: Transport + ?Sized>(
     call: &Call<'_, T>,
     calls: &mut Calls,
@@ -135,7 +148,8 @@ fn in_one_copy<T: Transport + ?Sized>(
     root: usize,
 ) -> Result<()> {
     let known = &mut calls.cross_memory;
-    let rank = call.t.rank();
+    let (rank, size) = (call.t.rank(), call.t.size());
+    let tail = written_by_root(data.len(), size);
     if rank == root {
         let data = data.bytes();
         let readers: Vec<usize> = call
@@ -146,7 +160,19 @@ fn in_one_copy<T: Transport + ?Sized>(
         for &peer in &readers {
             call.post(peer, WHERE_AT, &here)?;
         }
-        take_heres(call, root)?;
+        for peer in call.others() {
+            if tail == 0 || !readers.contains(&peer) {
+                call.take(peer, HERE_AT, 0)?;
+                call.release(peer)?;
+                continue;
+            }
+            let post = call.take(peer, HERE_AT, LOCATION_BYTES)?;
+            let place = Location::decode(post).expect("a post of LOCATION_BYTES");
+            call.release(peer)?;
+            let allowed = call.near.reads_memory;
+            let written = allowed && place.write_from(&data[data.len() - tail..]);
+            call.post(peer, WROTE_AT, &[u8::from(written)])?;
+        }
         for &peer in &readers {
             let read = call.take(peer, READ_AT, 1)?[0] == 1;
             call.release(peer)?;
@@ -162,12 +188,28 @@ fn in_one_copy<T: Transport + ?Sized>(
         return Ok(());
     }
     let data = data.receiver(rank)?;
+    let reads = !known.cannot_read.contains(&root);
+    let tail = if reads { tail } else { 0 };
+    let split = data.len() - tail;
     for peer in call.others() {
-        call.post(peer, HERE_AT, &[])?;
+        if peer == root && tail > 0 {
+            call.post(peer, HERE_AT, &Location::of(&data[split..]).encode())?;
+        } else {
+            call.post(peer, HERE_AT, &[])?;
+        }
     }
     take_heres(call, root)?;
-    if !known.cannot_read.contains(&root) {
-        let read = read_block(call, root, data)?;
+    if reads {
+        let at = take_location(call, root, data.len())?;
+        let (head, rest) = data.split_at_mut(split);
+        let allowed = call.near.reads_memory;
+        let mut read = at.part(0, split as u64).read_into(head, allowed);
+        if tail > 0 {
+            let written = call.take(root, WROTE_AT, 1)?[0] == 1;
+            call.release(root)?;
+            let rest_at = at.part(split as u64, tail as u64);
+            read = read && (written || rest_at.read_into(rest, allowed));
+        }
         call.post(root, READ_AT, &[u8::from(read)])?;
         if read {
             return Ok(());
@@ -180,6 +222,16 @@ fn in_one_copy<T: Transport + ?Sized>(
         call.release(root)?;
     }
     Ok(())
+}
+
+/// The bytes at the end of a broadcast array of `bytes` that the root writes into each
+/// reader's memory on a group of `size` on one machine: a share of the copying as large as
+/// each reader's.
+fn written_by_root(bytes: usize, size: usize) -> usize {
+    if bytes <= BOTH_COPY_ABOVE {
+        return 0;
+    }
+    bytes / size
 }
 
 /// Along the ring from the root: every rank sends its header right and checks its left

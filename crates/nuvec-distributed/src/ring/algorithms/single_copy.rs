@@ -58,23 +58,32 @@ pub(super) fn read_block<T: Transport + ?Sized>(
     peer: usize,
     into: &mut [u8],
 ) -> Result<bool> {
+    let location = take_location(call, peer, into.len())?;
+    Ok(location.read_into(into, call.near.reads_memory))
+}
+
+/// Takes `peer`'s "where" post, which must offer a block of `bytes`, and says where it lies.
+pub(super) fn take_location<T: Transport + ?Sized>(
+    call: &Call<'_, T>,
+    peer: usize,
+    bytes: usize,
+) -> Result<Location> {
     let post = call.take(peer, WHERE_AT, LOCATION_BYTES)?;
     let location = Location::decode(post).expect("a post of LOCATION_BYTES");
     call.release(peer)?;
-    if location.bytes != into.len() as u64 {
+    if location.bytes != bytes as u64 {
         return Err(Error::Distributed {
             op: call.ours.kind.name().into(),
             rank: Some(peer),
             reason: format!(
-                "rank {peer} offered a block of {} bytes for {}, where rank {} expected {}",
+                "rank {peer} offered a block of {} bytes for {}, where rank {} expected {bytes}",
                 location.bytes,
                 call.ours.describe(),
                 call.t.rank(),
-                into.len()
             ),
         });
     }
-    Ok(location.read_into(into, call.near.reads_memory))
+    Ok(location)
 }
 
 /// All-gather of every rank's `input` into `output` (rank `r`'s at block `r`), each peer's
