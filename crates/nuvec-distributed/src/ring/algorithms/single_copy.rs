@@ -31,6 +31,12 @@ use std::collections::BTreeSet;
 /// (`docs/performance.md`).
 const SINGLE_COPY_FROM: usize = 32 << 10;
 
+/// A rank's own block of at least this many bytes is copied into its output with streaming
+/// stores, which skip reading the output's lines into the cache first: on 2 ranks the 64 MB
+/// all-gather took 9.2–10.5 ms with plain stores, 7.9–8.3 streaming; at 16 MB (blocks of 8
+/// MiB) streaming was no faster (`docs/performance.md`, "Tuning measurements").
+const STREAM_OWN_FROM: usize = 16 << 20;
+
 /// Where a post that says where a block lies claims to be (no piece of a block lies there).
 pub(super) const WHERE_AT: usize = usize::MAX - 1;
 /// Where a post that says a block was read claims to be.
@@ -49,6 +55,15 @@ pub(crate) struct CrossMemory {
 /// whose ranks share this machine).
 pub(crate) fn gathers_in_one_copy(block: usize) -> bool {
     cfg!(target_os = "linux") && block >= SINGLE_COPY_FROM
+}
+
+/// Copies this rank's own block into its place in the output.
+fn copy_own(block: &[u8], into: &mut [u8]) {
+    if block.len() >= STREAM_OWN_FROM {
+        nuvec_cpu::copy_streaming(block, into);
+    } else {
+        into.copy_from_slice(block);
+    }
 }
 
 /// Reads `peer`'s block into `into`, as its "where" post says: whether this rank may
@@ -100,7 +115,7 @@ pub(crate) fn all_gather<T: Transport + ?Sized>(
     let mut blocks: Vec<(usize, &mut [u8])> = output.chunks_mut(block).enumerate().collect();
     let (_, own) = blocks.remove(rank);
     let offers = call.others().map(|peer| (peer, input)).collect();
-    let local = || own.copy_from_slice(input);
+    let local = || copy_own(input, own);
     let by_posts = (Vec::new(), Vec::new());
     exchange(
         &call,
@@ -135,7 +150,7 @@ pub(crate) fn exchange_regions<T: Transport + ?Sized>(
     let by_reading = |len: usize| cfg!(target_os = "linux") && len >= one_copy_from;
     let (offers, posted) = sends.into_iter().partition(|(_, r)| by_reading(r.len()));
     let (reads, taken) = lands.into_iter().partition(|(_, r)| by_reading(r.len()));
-    let local = || own.copy_from_slice(mine);
+    let local = || copy_own(mine, own);
     let known = &mut calls.cross_memory;
     exchange(&call, known, ((offers, reads), (posted, taken)), local)
 }
