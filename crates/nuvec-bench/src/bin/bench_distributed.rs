@@ -166,7 +166,10 @@ fn input(op: &str, bytes: usize, dtype: DType, group: &Group) -> Array {
 fn correct(op: &str, out: &Array, group: &Group) -> Result<bool> {
     let n = group.size() as f32;
     let values = out.astype(DType::F32).to_vec::<f32>()?;
-    let (first, last) = (values[0], values[values.len() - 1]);
+    // A size below one element per rank gives each rank an empty block: nothing to check.
+    let (Some(&first), Some(&last)) = (values.first(), values.last()) else {
+        return Ok(true);
+    };
     Ok(match op {
         "all_sum" | "sum_scatter" => {
             let total = n * (n + 1.0) / 2.0;

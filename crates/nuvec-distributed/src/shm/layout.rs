@@ -58,6 +58,14 @@ pub(crate) struct MailboxLayout {
 }
 
 pub(crate) const POST_HEADER_STRIDE: usize = 64;
+/// Where, in a post's header line, the sender stamps the post's number plus one once the
+/// post is complete. The receiver waits on this word, so the header arrives with it: one
+/// cache line crossing between the cores, not one for a counter and then one for the header.
+pub(crate) const STAMP_AT: usize = 60;
+/// A post's payload of at most [`INLINE_BYTES`] lies in its header line, after the header's
+/// record (header, offset, length), and crosses with it: a barrier's or a scalar's sum.
+pub(crate) const INLINE_AT: usize = crate::tcp::frame::HEADER_BYTES + 16;
+pub(crate) const INLINE_BYTES: usize = STAMP_AT - INLINE_AT;
 
 /// The collectives' mailbox and the point-to-point messages' one: a message not yet received
 /// never stands in a collective's way.
@@ -100,6 +108,8 @@ pub(crate) const CHANNEL_BYTES: usize =
     POSTS_AT + POSTS * POST_BYTES + MESSAGE_POSTS * MESSAGE_POST_BYTES;
 
 const _: () = {
+    // A post's record, its inline payload and its stamp share its header line.
+    assert!(INLINE_AT + INLINE_BYTES == STAMP_AT && STAMP_AT + 4 <= POST_HEADER_STRIDE);
     // The split request's stamp and location stay on the receiver's line, the written word
     // on the sender's, clear of the word that says the sender gave up.
     assert!(MAILBOXES[0].split_at + 4 + 20 <= MAILBOXES[0].headers_at);

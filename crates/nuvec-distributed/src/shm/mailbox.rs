@@ -2,8 +2,11 @@
 //! (`ring/algorithms/mailboxes.rs`) and of messages (`ring/posted_messages.rs`). Beside its
 //! slots, a channel holds two mailboxes (`layout.rs`: 2 posts of 128 KiB for collectives, 32
 //! of 16 KiB for messages), each post with a header: the call's header (as on TCP) and where the post's
-//! piece lies in the call's payload. The sender fills the next buffer and publishes it by
-//! advancing `posted`; the receiver reads it in place and frees it by advancing `taken`. No
+//! piece lies in the call's payload. The sender fills the next buffer (a payload of at most
+//! 20 bytes goes in the post's header line instead), stamps the header line with the post's
+//! number, then advances `posted`; the receiver waits on the stamp, so the header (and a
+//! small payload) crosses between the cores in the one cache line that says the post is
+//! there, reads the post in place and frees it by advancing `taken`. No
 //! frame goes on TCP: the header travels with the payload, so the receiver checks that both
 //! ranks called the same collective, and no system call is made while both ends keep up.
 //!
@@ -18,7 +21,10 @@
 //! at once, without a system call, and the failure authority then finds the notice.
 
 use super::channel::{Channel, CHECK_EVERY};
-use super::layout::{MailboxLayout, MAILBOXES, POST_HEADER_STRIDE, SENDER_GAVE_UP_AT};
+use super::layout::{
+    MailboxLayout, INLINE_AT, INLINE_BYTES, MAILBOXES, POST_HEADER_STRIDE, SENDER_GAVE_UP_AT,
+    STAMP_AT,
+};
 use crate::tcp::frame::{Header, HEADER_BYTES};
 use nuvec_core::{Error, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -58,20 +64,32 @@ impl Channel {
         }
     }
 
-    /// The header bytes and the buffer of post number `count` of `mailbox`.
-    fn post_at(&self, mailbox: &MailboxLayout, count: u32) -> (*mut u8, *mut u8) {
+    /// The header line of post number `count` of `mailbox`, and where its payload of
+    /// `length` bytes lies: in that line if it fits ([`INLINE_BYTES`]), else in its buffer.
+    fn post_at(&self, mailbox: &MailboxLayout, count: u32, length: usize) -> (*mut u8, *mut u8) {
         let index = count as usize % mailbox.posts;
-        // SAFETY: both lie inside the mapping: the headers in its first page (checked in
-        // `layout.rs`), the buffers after the slots, POST_BYTES each, up to CHANNEL_BYTES.
+        // SAFETY: both lie inside the mapping: the header lines in its first page (checked in
+        // `layout.rs`, with the inline payload before the stamp), the buffers after the slots,
+        // POST_BYTES each, up to CHANNEL_BYTES.
         #[allow(unsafe_code)]
         unsafe {
-            (
-                self.base
-                    .add(mailbox.headers_at + index * POST_HEADER_STRIDE),
-                self.base
+            let head = self
+                .base
+                .add(mailbox.headers_at + index * POST_HEADER_STRIDE);
+            let payload = match length <= INLINE_BYTES {
+                true => head.add(INLINE_AT),
+                false => self
+                    .base
                     .add(mailbox.buffers_at + index * mailbox.post_bytes),
-            )
+            };
+            (head, payload)
         }
+    }
+
+    /// The stamp word in the header line of post number `count` of `mailbox`.
+    fn stamp(&self, mailbox: &MailboxLayout, count: u32) -> &AtomicU32 {
+        let index = count as usize % mailbox.posts;
+        self.word(mailbox.headers_at + index * POST_HEADER_STRIDE + STAMP_AT)
     }
 
     /// The sending end: posts `parts`, one after the other (at most the mailbox's post size in all),
@@ -103,14 +121,15 @@ impl Channel {
         if count.wrapping_sub(taken.load(Ordering::Acquire)) > posts {
             return Err(self.corrupt(op, "its mailbox's counters ran past each other"));
         }
-        let (head, buffer) = self.post_at(layout, count);
+        let (head, buffer) = self.post_at(layout, count, length);
         let mut record = [0u8; HEADER_BYTES + 16];
         record[..HEADER_BYTES].copy_from_slice(&header.encode());
         record[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&(offset as u64).to_le_bytes());
         record[HEADER_BYTES + 8..].copy_from_slice(&(length as u64).to_le_bytes());
-        // SAFETY: the header's bytes and the buffer lie inside the mapping (the parts fill at
-        // most POST_BYTES); the receiver has freed this post (the acquire load above) and does
-        // not read it again until `posted` moves past it, below.
+        // SAFETY: the header's bytes and the payload's place lie inside the mapping (the
+        // parts fill at most POST_BYTES, or INLINE_BYTES in the header line); the receiver has
+        // freed this post (the acquire load above) and does not read it again until its stamp
+        // says this post is complete, below.
         #[allow(unsafe_code)]
         unsafe {
             std::ptr::copy_nonoverlapping(record.as_ptr(), head, record.len());
@@ -120,6 +139,8 @@ impl Channel {
                 at += part.len();
             }
         }
+        self.stamp(layout, count)
+            .store(count.wrapping_add(1), Ordering::Release);
         posted.store(count.wrapping_add(1), Ordering::SeqCst);
         if self.word(layout.receiver_sleeps_at).load(Ordering::SeqCst) != 0 {
             crate::platform::wake_word(posted);
@@ -152,7 +173,7 @@ impl Channel {
     pub(crate) fn latest_post(&self, mailbox: Mailbox, bytes: usize) -> &[u8] {
         let layout = mailbox.layout();
         let count = self.word(layout.posted_at).load(Ordering::Relaxed);
-        let (_, buffer) = self.post_at(layout, count.wrapping_sub(1));
+        let (_, buffer) = self.post_at(layout, count.wrapping_sub(1), bytes);
         // SAFETY: the buffer lies inside the mapping and holds `post_bytes`; only this end
         // writes it, and not while the returned borrow of `self` lives (posting needs the
         // caller to let go of it first).
@@ -198,9 +219,17 @@ impl Channel {
         let layout = mailbox.layout();
         let (posted, taken) = (self.word(layout.posted_at), self.word(layout.taken_at));
         let count = taken.load(Ordering::Relaxed);
-        let gave_up = self.word(SENDER_GAVE_UP_AT);
-        let ready =
-            || posted.load(Ordering::Acquire) != count || gave_up.load(Ordering::Acquire) != 0;
+        let (stamp, gave_up) = (self.stamp(layout, count), self.word(SENDER_GAVE_UP_AT));
+        let complete = || stamp.load(Ordering::Acquire) == count.wrapping_add(1);
+        // The sender stamps a post before it counts it, so its count may still lag this end's
+        // by one (this end took the last post by its stamp); one further off in either
+        // direction is corrupt, and ends the wait to say so below.
+        let posts = layout.posts as u32;
+        let ran_past = || {
+            let ahead = posted.load(Ordering::Acquire).wrapping_sub(count);
+            ahead > posts && ahead != u32::MAX
+        };
+        let ready = || complete() || gave_up.load(Ordering::Acquire) != 0 || ran_past();
         if !ready() {
             // The sender may hand this post's payload over in one copy (`receiver_waits`).
             self.word(layout.waits_for_at)
@@ -215,10 +244,10 @@ impl Channel {
             (timeout, alive),
         )?;
         self.gave_up(op)?;
-        if posted.load(Ordering::Acquire).wrapping_sub(count) > layout.posts as u32 {
+        if !complete() {
             return Err(self.corrupt(op, "its mailbox's counters ran past each other"));
         }
-        let (head, buffer) = self.post_at(layout, count);
+        let head = self.post_at(layout, count, 0).0;
         let mut record = [0u8; HEADER_BYTES + 16];
         // SAFETY: the header lies inside the mapping; the sender published it (the acquire
         // load in the wait) and does not write it again until it is released.
@@ -233,8 +262,10 @@ impl Channel {
         if length > layout.post_bytes as u64 {
             return Err(self.corrupt(op, &format!("a post claims {length} bytes")));
         }
-        // SAFETY: as for the header: the buffer holds `post_bytes` ≥ `length`, published and
-        // left alone by the sender until released.
+        let buffer = self.post_at(layout, count, length as usize).1;
+        // SAFETY: as for the header: the payload's place (the header line's inline bytes, or
+        // the buffer of `post_bytes` ≥ `length`) was published and is left alone by the
+        // sender until released.
         #[allow(unsafe_code)]
         let piece = unsafe { std::slice::from_raw_parts(buffer, length as usize) };
         Ok(Post {
@@ -474,6 +505,49 @@ mod tests {
     }
 
     #[test]
+    fn a_post_taken_by_its_stamp_before_its_count_lands_is_no_corruption() {
+        const LONG: Duration = Duration::from_secs(5);
+        const SHORT: Duration = Duration::from_millis(30);
+        let (sender, receiver) = pair(25);
+        // Post 0 written and stamped, its count not stored yet: the sender between the two.
+        let (head, _) = sender.post_at(&MAILBOXES[0], 0, 0);
+        // SAFETY: the header of post 0 lies inside the mapping; nothing else touches it now.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(header(0).encode().as_ptr(), head, HEADER_BYTES);
+        }
+        sender.stamp(&MAILBOXES[0], 0).store(1, Ordering::SeqCst);
+        let post = receiver
+            .next_post(Mailbox::Collectives, "all_sum", (LONG, &mut fine))
+            .expect("taken by its stamp");
+        assert_eq!((post.header, post.piece), (header(0), &[][..]));
+        receiver.release(Mailbox::Collectives);
+        // This end is now one past the sender's count: the next wait waits, as it must.
+        let error = receiver
+            .next_post(Mailbox::Collectives, "all_sum", (SHORT, &mut fine))
+            .err()
+            .expect("no post yet");
+        assert!(!error.to_string().contains("corrupt"), "{error}");
+        // The count lands; the next post arrives as usual.
+        sender
+            .word(MAILBOXES[0].posted_at)
+            .store(1, Ordering::SeqCst);
+        sender
+            .post(
+                Mailbox::Collectives,
+                &header(1),
+                0,
+                &[&[7; 3]],
+                (LONG, &mut fine),
+            )
+            .unwrap();
+        let post = receiver
+            .next_post(Mailbox::Collectives, "all_sum", (LONG, &mut fine))
+            .unwrap();
+        assert_eq!((post.header, post.piece), (header(1), &[7u8; 3][..]));
+    }
+
+    #[test]
     fn counters_or_lengths_out_of_range_are_refused_as_corrupt() {
         let (sender, receiver) = pair(24);
         sender
@@ -491,7 +565,8 @@ mod tests {
         sender
             .word(MAILBOXES[0].posted_at)
             .store(1, Ordering::SeqCst);
-        let (head, _) = sender.post_at(&MAILBOXES[0], 0);
+        sender.stamp(&MAILBOXES[0], 0).store(1, Ordering::SeqCst);
+        let (head, _) = sender.post_at(&MAILBOXES[0], 0, 0);
         // SAFETY: the header of post 0 lies inside the mapping; nothing else touches it now.
         #[allow(unsafe_code)]
         unsafe {
