@@ -147,9 +147,11 @@ fn chunk_header(ours: &Header, len: usize) -> Header {
     }
 }
 
-/// Regions of one frame each: every send first (the transport queues what the socket does not
-/// take, so no rank waits on a peer's read), then every receive, so the exchange costs one
-/// round trip instead of one per step. The frames are those of [`pairwise_step`].
+/// Regions riding in the call's header frame, one frame to each peer: every send first (the
+/// transport queues what the socket does not take, so no rank waits on a peer's read), then
+/// every receive, so the exchange costs one round trip instead of one per step. Both ends
+/// know each region's size once the headers match (`all_to_all`'s from the header's size,
+/// `all_to_all_v`'s from the counts checked before).
 fn all_at_once<T: Transport + ?Sized>(
     t: &T,
     ours: &Header,
@@ -159,17 +161,13 @@ fn all_at_once<T: Transport + ?Sized>(
     let (rank, n, name) = (t.rank(), t.size(), ours.kind.name());
     for step in 1..n {
         let to = (rank + step) % n;
-        t.send_frame(to, 0, ours, &[])?;
-        if !sends[to].is_empty() {
-            t.send_frame(to, 0, &chunk_header(ours, sends[to].len()), sends[to])?;
-        }
+        t.send_frame(to, 0, ours, sends[to])?;
     }
     for step in 1..n {
         let from = (rank + n - step) % n;
         same_call(rank, from, &t.recv_header(from, 0, name)?, ours)?;
         let land = &mut *lands[from];
         if !land.is_empty() {
-            expect_chunk(t, ours, from, land.len())?;
             t.recv_payload(from, 0, name, land)?;
         }
     }
