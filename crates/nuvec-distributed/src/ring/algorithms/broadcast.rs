@@ -6,7 +6,7 @@
 //!   see it at their first take and fail naming both calls, instead of all waiting for a root
 //!   that never posts. From [`ONE_COPY_FROM`] bytes the root posts where its array lies and
 //!   the others read it from its memory (`single_copy.rs`), then tell the root they did;
-//!   above [`BOTH_COPY_ABOVE`] the root writes the last part of each reader's copy meanwhile.
+//!   from [`BOTH_COPY_FROM`] bytes the root writes the last part of each reader's copy meanwhile.
 //!   The root only reads its array, so its output is its input, uncopied
 //!   (`Communicator::broadcast_unchanged`).
 //! - Otherwise, along the ring from the root, chunk by chunk: each rank forwards what it
@@ -24,11 +24,14 @@ use nuvec_core::{DType, Result};
 
 /// The smallest broadcast read from the root's memory (as for all-gathers' blocks).
 const ONE_COPY_FROM: usize = 32 << 10;
-/// Broadcasts of more than this many bytes are copied by the root too, not only by its
-/// readers (`in_one_copy`). At 64 KiB the run-time choice of path (`tuning.rs`) then took
-/// the mailboxes in about half the runs, by the trials' timings, and those ran at 12–17 µs
-/// against 4.4–4.7 (2 ranks, `docs/performance.md`, "Tuning measurements").
-const BOTH_COPY_ABOVE: usize = 64 << 10;
+/// Broadcasts of at least this many bytes are copied by the root too, not only by its
+/// readers (`in_one_copy`), and take that path without timing the mailboxes against it
+/// (`tuning.rs`): the trials, where a root that only posts finishes early, took the
+/// mailboxes in about half the runs, which then ran at 12–17 µs against 3.7–4.7. Below it
+/// the reader's output is fresh memory (outputs are recycled from 64 KiB), which the root's
+/// write would first have to fault in: a 48 KB broadcast took 7.9–8.4 µs so, 4.3 without
+/// (`docs/performance.md`, "Tuning measurements").
+const BOTH_COPY_FROM: usize = 64 << 10;
 /// Where a rank's "here" post claims to be.
 const HERE_AT: usize = usize::MAX - 3;
 /// Where the root's post that says whether it wrote a reader's last part claims to be.
@@ -82,7 +85,8 @@ pub(crate) fn broadcast<T: Transport + ?Sized>(
         let linux = cfg!(target_os = "linux");
         let by_reading = linux && data.len() >= ONE_COPY_FROM;
         // Reading the root's array or taking its posts: the crossing point is timed.
-        let timed = linux && super::TUNED.contains(&data.len());
+        let both_copy = written_by_root(data.len(), t.size()) > 0;
+        let timed = linux && super::TUNED.contains(&data.len()) && !both_copy;
         let bucket = timed.then(|| tuning::bucket(Kind::Broadcast, t.size(), data.len()));
         return super::tuned(t, calls, bucket, |calls, path| {
             let call = start(t, near, calls, (Kind::Broadcast, dtype, bytes));
@@ -137,7 +141,7 @@ fn take_heres<T: Transport + ?Sized>(call: &Call<'_, T>, root: usize) -> Result<
 
 /// The root posts where its array lies; every other rank says it is here, reads the array
 /// from the root's memory and tells the root whether it could (if not, the root posts the
-/// array to it through the mailboxes, now and in later calls). Above [`BOTH_COPY_ABOVE`] bytes
+/// array to it through the mailboxes, now and in later calls). From [`BOTH_COPY_FROM`] bytes
 /// each reader reads only the array's first part: its "here" to the root says where the last
 /// [`written_by_root`] bytes go, and the root writes them there meanwhile, then says whether
 /// it could (if not, the reader reads them too).
@@ -228,7 +232,7 @@ fn in_one_copy<T: Transport + ?Sized>(
 /// reader's memory on a group of `size` on one machine: a share of the copying as large as
 /// each reader's.
 fn written_by_root(bytes: usize, size: usize) -> usize {
-    if bytes <= BOTH_COPY_ABOVE {
+    if bytes < BOTH_COPY_FROM {
         return 0;
     }
     bytes / size
