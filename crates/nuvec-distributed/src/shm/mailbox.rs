@@ -126,10 +126,9 @@ impl Channel {
         record[..HEADER_BYTES].copy_from_slice(&header.encode());
         record[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&(offset as u64).to_le_bytes());
         record[HEADER_BYTES + 8..].copy_from_slice(&(length as u64).to_le_bytes());
-        // SAFETY: the header's bytes and the payload's place lie inside the mapping (the
-        // parts fill at most POST_BYTES, or INLINE_BYTES in the header line); the receiver has
-        // freed this post (the acquire load above) and does not read it again until its stamp
-        // says this post is complete, below.
+        // SAFETY: header and payload lie inside the mapping (at most POST_BYTES, or INLINE_BYTES
+        // in the header line); the receiver freed this post (the acquire load above) and reads
+        // it again only once its stamp, below, says the post is complete.
         #[allow(unsafe_code)]
         unsafe {
             std::ptr::copy_nonoverlapping(record.as_ptr(), head, record.len());
