@@ -12,6 +12,7 @@
 #![allow(unsafe_code)]
 
 mod calls;
+pub(crate) use calls::BcastBuffer;
 
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_void, CStr};

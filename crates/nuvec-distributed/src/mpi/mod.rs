@@ -24,7 +24,7 @@ mod message;
 mod types;
 
 use chunks::{max_count, pack, ranges, unpack};
-use ffi::{Handle, Mpi};
+use ffi::{BcastBuffer, Handle, Mpi};
 use message::{Header, MAX_HEADER};
 use nuvec_core::distributed::{Communicator, ReduceOp};
 use nuvec_core::{DType, Error, Result};
@@ -182,6 +182,29 @@ impl MpiCommunicator {
         }
     }
 
+    /// `MPI_Bcast` of `data` (elements of `dtype`) from `root`, in pieces of at most the
+    /// int count.
+    fn bcast_in_pieces(&self, mut data: BcastBuffer<'_>, dtype: DType, root: usize) -> Result<()> {
+        let width = dtype.size();
+        let count = match &data {
+            BcastBuffer::Into(data) => data.len(),
+            BcastBuffer::FromRoot(data) => data.len(),
+        } / width;
+        self.run("broadcast", |mpi| {
+            let kind = datatype(mpi, dtype);
+            for range in ranges(count, max_count()) {
+                let bytes = range.start * width..range.end * width;
+                let piece = match &mut data {
+                    BcastBuffer::Into(data) => BcastBuffer::Into(&mut data[bytes]),
+                    BcastBuffer::FromRoot(data) => BcastBuffer::FromRoot(&data[bytes]),
+                };
+                mpi.bcast(piece, range.len(), kind, root, self.comm)
+                    .map_err(named("MPI_Bcast"))?;
+            }
+            Ok(())
+        })
+    }
+
     /// Runs `body` under the MPI lock unless the group failed or was closed; an MPI error
     /// becomes the group's failure. `body` gets the library and names the failed function.
     fn run<T>(
@@ -276,30 +299,12 @@ impl Communicator for MpiCommunicator {
             );
             return Err(self.error("broadcast", reason));
         }
-        let (width, count) = (dtype.size(), data.len() / dtype.size());
-        self.run("broadcast", |mpi| {
-            let kind = datatype(mpi, dtype);
-            for range in ranges(count, max_count()) {
-                let piece = &mut data[range.start * width..range.end * width];
-                mpi.bcast(piece, range.len(), kind, root, self.comm)
-                    .map_err(named("MPI_Bcast"))?;
-            }
-            Ok(())
-        })
+        self.bcast_in_pieces(BcastBuffer::Into(data), dtype, root)
     }
 
     /// `MPI_Bcast` from this rank, the root, without a copy of `data`.
     fn broadcast_unchanged(&self, data: &[u8], dtype: DType) -> Result<bool> {
-        let (width, count) = (dtype.size(), data.len() / dtype.size());
-        self.run("broadcast", |mpi| {
-            let kind = datatype(mpi, dtype);
-            for range in ranges(count, max_count()) {
-                let piece = &data[range.start * width..range.end * width];
-                mpi.bcast_from_root(piece, range.len(), kind, self.rank, self.comm)
-                    .map_err(named("MPI_Bcast"))?;
-            }
-            Ok(())
-        })?;
+        self.bcast_in_pieces(BcastBuffer::FromRoot(data), dtype, self.rank)?;
         Ok(true)
     }
 

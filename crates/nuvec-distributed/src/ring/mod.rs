@@ -164,6 +164,21 @@ impl RingCommunicator {
                 algorithms::all_reduce(network, calls, (input, data), (dtype, op))
             })
     }
+
+    /// The broadcast from `root` of this rank's side of it, `data`.
+    fn broadcast_data(
+        &self,
+        data: algorithms::broadcast::Data<'_>,
+        dtype: DType,
+        root: usize,
+    ) -> Result<()> {
+        let network = &self.network;
+        self.authority
+            .run(network, Kind::Broadcast.name(), true, |turn| {
+                let calls = &mut turn.state().calls;
+                algorithms::broadcast::broadcast(network, calls, data, (dtype, root))
+            })
+    }
 }
 
 impl Communicator for RingCommunicator {
@@ -226,23 +241,12 @@ impl Communicator for RingCommunicator {
                 reason: format!("root rank {root} is not in a group of {}", network.size),
             });
         }
-        self.authority
-            .run(network, Kind::Broadcast.name(), true, |turn| {
-                let calls = &mut turn.state().calls;
-                let data = algorithms::broadcast::Data::Received(data);
-                algorithms::broadcast::broadcast(network, calls, data, (dtype, root))
-            })
+        self.broadcast_data(algorithms::broadcast::Data::Received(data), dtype, root)
     }
 
     fn broadcast_unchanged(&self, data: &[u8], dtype: DType) -> Result<bool> {
-        let network = &self.network;
-        let root = network.rank;
-        self.authority
-            .run(network, Kind::Broadcast.name(), true, |turn| {
-                let calls = &mut turn.state().calls;
-                let data = algorithms::broadcast::Data::Sent(data);
-                algorithms::broadcast::broadcast(network, calls, data, (dtype, root))
-            })?;
+        let root = self.network.rank;
+        self.broadcast_data(algorithms::broadcast::Data::Sent(data), dtype, root)?;
         Ok(true)
     }
 

@@ -54,6 +54,11 @@ pub(crate) struct Post<'a> {
     pub(crate) piece: &'a [u8],
 }
 
+/// Where post number `count`'s header line lies in the mapping.
+fn header_at(mailbox: &MailboxLayout, count: u32) -> usize {
+    mailbox.headers_at + (count as usize % mailbox.posts) * POST_HEADER_STRIDE
+}
+
 impl Channel {
     pub(super) fn word(&self, at: usize) -> &AtomicU32 {
         // SAFETY: `at` is 4-aligned inside the mapping's first page, which lives as long as
@@ -67,20 +72,17 @@ impl Channel {
     /// The header line of post number `count` of `mailbox`, and where its payload of
     /// `length` bytes lies: in that line if it fits ([`INLINE_BYTES`]), else in its buffer.
     fn post_at(&self, mailbox: &MailboxLayout, count: u32, length: usize) -> (*mut u8, *mut u8) {
-        let index = count as usize % mailbox.posts;
         // SAFETY: both lie inside the mapping: the header lines in its first page (checked in
         // `layout.rs`, with the inline payload before the stamp), the buffers after the slots,
         // POST_BYTES each, up to CHANNEL_BYTES.
         #[allow(unsafe_code)]
         unsafe {
-            let head = self
-                .base
-                .add(mailbox.headers_at + index * POST_HEADER_STRIDE);
+            let head = self.base.add(header_at(mailbox, count));
             let payload = match length <= INLINE_BYTES {
                 true => head.add(INLINE_AT),
-                false => self
-                    .base
-                    .add(mailbox.buffers_at + index * mailbox.post_bytes),
+                false => self.base.add(
+                    mailbox.buffers_at + (count as usize % mailbox.posts) * mailbox.post_bytes,
+                ),
             };
             (head, payload)
         }
@@ -88,8 +90,7 @@ impl Channel {
 
     /// The stamp word in the header line of post number `count` of `mailbox`.
     fn stamp(&self, mailbox: &MailboxLayout, count: u32) -> &AtomicU32 {
-        let index = count as usize % mailbox.posts;
-        self.word(mailbox.headers_at + index * POST_HEADER_STRIDE + STAMP_AT)
+        self.word(header_at(mailbox, count) + STAMP_AT)
     }
 
     /// The sending end: posts `parts`, one after the other (at most the mailbox's post size in all),

@@ -4,6 +4,12 @@
 use super::{check, Handle, Mpi, Status, IN_PLACE};
 use std::ffi::{c_int, c_void};
 
+/// The buffer of an `MPI_Bcast`: written on every rank but the root, only read on the root.
+pub(crate) enum BcastBuffer<'a> {
+    Into(&'a mut [u8]),
+    FromRoot(&'a [u8]),
+}
+
 /// The send and receive buffers of a collective of `count` elements each way. Open MPI
 /// refuses a send buffer equal to the receive buffer, which two empty slices can be: with
 /// nothing to move, two distinct bytes of `spare`.
@@ -74,49 +80,25 @@ impl Mpi {
         })
     }
 
-    /// `MPI_Bcast` of `count` elements of `data` from rank `root`.
+    /// `MPI_Bcast` of `count` elements from rank `root`: into `data` on the other ranks,
+    /// from it on the root.
     pub(crate) fn bcast(
         &self,
-        data: &mut [u8],
+        data: BcastBuffer<'_>,
         count: usize,
         datatype: Handle,
         root: usize,
         comm: Handle,
     ) -> Result<(), c_int> {
-        // SAFETY: `data` holds `count` elements (`count` fits an int: the caller chunks); MPI
-        // reads it on the root and writes it elsewhere.
-        check(unsafe {
-            (self.bcast)(
-                data.as_mut_ptr().cast(),
-                count as c_int,
-                datatype,
-                root as c_int,
-                comm,
-            )
-        })
-    }
-
-    /// `MPI_Bcast` on its root, this rank, whose `data` MPI only reads.
-    pub(crate) fn bcast_from_root(
-        &self,
-        data: &[u8],
-        count: usize,
-        datatype: Handle,
-        root: usize,
-        comm: Handle,
-    ) -> Result<(), c_int> {
-        // SAFETY: `data` holds `count` elements (`count` fits an int: the caller chunks); the
-        // buffer is an input on the root (the MPI standard's `MPI_Bcast`), so MPI never
-        // writes through the pointer, made mutable only for the C signature.
-        check(unsafe {
-            (self.bcast)(
-                data.as_ptr().cast_mut().cast(),
-                count as c_int,
-                datatype,
-                root as c_int,
-                comm,
-            )
-        })
+        // MPI never writes the root's buffer (it is an input there), so a root's shared
+        // slice is made mutable only for the C signature.
+        let at = match data {
+            BcastBuffer::Into(data) => data.as_mut_ptr(),
+            BcastBuffer::FromRoot(data) => data.as_ptr().cast_mut(),
+        };
+        // SAFETY: the buffer holds `count` elements (`count` fits an int: the caller chunks);
+        // MPI reads it on the root and writes it elsewhere, where it is a `&mut` slice.
+        check(unsafe { (self.bcast)(at.cast(), count as c_int, datatype, root as c_int, comm) })
     }
 
     /// `MPI_Alltoall` of `count` elements to and from every rank.
