@@ -211,10 +211,51 @@ impl Gpu {
         Ok(out)
     }
 
+    /// A point in this device's stream: the device time between two marks is what CUDA
+    /// events measure (as PyTorch's benchmarks time), without the host's wait for the device.
+    pub fn mark(&self) -> Result<Mark> {
+        self.stream
+            .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map(|event| Mark {
+                event,
+                device: self.index(),
+            })
+            .map_err(|e| self.error("recording an event", e))
+    }
+
     /// Waits until the device has done everything asked of it.
     pub fn synchronize(&self) -> Result<()> {
         self.stream
             .synchronize()
             .map_err(|e| self.error("waiting for the device", e))
+    }
+}
+
+/// A point in a device's stream ([`Gpu::mark`]).
+pub struct Mark {
+    event: cudarc::driver::CudaEvent,
+    device: usize,
+}
+
+impl std::fmt::Debug for Mark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mark(gpu:{})", self.device)
+    }
+}
+
+impl Mark {
+    /// The device time from `start` to this mark (waits for the device to reach it).
+    pub fn since(&self, start: &Mark) -> Result<std::time::Duration> {
+        let milliseconds = start
+            .event
+            .elapsed_ms(&self.event)
+            .map_err(|e| CudaError::Call {
+                op: "timing between events".into(),
+                device: self.device,
+                reason: e.to_string(),
+            })?;
+        Ok(std::time::Duration::from_secs_f64(
+            f64::from(milliseconds.max(0.0)) / 1e3,
+        ))
     }
 }

@@ -31,6 +31,6 @@ pub mod scan;
 pub mod scatter;
 pub mod sort;
 
-pub use device::{available, device_count, gpu, unavailable_reason, Gpu};
+pub use device::{available, device_count, gpu, unavailable_reason, Gpu, Mark};
 pub use error::{CudaError, Result};
 pub use memory::DeviceBuffer;

@@ -96,15 +96,25 @@ impl Dims {
         Ok(dims)
     }
 
-    /// Whether the output and the first `inputs` operands are all contiguous (the `_c`
-    /// kernel serves).
+    /// Whether the output is contiguous and each of the first `inputs` operands contiguous or
+    /// a scalar (the `_c` kernel serves).
     pub fn contiguous(&self, inputs: usize) -> bool {
-        let operands = (0..inputs).chain([2]);
         self.ndim == 0
             || (self.ndim == 1
-                && operands
-                    .into_iter()
-                    .all(|o| self.strides[o][0] == 1 || self.shape[0] <= 1))
+                && (self.shape[0] <= 1
+                    || (self.strides[2][0] == 1
+                        && (0..inputs).all(|o| matches!(self.strides[o][0], 0 | 1)))))
+    }
+
+    /// The `_c` kernel's stride parameter for input `operand`: 0 for a scalar, 1 otherwise.
+    fn unit_stride(&self, operand: usize) -> u64 {
+        u64::from(self.ndim == 0 || self.strides[operand][0] != 0)
+    }
+
+    /// Whether a copy with this layout (from [`Dims::copy`]) reads and writes contiguously, as
+    /// the copy kernel's packed path does (`nv_flat_copy`).
+    fn flat_copy(&self) -> bool {
+        self.ndim == 0 || (self.ndim == 1 && self.strides[0][0] == 1 && self.strides[2][0] == 1)
     }
 }
 
@@ -149,23 +159,29 @@ fn elementwise(
     let contiguous = dims.contiguous(inputs.len());
     let entry = format!("{}_{}", source.name, if contiguous { "c" } else { "s" });
     let function = gpu.function(source, &entry)?;
+    let strides: Vec<u64> = (0..inputs.len()).map(|k| dims.unit_stride(k)).collect();
     let mut launch = gpu.stream.launch_builder(&function);
     for input in inputs {
         launch.arg(input.block());
     }
     launch.arg(out.block_mut());
     launch.arg(&n);
-    if !contiguous {
+    if contiguous {
+        for stride in &strides {
+            launch.arg(stride);
+        }
+    } else {
         launch.arg(dims);
     }
     let threads = if contiguous {
-        n.div_ceil(u64::from(elementwise::UNROLL))
+        n.div_ceil(u64::from(elementwise::PER_THREAD))
     } else {
         n
     };
     // SAFETY: the kernel reads `n` elements of each input at the offsets `dims` gives (the
-    // caller's layout, within the inputs) and writes `n` contiguous elements of `out`, which
-    // holds them; the arguments match the kernel's parameters in order and type.
+    // caller's layout, within the inputs; a scalar's element 0 for a stride of 0) and writes
+    // `n` contiguous elements of `out`, which holds them; the arguments match the kernel's
+    // parameters in order and type.
     let outcome = unsafe { launch.launch(grid(threads)) }.map(drop);
     launched(gpu, source, outcome)?;
     Ok(out)
@@ -292,7 +308,7 @@ pub fn copy_strided(
     launch.arg(x.block()).arg(out.block_mut()).arg(&n).arg(dims);
     // SAFETY: the kernel reads `x` at the offsets `dims` gives (within `x`, by the caller's
     // layout) and writes `n` elements at the output's offsets, which `out` holds.
-    let outcome = unsafe { launch.launch(grid(n)) }.map(drop);
+    let outcome = unsafe { launch.launch(grid(copy_threads(n, dims))) }.map(drop);
     launched(gpu, &source, outcome)?;
     Ok(out)
 }
@@ -328,16 +344,20 @@ pub fn copy_into(
     let mut y_view = y.block_mut().slice_mut(y_start..);
     let mut launch = gpu.stream.launch_builder(&function);
     launch.arg(&x_view).arg(&mut y_view).arg(&n).arg(dims);
-    // A contiguous copy takes `UNROLL` elements per thread.
-    let threads = if dims.contiguous(1) {
-        n.div_ceil(u64::from(elementwise::UNROLL))
-    } else {
-        n
-    };
     // SAFETY: the kernel reads `x` from element `from` at the offsets `dims` gives and writes
     // `y` from element `to` likewise; the caller's layout keeps both within their buffers.
-    let outcome = unsafe { launch.launch(grid(threads)) }.map(drop);
+    let outcome = unsafe { launch.launch(grid(copy_threads(n, dims))) }.map(drop);
     launched(gpu, &source, outcome)
+}
+
+/// The threads a copy of `n` elements laid out as `dims` launches: a contiguous one takes
+/// [`PER_THREAD`](elementwise::PER_THREAD) elements per thread, a strided one one.
+fn copy_threads(n: u64, dims: &Dims) -> u64 {
+    if dims.flat_copy() {
+        n.div_ceil(u64::from(elementwise::PER_THREAD))
+    } else {
+        n
+    }
 }
 
 /// A fused chain (`kernels::fused::chain`'s `source`) over `inputs` of `dtype`, each of `n`
@@ -360,7 +380,7 @@ pub fn fused(
         launch.arg(x.block()).arg(stride);
     }
     launch.arg(out.block_mut()).arg(&n);
-    let threads = n.div_ceil(u64::from(elementwise::UNROLL));
+    let threads = n.div_ceil(u64::from(elementwise::PER_THREAD));
     // SAFETY: the kernel reads element `i` of each full input (which holds `n`) or element 0
     // of each scalar, and writes `n` elements of `out`, which holds them.
     let outcome = unsafe { launch.launch(grid(threads)) }.map(drop);

@@ -1,12 +1,13 @@
 //! `cargo xtask bench-gpu`: nuvec's arrays on GPU 0 against PyTorch on the same GPU, in one run
 //! (`scripts/bench/torch_gpu.py` times PyTorch's side the same way). Each figure is the median
-//! of timed runs after warm-ups, each run ended by waiting for the device; the ops run through
-//! the array API (`Device::Gpu`), so graph building and evaluation are counted.
+//! of 10 timed runs after 3 warm-ups, each run timed between CUDA events recorded on the
+//! device's stream before and after it (as `torch.cuda.Event` times PyTorch's); the ops run
+//! through the array API (`Device::Gpu`), so graph building and evaluation are counted where
+//! the device waits for them.
 
 use nuvec::transforms::compile;
 use nuvec::{ops, random, with_default_device, Array, DType, Device};
 use std::process::{Command, ExitCode};
-use std::time::Duration;
 
 /// One figure: its name, what it moves or computes, and how that is reported.
 struct Case {
@@ -43,7 +44,6 @@ fn run() -> Result<(), String> {
         return Err(format!("no GPU to measure: {reason}"));
     }
     let device = nuvec::cuda::gpu(0).map_err(|e| e.to_string())?;
-    let sync = || device.synchronize().map_err(|e| e.to_string());
     println!("bench-gpu: {} ({})", device.name(), device.arch());
     let n: i32 = 1 << 28;
     let (x, y, rows, a, b) = with_default_device(gpu, || {
@@ -74,7 +74,7 @@ fn run() -> Result<(), String> {
     });
     nuvec::eval(&[x.clone(), y.clone(), rows.clone(), a.clone(), b.clone()])
         .map_err(|e| e.to_string())?;
-    sync()?;
+    device.synchronize().map_err(|e| e.to_string())?;
     let gib = f64::from(n) * 4.0;
     let compiled = compile(gelu);
     let cases: Vec<(Case, Box<dyn Fn() -> Array>)> = vec![
@@ -157,19 +157,17 @@ fn run() -> Result<(), String> {
     let words = u64::from(n.unsigned_abs());
     let flat =
         nuvec::cuda::ops::Dims::copy(&[words as i64], &[1], &[1]).map_err(|e| e.to_string())?;
-    let copy = nuvec_bench::time_median((3, 10, 10), Duration::ZERO, || {
+    let copy = device_median(&device, &mut || {
         nuvec::cuda::ops::copy_into(&device, (&src, 0), (&mut dst, 0), 4, (words, &flat))
-            .map_err(|e| e.to_string())?;
-        sync()
+            .map_err(|e| e.to_string())
     })?;
-    let mut ours = vec![copy.as_secs_f64()];
+    let mut ours = vec![copy];
     for (case, op) in cases.iter().skip(1) {
-        let time = nuvec_bench::time_median((3, 10, 10), Duration::ZERO, || {
+        let time = device_median(&device, &mut || {
             let out = with_default_device(gpu, op);
-            out.eval().map_err(|e| format!("{}: {e}", case.name))?;
-            sync()
+            out.eval().map_err(|e| format!("{}: {e}", case.name))
         })?;
-        ours.push(time.as_secs_f64());
+        ours.push(time);
     }
     let torch = torch_times()?;
     let rate = |case: &Case, seconds: f64| {
@@ -200,6 +198,28 @@ fn run() -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The median device time of `run`, in seconds: 3 warm-ups, then 10 runs, each between two
+/// events recorded on the device's stream.
+fn device_median(
+    device: &nuvec::cuda::Gpu,
+    run: &mut dyn FnMut() -> Result<(), String>,
+) -> Result<f64, String> {
+    let failed = |e: nuvec::cuda::CudaError| e.to_string();
+    for _ in 0..3 {
+        run()?;
+    }
+    device.synchronize().map_err(failed)?;
+    let mut times = Vec::new();
+    for _ in 0..10 {
+        let start = device.mark().map_err(failed)?;
+        run()?;
+        let end = device.mark().map_err(failed)?;
+        times.push(end.since(&start).map_err(failed)?.as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 /// PyTorch's times, from `scripts/bench/torch_gpu.py` (`NUVEC_TORCH_PYTHON` or `python3`).

@@ -34,6 +34,9 @@ __device__ __forceinline__ long long nv_offset(const nv_dims& d, int operand, nv
     }
     return offset;
 }
+__device__ __forceinline__ bool nv_flat_copy(const nv_dims& d) {
+    return d.ndim == 0 || (d.ndim == 1 && d.strides[0][0] == 1 && d.strides[2][0] == 1);
+}
 "#;
 
 /// The suffix of `float` math functions for a compute type (`expf` against `exp`).
@@ -207,30 +210,87 @@ __device__ __forceinline__ {t} nv_ifloordiv_{tg}({t} a, {t} b) {{
     )
 }
 
-/// Elements each thread of a contiguous kernel takes per step, a block apart (so each load
-/// is still coalesced): all are loaded before any is computed and stored, so a thread has
-/// that many loads in flight (the kernels are bound by memory).
-pub const UNROLL: u32 = 4;
+/// Adjacent elements a contiguous kernel moves as one [`nv_pack`](super::types::PRELUDE):
+/// one 16-byte access for 4-byte elements, where every operand is aligned to it.
+pub const VECTOR: u32 = 4;
+/// Packs each thread of a contiguous kernel takes per step, a block apart (so each access is
+/// still coalesced): all are loaded before any is computed and stored, so a thread has that
+/// many loads in flight per input (the kernels are bound by memory).
+pub const UNROLL: u32 = 2;
+/// Elements a thread of a contiguous kernel takes per step: launches size their grid by it.
+pub const PER_THREAD: u32 = VECTOR * UNROLL;
 
-/// The loops of a contiguous kernel over `n` elements: each thread declares `registers`, then
-/// for each of its [`UNROLL`] elements `i` (a block apart, those below `n`) runs `load`, and
-/// then, for each again, `compute`; `u` numbers the element.
-pub(crate) fn unrolled(registers: &str, load: &str, compute: &str) -> String {
+/// One operand of a contiguous kernel: its pointer's name, its storage type and, for an
+/// input that may be a scalar, the name of its stride parameter (0: element 0 serves every
+/// element; 1: contiguous).
+pub(crate) struct Operand<'a> {
+    pub(crate) pointer: &'a str,
+    pub(crate) ty: &'a str,
+    pub(crate) stride: Option<&'a str>,
+}
+
+/// The loops of a contiguous kernel over `n` elements of its `inputs` into `output`. Each
+/// thread loads [`UNROLL`] packs of [`VECTOR`] elements of every input (one access per pack
+/// where every operand is aligned to its pack, element by element otherwise and in the last,
+/// partial pack), then runs `body` once per element, with input `k`'s stored value in `l<k>`,
+/// and stores what it leaves in `out` (the output's storage type) a pack at a time.
+pub(crate) fn contiguous(inputs: &[Operand<'_>], output: &Operand<'_>, body: &str) -> String {
+    let aligned = |o: &Operand<'_>| match o.stride {
+        Some(s) => format!("({s} == 0 || nv_packed({}))", o.pointer),
+        None => format!("nv_packed({})", o.pointer),
+    };
+    let packed = inputs
+        .iter()
+        .chain([output])
+        .map(aligned)
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let mut registers = String::new();
+    let mut loads = String::new();
+    let mut values = String::new();
+    for (k, o) in inputs.iter().enumerate() {
+        let (p, t) = (o.pointer, o.ty);
+        registers += &format!("nv_pack<{t}> p{k}[{UNROLL}]; ");
+        let full = format!(
+            "if (whole) p{k}[u] = *(const nv_pack<{t}>*)({p} + i); \
+             else for (int e = 0; e < {VECTOR}; e++) p{k}[u].e[e] = {p}[i + e < n ? i + e : i];"
+        );
+        loads += &match o.stride {
+            Some(s) => format!(
+                "if ({s} == 0) {{ for (int e = 0; e < {VECTOR}; e++) p{k}[u].e[e] = {p}[0]; }} else {{ {full} }}\n                "
+            ),
+            None => format!("{full}\n                "),
+        };
+        values += &format!("{t} l{k} = p{k}[u].e[e]; ");
+    }
+    let (y, to) = (output.pointer, output.ty);
     format!(
-        r#"    nv_u64 stride = (nv_u64)gridDim.x * blockDim.x * {UNROLL};
-    for (nv_u64 base = blockIdx.x * (nv_u64)blockDim.x * {UNROLL} + threadIdx.x; base < n;
+        r#"    bool packed = {packed};
+    nv_u64 packs = (n + {VECTOR} - 1) / {VECTOR};
+    nv_u64 stride = (nv_u64)gridDim.x * blockDim.x * {UNROLL};
+    for (nv_u64 base = blockIdx.x * (nv_u64)blockDim.x * {UNROLL} + threadIdx.x; base < packs;
          base += stride) {{
         {registers}
         #pragma unroll
         for (int u = 0; u < {UNROLL}; u++) {{
-            nv_u64 i = base + (nv_u64)u * blockDim.x;
-            if (i < n) {{ {load} }}
+            nv_u64 i = (base + (nv_u64)u * blockDim.x) * {VECTOR};
+            bool whole = packed && i + {VECTOR} <= n;
+            if (i < n) {{
+                {loads}}}
         }}
         #pragma unroll
         for (int u = 0; u < {UNROLL}; u++) {{
-            nv_u64 i = base + (nv_u64)u * blockDim.x;
+            nv_u64 i = (base + (nv_u64)u * blockDim.x) * {VECTOR};
             if (i < n) {{
-{compute}
+                nv_pack<{to}> q;
+                #pragma unroll
+                for (int e = 0; e < {VECTOR}; e++) {{
+                    {values}{to} out;
+                    {body}
+                    q.e[e] = out;
+                }}
+                if (packed && i + {VECTOR} <= n) *(nv_pack<{to}>*)({y} + i) = q;
+                else for (int e = 0; e < {VECTOR} && i + e < n; e++) {y}[i + e] = q.e[e];
             }}
         }}
     }}
@@ -238,64 +298,57 @@ pub(crate) fn unrolled(registers: &str, load: &str, compute: &str) -> String {
     )
 }
 
-/// A value an element-wise kernel loads: its C type, its name in the computation, and the
-/// expression loading it from the inputs at the offsets `o0`, `o1`.
-struct Loaded {
-    ty: String,
-    name: &'static str,
-    expr: String,
-}
-
-/// The grid-stride loops of an element-wise kernel: `loads` read element `i` of the inputs,
-/// then `compute` writes the output at offset `oy`. The contiguous entry point takes
-/// [`UNROLL`] elements per thread and step; the strided one, one.
+/// The two entry points of an element-wise kernel over `inputs` inputs of storage type `ti`
+/// into `y` of `to`: `_c` over contiguous operands (inputs may be scalars, by their stride
+/// parameters), where `body` computes `out` from the stored values `l0`, `l1`; `_s` over
+/// strided ones, where `strided` reads the inputs at offsets `o0`, `o1` and writes `y[oy]`.
 fn entry_points(
     name: &str,
-    params: &str,
-    loads: &[Loaded],
-    compute: &str,
+    (ti, to): (&str, &str),
     inputs: usize,
+    body: &str,
+    strided: &str,
 ) -> String {
-    let contiguous_offsets: String = (0..inputs)
-        .map(|k| format!("long long o{k} = (long long)i; "))
+    let pointers = ["a_", "b_"];
+    let strides = ["s0", "s1"];
+    let params: String = pointers[..inputs]
+        .iter()
+        .map(|p| format!("const {ti}* __restrict__ {p}, "))
+        .collect::<String>()
+        + &format!("{to}* __restrict__ y");
+    let operands: Vec<Operand<'_>> = (0..inputs)
+        .map(|k| Operand {
+            pointer: pointers[k],
+            ty: ti,
+            stride: Some(strides[k]),
+        })
         .collect();
-    let strided_offsets: String = (0..inputs)
+    let output = Operand {
+        pointer: "y",
+        ty: to,
+        stride: None,
+    };
+    let stride_params: String = strides[..inputs]
+        .iter()
+        .map(|s| format!(", nv_u64 {s}"))
+        .collect();
+    let offsets: String = (0..inputs)
         .map(|k| format!("long long o{k} = nv_offset(d, {k}, i); "))
         .collect::<String>()
         + "long long oy = nv_offset(d, 2, i);";
-    let loaded: String = loads
-        .iter()
-        .map(|l| format!("{} {} = {}; ", l.ty, l.name, l.expr))
-        .collect();
-    let registers: String = loads
-        .iter()
-        .map(|l| format!("{} r_{}[{UNROLL}]; ", l.ty, l.name))
-        .collect();
-    let to_registers: String = loads
-        .iter()
-        .map(|l| format!("r_{}[u] = {}; ", l.name, l.expr))
-        .collect();
-    let from_registers: String = loads
-        .iter()
-        .map(|l| format!("{} {} = r_{}[u]; ", l.ty, l.name, l.name))
-        .collect();
-    let unrolled = unrolled(
-        &registers,
-        &format!("{contiguous_offsets}{to_registers}"),
-        &format!("long long oy = (long long)i; {from_registers}{compute}"),
-    );
     format!(
         r#"
-extern "C" __global__ void {name}_c({params}, nv_u64 n) {{
-{unrolled}}}
+extern "C" __global__ void {name}_c({params}, nv_u64 n{stride_params}) {{
+{loops}}}
 extern "C" __global__ void {name}_s({params}, nv_u64 n, nv_dims d) {{
     for (nv_u64 i = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; i < n;
          i += (nv_u64)gridDim.x * blockDim.x) {{
-        {strided_offsets}
-        {loaded}{compute}
+        {offsets}
+        {strided}
     }}
 }}
-"#
+"#,
+        loops = contiguous(&operands, &output, body)
     )
 }
 
@@ -305,18 +358,15 @@ pub fn unary(op: UnaryOp, input: DType, output: DType) -> Option<Source> {
     let expression = unary_expression(op, output)?;
     let name = format!("unary_{}_{}_{}", op.name(), tag(input), tag(output));
     let (ti, to, tc) = (storage(input), storage(output), compute(output));
-    let loaded = load(input, "x[o0]");
     let result = store(output, &expression);
-    let loads = [Loaded {
-        ty: tc.into(),
-        name: "v",
-        expr: format!("({tc})({loaded})"),
-    }];
-    let compute = format!("y[oy] = {result};");
-    let params = format!("const {ti}* __restrict__ x, {to}* __restrict__ y");
+    let body = format!("{tc} v = ({tc})({}); out = {result};", load(input, "l0"));
+    let strided = format!(
+        "{tc} v = ({tc})({}); y[oy] = {result};",
+        load(input, "a_[o0]")
+    );
     let text = format!(
         "{PRELUDE}{DIMS_STRUCT}{}",
-        entry_points(&name, &params, &loads, &compute, 1)
+        entry_points(&name, (ti, to), 1, &body, &strided)
     );
     Some(Source { name, text })
 }
@@ -327,27 +377,15 @@ pub fn binary(op: BinaryOp, input: DType, output: DType) -> Option<Source> {
     let expression = binary_expression(op, input)?;
     let name = format!("binary_{}_{}_{}", op.name(), tag(input), tag(output));
     let (ti, to, tc) = (storage(input), storage(output), compute(input));
-    let (la, lb) = (load(input, "a_[o0]"), load(input, "b_[o1]"));
     let result = store(output, &expression);
-    let loads = [
-        Loaded {
-            ty: tc.into(),
-            name: "a",
-            expr: la,
-        },
-        Loaded {
-            ty: tc.into(),
-            name: "b",
-            expr: lb,
-        },
-    ];
-    let compute = format!("y[oy] = {result};");
-    let params =
-        format!("const {ti}* __restrict__ a_, const {ti}* __restrict__ b_, {to}* __restrict__ y");
+    let operands =
+        |a: &str, b: &str| format!("{tc} a = {}; {tc} b = {}; ", load(input, a), load(input, b));
+    let body = format!("{}out = {result};", operands("l0", "l1"));
+    let strided = format!("{}y[oy] = {result};", operands("a_[o0]", "b_[o1]"));
     let text = format!(
         "{PRELUDE}{DIMS_STRUCT}{}{}",
         binary_helpers(input),
-        entry_points(&name, &params, &loads, &compute, 2)
+        entry_points(&name, (ti, to), 2, &body, &strided)
     );
     Some(Source { name, text })
 }
@@ -356,18 +394,16 @@ pub fn binary(op: BinaryOp, input: DType, output: DType) -> Option<Source> {
 /// toward zero, as C and the CPU do).
 pub fn convert(input: DType, output: DType) -> Source {
     let name = format!("convert_{}_{}", tag(input), tag(output));
-    let (ti, to) = (storage(input), storage(output));
-    let to_compute = compute(output);
-    let loads = [Loaded {
-        ty: to_compute.into(),
-        name: "v",
-        expr: format!("({to_compute})({})", load(input, "x[o0]")),
-    }];
-    let result = format!("y[oy] = {};", store(output, "v"));
-    let params = format!("const {ti}* __restrict__ x, {to}* __restrict__ y");
+    let (ti, to, tc) = (storage(input), storage(output), compute(output));
+    let result = store(output, "v");
+    let body = format!("{tc} v = ({tc})({}); out = {result};", load(input, "l0"));
+    let strided = format!(
+        "{tc} v = ({tc})({}); y[oy] = {result};",
+        load(input, "a_[o0]")
+    );
     let text = format!(
         "{PRELUDE}{DIMS_STRUCT}{}",
-        entry_points(&name, &params, &loads, &result, 1)
+        entry_points(&name, (ti, to), 1, &body, &strided)
     );
     Source { name, text }
 }
@@ -388,15 +424,13 @@ mod tests {
     fn half_precision_computes_in_float_and_rounds_where_the_cpu_does() {
         let add = binary(BinaryOp::Add, DType::BF16, DType::BF16).unwrap();
         assert!(
-            add.text.contains("float a = nv_bf16_to_f32(a_[o0])"),
+            add.text.contains("float a = nv_bf16_to_f32(l0)"),
             "{}",
             add.text
         );
         let floor_divide = binary_expression(BinaryOp::FloorDivide, DType::F16).unwrap();
         assert_eq!(floor_divide, "floorf(nv_f16_to_f32(nv_f32_to_f16(a / b)))");
         let less = binary(BinaryOp::Less, DType::F32, DType::Bool).unwrap();
-        assert!(less
-            .text
-            .contains("y[oy] = (unsigned char)(((a < b)) != 0);"));
+        assert!(less.text.contains("out = (unsigned char)(((a < b)) != 0);"));
     }
 }

@@ -1,10 +1,12 @@
 //! `compile`'s fused element-wise chains as one kernel: each thread loads its elements
-//! ([`UNROLL`] of them, a block apart) of every input into registers, applies the chain's
+//! ([`PER_THREAD`] of them, in packs) of every input into registers, applies the chain's
 //! steps in order (each rounded to the dtype as the unfused op would store it, so the results
 //! are bit for bit the unfused kernels'), and stores the last.
 
+#[cfg(doc)]
+use super::elementwise::PER_THREAD;
 use super::elementwise::{
-    binary_expression, binary_helpers, rounded, unary_expression, unrolled, UNROLL,
+    binary_expression, binary_helpers, contiguous, rounded, unary_expression, Operand,
 };
 use super::types::{compute, is_float, load, storage, store, tag, PRELUDE};
 use super::{binary_output, Source};
@@ -31,14 +33,8 @@ pub fn chain(steps: &[Step], inputs: usize, dtype: DType) -> Option<Source> {
     }
     let (ts, tc) = (storage(dtype), compute(dtype));
     let mut body = String::new();
-    let (mut registers, mut loads) = (String::new(), String::new());
     for k in 0..inputs {
-        registers += &format!("{ts} l{k}[{UNROLL}]; ");
-        loads += &format!("l{k}[u] = x{k}[i * s{k}]; ");
-        body += &format!(
-            "        {tc} r{k} = {};\n",
-            load(dtype, &format!("l{k}[u]"))
-        );
+        body += &format!("        {tc} r{k} = {};\n", load(dtype, &format!("l{k}")));
     }
     for (j, step) in steps.iter().enumerate() {
         let r = inputs + j;
@@ -66,19 +62,33 @@ pub fn chain(steps: &[Step], inputs: usize, dtype: DType) -> Option<Source> {
     let params: String = (0..inputs)
         .map(|k| format!("const {ts}* __restrict__ x{k}, nv_u64 s{k}, "))
         .collect();
+    let (pointers, strides): (Vec<String>, Vec<String>) = (0..inputs)
+        .map(|k| (format!("x{k}"), format!("s{k}")))
+        .unzip();
+    let operands: Vec<Operand<'_>> = pointers
+        .iter()
+        .zip(&strides)
+        .map(|(pointer, stride)| Operand {
+            pointer,
+            ty: ts,
+            stride: Some(stride),
+        })
+        .collect();
+    let output = Operand {
+        pointer: "y",
+        ty: ts,
+        stride: None,
+    };
     let text = format!(
         r#"{PRELUDE}{helpers}
 extern "C" __global__ void {name}({params}{ts}* __restrict__ y, nv_u64 n) {{
 {loops}}}
 "#,
         helpers = binary_helpers(dtype),
-        loops = unrolled(
-            &registers,
-            &loads,
-            &format!(
-                "{body}        y[i] = {};",
-                store(dtype, &format!("r{last}"))
-            )
+        loops = contiguous(
+            &operands,
+            &output,
+            &format!("{body}        out = {};", store(dtype, &format!("r{last}")))
         ),
     );
     Some(Source { name, text })
@@ -95,7 +105,7 @@ mod tests {
             Step::Unary(UnaryOp::Tanh, 2),
         ];
         let source = chain(&steps, 2, DType::BF16).unwrap();
-        assert!(source.text.contains("x1[i * s1]"), "{}", source.text);
+        assert!(source.text.contains("if (s1 == 0)"), "{}", source.text);
         assert!(source.text.contains("nv_f32_to_bf16"), "{}", source.text);
         assert_eq!(source, chain(&steps, 2, DType::BF16).unwrap());
         assert_ne!(source.name, chain(&steps, 2, DType::F32).unwrap().name);

@@ -3,7 +3,7 @@
 //! `take_along_axis`) with MLX's negative indices. Element sizes only matter, so one kernel
 //! per element width serves every dtype.
 
-use super::elementwise::{unrolled, DIMS_STRUCT, UNROLL};
+use super::elementwise::{contiguous, Operand, DIMS_STRUCT, PER_THREAD};
 use super::types::PRELUDE;
 use super::Source;
 
@@ -23,13 +23,17 @@ fn word(bytes: usize) -> Option<&'static str> {
 pub fn strided_copy(bytes: usize) -> Option<Source> {
     let w = word(bytes)?;
     let name = format!("copy_{}", 8 * bytes);
+    let operand = |pointer| Operand {
+        pointer,
+        ty: w,
+        stride: None,
+    };
     let text = format!(
         r#"{PRELUDE}{DIMS_STRUCT}
 extern "C" __global__ void {name}(const {w}* __restrict__ x, {w}* __restrict__ y, nv_u64 n, nv_dims d) {{
     // Both sides contiguous (merged into one dimension of stride 1): no index arithmetic, and
-    // {UNROLL} elements per thread and step, all loaded before any is stored.
-    bool flat = d.ndim <= 1 && (d.ndim == 0 || (d.strides[0][0] == 1 && d.strides[2][0] == 1));
-    if (flat) {{
+    // {PER_THREAD} elements per thread and step, in packs, all loaded before any is stored.
+    if (nv_flat_copy(d)) {{
 {loops}        return;
     }}
     for (nv_u64 i = blockIdx.x * (nv_u64)blockDim.x + threadIdx.x; i < n;
@@ -38,7 +42,7 @@ extern "C" __global__ void {name}(const {w}* __restrict__ x, {w}* __restrict__ y
     }}
 }}
 "#,
-        loops = unrolled(&format!("{w} r[{UNROLL}];"), "r[u] = x[i];", "y[i] = r[u];")
+        loops = contiguous(&[operand("x")], &operand("y"), "out = l0;")
     );
     Some(Source { name, text })
 }

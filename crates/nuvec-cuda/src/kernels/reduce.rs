@@ -46,6 +46,32 @@ pub(crate) fn fold_warps(t: &str, combine: &str, name: &str, warps: u32) -> Stri
     )
 }
 
+/// A loop running `body` with `v` (of compute type `t`) bound to each element of the row
+/// `x[base..base + cols]` of `input` that this thread folds. Where the row is aligned to
+/// whole packs, the thread reads pack `p = threadIdx.x, threadIdx.x + blockDim.x, …` in one
+/// access each, several in flight; otherwise element `j` likewise. The order is fixed by the
+/// row's shape and alignment, so a rerun gives the same bits.
+fn row_loop(input: DType, t: &str, body: &str) -> String {
+    let ts = storage(input);
+    format!(
+        r#"
+    if (cols % 4 == 0 && nv_packed(x + base)) {{
+        const nv_pack<{ts}>* packs = (const nv_pack<{ts}>*)(x + base);
+        #pragma unroll 4
+        for (nv_u64 p = threadIdx.x; p < cols / 4; p += blockDim.x) {{
+            nv_pack<{ts}> q = packs[p];
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {{ {t} v = ({t})({loaded}); {body} }}
+        }}
+    }} else {{
+        for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = ({t})({element}); {body} }}
+    }}
+"#,
+        loaded = load(input, "q.e[e]"),
+        element = load(input, "x[base + j]"),
+    )
+}
+
 /// A reduction along the last axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reduction {
@@ -199,7 +225,7 @@ pub fn row_reduction(reduction: Reduction, input: DType, output: DType) -> Optio
             let t = compute(input);
             format!(
                 "{}    if (threadIdx.x == 0) y[row] = {stored};\n",
-                max_and_exp_sum(t, s, &loaded),
+                max_and_exp_sum(t, s, &|body| row_loop(input, t, body)),
                 stored = store(output, &format!("(isinf(top) ? top : top + log{s}(total))")),
             )
         }
@@ -209,9 +235,9 @@ pub fn row_reduction(reduction: Reduction, input: DType, output: DType) -> Optio
             format!(
                 r#"
     {t} acc = {identity};
-    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = ({t})({loaded}); acc = {step}; }}
-{fold}    if (threadIdx.x == 0) y[row] = {stored};
+{each}{fold}    if (threadIdx.x == 0) y[row] = {stored};
 "#,
+                each = row_loop(input, t, &format!("acc = {step};")),
                 fold = fold_block(t, &format!("acc = {step};"), "warps"),
                 stored = store(output, "acc"),
             )
@@ -237,35 +263,41 @@ extern "C" __global__ void {name}(const {ti}* __restrict__ x, {to}* __restrict__
 
 /// The code, for the block of a row, that leaves the row's largest value in `top` and the sum
 /// of `exp(x - top)` in `total` (0 for a row whose largest value is infinite): `t` is the
-/// compute type, `s` its math functions' suffix, `loaded` element `j` of the row.
-fn max_and_exp_sum(t: &str, s: &str, loaded: &str) -> String {
+/// compute type, `s` its math functions' suffix, `each` a loop running its body with `v`
+/// bound to each of the thread's elements ([`row_loop`], or the registers of softmax).
+fn max_and_exp_sum(t: &str, s: &str, each: &dyn Fn(&str) -> String) -> String {
     format!(
         r#"
     __shared__ {t} row_values[2];
     {t} acc = -INFINITY;
-    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; acc = (acc != acc) || acc > v ? acc : v; }}
-{largest}    if (threadIdx.x == 0) row_values[0] = acc;
+{largest_each}{largest}    if (threadIdx.x == 0) row_values[0] = acc;
     __syncthreads();
     {t} top = row_values[0];
     acc = 0;
     if (!isinf(top)) {{
-        for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; acc += exp{s}(v - top); }}
-    }}
+{sum_each}    }}
 {sum}    if (threadIdx.x == 0) row_values[1] = acc;
     __syncthreads();
     {t} total = row_values[1];
 "#,
+        largest_each = each("acc = (acc != acc) || acc > v ? acc : v;"),
         largest = fold_block(
             t,
             "acc = (acc != acc) || acc > v ? acc : v;",
             "warp_largest"
         ),
+        sum_each = each(&format!("acc += exp{s}(v - top);")),
         sum = fold_block(t, "acc = acc + v;", "warp_sums"),
     )
 }
 
+/// Packs of a row each thread of softmax keeps in registers: rows of up to
+/// `4 × KEPT × BLOCK` elements (8192) are read once, others three times.
+const KEPT: u32 = 8;
+
 /// Softmax along the last axis of rows of a float `dtype`: `exp(x - max) / sum`, accumulated
-/// in `float` for half precision (MLX's precise softmax).
+/// in `float` for half precision (MLX's precise softmax). A row of whole packs that fits the
+/// block's registers is read from memory once; the sums run in the same order either way.
 pub fn softmax(dtype: DType) -> Option<Source> {
     if !is_float(dtype) {
         return None;
@@ -273,16 +305,53 @@ pub fn softmax(dtype: DType) -> Option<Source> {
     let name = format!("softmax_{}", tag(dtype));
     let (ts, t) = (storage(dtype), compute(dtype));
     let s = if dtype == DType::F64 { "" } else { "f" };
-    let loaded = load(dtype, "x[base + j]");
     let stored = store(dtype, &format!("exp{s}(v - top) / total"));
-    let common = max_and_exp_sum(t, s, &loaded);
+    let kept_value = load(dtype, "q[r].e[e]");
+    let kept = |body: &str| {
+        format!(
+            r#"    #pragma unroll
+    for (int r = 0; r < {KEPT}; r++) {{
+        nv_u64 p = threadIdx.x + (nv_u64)r * blockDim.x;
+        if (p < cols / 4) {{
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {{ {t} v = {kept_value}; {body} }}
+        }}
+    }}
+"#
+        )
+    };
+    let in_registers = max_and_exp_sum(t, s, &kept);
+    let streamed = max_and_exp_sum(t, s, &|body| row_loop(dtype, t, body));
+    let loaded = load(dtype, "x[base + j]");
+    let most = 4 * KEPT * BLOCK;
     let text = format!(
         r#"{PRELUDE}
 extern "C" __global__ void {name}(const {ts}* __restrict__ x, {ts}* __restrict__ y, nv_u64 rows, nv_u64 cols) {{
     nv_u64 row = blockIdx.x;
     if (row >= rows) return;
     nv_u64 base = row * cols;
-{common}    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; y[base + j] = {stored}; }}
+    if (cols % 4 == 0 && cols <= {most} && nv_packed(x + base) && nv_packed(y + base)) {{
+        const nv_pack<{ts}>* packs = (const nv_pack<{ts}>*)(x + base);
+        nv_pack<{ts}>* outs = (nv_pack<{ts}>*)(y + base);
+        nv_pack<{ts}> q[{KEPT}];
+        #pragma unroll
+        for (int r = 0; r < {KEPT}; r++) {{
+            nv_u64 p = threadIdx.x + (nv_u64)r * blockDim.x;
+            if (p < cols / 4) q[r] = packs[p];
+        }}
+{in_registers}        #pragma unroll
+        for (int r = 0; r < {KEPT}; r++) {{
+            nv_u64 p = threadIdx.x + (nv_u64)r * blockDim.x;
+            if (p < cols / 4) {{
+                nv_pack<{ts}> o;
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {{ {t} v = {kept_value}; o.e[e] = {stored}; }}
+                outs[p] = o;
+            }}
+        }}
+        return;
+    }}
+{streamed}    for (nv_u64 j = threadIdx.x; j < cols; j += blockDim.x) {{ {t} v = {loaded}; y[base + j] = {stored}; }}
 }}
 "#
     );

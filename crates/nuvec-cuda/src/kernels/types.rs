@@ -53,9 +53,15 @@ pub fn store(dtype: DType, value: &str) -> String {
     }
 }
 
-/// The conversions every kernel source starts with.
+/// What every kernel source starts with: the vector of four elements the contiguous kernels
+/// move in one access, and the conversions.
 pub const PRELUDE: &str = r#"
 typedef unsigned long long nv_u64;
+/* Four adjacent elements, aligned so that one access moves them all (16 bytes of float). */
+template <class T> struct alignas(4 * sizeof(T)) nv_pack { T e[4]; };
+template <class T> __device__ __forceinline__ bool nv_packed(const T* p) {
+    return ((nv_u64)p % sizeof(nv_pack<T>)) == 0;
+}
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif

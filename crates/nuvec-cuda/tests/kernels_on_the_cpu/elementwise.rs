@@ -47,29 +47,36 @@ fn operand(dtype: DType, count: u64, seed: u64) -> Vec<u8> {
     bytes
 }
 
-/// Runs `source`'s `_c` and `_s` entry points over the same inputs and returns both outputs.
-fn both_paths(source: &Source, inputs: &[DType], output: DType) -> (Vec<u8>, Vec<u8>) {
+/// Runs `source`'s `_c` and `_s` entry points over the same inputs and returns both outputs,
+/// and `_c`'s again with every operand one element further on (so no pack is aligned), over
+/// the `n - 1` elements after the first (its element 0 left zero).
+fn both_paths(source: &Source, inputs: &[DType], output: DType) -> [Vec<u8>; 3] {
     let name = &source.name;
     let so = storage(output);
-    let params: Vec<String> = inputs
-        .iter()
-        .enumerate()
-        .map(|(k, d)| format!("(const {}*)in{k}.data()", storage(*d)))
-        .collect();
+    let params = |from: usize| -> String {
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(k, d)| format!("(const {}*)in{k}.data() + {from}, ", storage(*d)))
+            .collect()
+    };
+    let (args, shifted) = (params(0), params(1));
+    let strides = ", 1".repeat(inputs.len());
     let reads: String = (0..inputs.len())
         .map(|k| format!("auto in{k} = nv_read(\"in{k}.bin\");\n"))
         .collect();
-    let args = params.join(", ");
     let driver = format!(
         r#"{DIMS}
 int main() {{
     nv_u64 n = {N};
     {reads}
-    std::vector<unsigned char> c(n * sizeof({so})), s(n * sizeof({so}));
-    nv_launch(3, 8, [&] {{ {name}_c({args}, ({so}*)c.data(), n); }});
+    std::vector<unsigned char> c(n * sizeof({so})), s(n * sizeof({so})), m(n * sizeof({so}));
+    nv_launch(3, 8, [&] {{ {name}_c({args}({so}*)c.data(), n{strides}); }});
     nv_dims d = nv_line(n, 1, 1);
-    nv_launch(3, 8, [&] {{ {name}_s({args}, ({so}*)s.data(), n, d); }});
+    nv_launch(3, 8, [&] {{ {name}_s({args}({so}*)s.data(), n, d); }});
+    nv_launch(3, 8, [&] {{ {name}_c({shifted}({so}*)m.data() + 1, n - 1{strides}); }});
     c.insert(c.end(), s.begin(), s.end());
+    c.insert(c.end(), m.begin(), m.end());
     nv_write("out.bin", c);
 }}
 "#
@@ -84,8 +91,8 @@ int main() {{
     let named: Vec<(&str, &[u8])> = data.iter().map(|(n, b)| (n.as_str(), &b[..])).collect();
     let out = run(&dir, &named, &[]);
     let _ = std::fs::remove_dir_all(&dir);
-    let (c, s) = out.split_at(out.len() / 2);
-    (c.to_vec(), s.to_vec())
+    let third = out.len() / 3;
+    [0, 1, 2].map(|k| out[k * third..(k + 1) * third].to_vec())
 }
 
 #[test]
@@ -122,17 +129,23 @@ fn contiguous_kernels_give_the_strided_kernels_bits() {
         (convert(DType::U8, DType::F32), vec![DType::U8], DType::F32),
     ];
     for (source, inputs, output) in cases {
-        let (c, s) = both_paths(&source, &inputs, output);
+        let [c, s, shifted] = both_paths(&source, &inputs, output);
         assert_eq!(c.len(), N as usize * output.size());
         assert!(
             c == s,
             "{}: the contiguous and strided kernels differ",
             source.name
         );
+        let first = output.size();
+        assert!(
+            shifted[first..] == s[first..],
+            "{}: the contiguous kernel differs on operands out of its packs' alignment",
+            source.name
+        );
     }
     // An addition checked against Rust's own, element by element.
     let add = binary(BinaryOp::Add, DType::F32, DType::F32).unwrap();
-    let (c, _) = both_paths(&add, &[DType::F32; 2], DType::F32);
+    let [c, _, _] = both_paths(&add, &[DType::F32; 2], DType::F32);
     let (a, b) = (operand(DType::F32, N, 3), operand(DType::F32, N, 4));
     let f =
         |bytes: &[u8], i: usize| f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
@@ -198,6 +211,22 @@ fn a_fused_chain_and_a_contiguous_copy_give_the_unfused_and_strided_bits() {
         ),
     );
     let product = run(&dir, &[("x", &x), ("s", &scale)], &[]);
+    // The contiguous kernel reads a scalar operand by its stride parameter of 0.
+    compile(
+        &dir,
+        &multiply,
+        &line(
+            &multiply,
+            &format!(
+            "nv_launch(3, 8, [&] {{ {}_c(({t}*)x.data(), ({t}*)s.data(), ({t}*)y.data(), n, 1, 0); }});",
+            multiply.name
+        ),
+        ),
+    );
+    assert!(
+        run(&dir, &[("x", &x), ("s", &scale)], &[]) == product,
+        "the contiguous product by a scalar differs from the strided one"
+    );
     compile(
         &dir,
         &tanh,
