@@ -186,59 +186,49 @@ fn a_fused_chain_and_a_contiguous_copy_give_the_unfused_and_strided_bits() {
             "{dims}\nint main() {{\n    nv_u64 n = {N};\n    auto x = nv_read(\"x.bin\"), s = nv_read(\"s.bin\");\n    std::vector<unsigned char> y(n * 2);\n    {body}\n    nv_write(\"out.bin\", y);\n}}\n"
         )
     };
+    // Compiles `source` with `body` as its main and runs it on `x` and the scale.
+    let launch = |source: &Source, body: &str, x: &[u8]| {
+        compile(&dir, source, &line(source, body));
+        run(&dir, &[("x", x), ("s", &scale)], &[])
+    };
     let t = "unsigned short";
-    compile(
-        &dir,
+    let got = launch(
         &fused,
-        &line(
-            &fused,
-            &format!(
+        &format!(
             "nv_launch(3, 8, [&] {{ {}(({t}*)x.data(), 1, ({t}*)s.data(), 0, ({t}*)y.data(), n); }});",
             fused.name
         ),
-        ),
+        &x,
     );
-    let got = run(&dir, &[("x", &x), ("s", &scale)], &[]);
-    compile(
-        &dir,
+    let product = launch(
         &multiply,
-        &line(
-            &multiply,
-            &format!(
+        &format!(
             "nv_dims d = nv_line(n, 1, 0); nv_launch(3, 8, [&] {{ {}_s(({t}*)x.data(), ({t}*)s.data(), ({t}*)y.data(), n, d); }});",
             multiply.name
         ),
-        ),
+        &x,
     );
-    let product = run(&dir, &[("x", &x), ("s", &scale)], &[]);
     // The contiguous kernel reads a scalar operand by its stride parameter of 0.
-    compile(
-        &dir,
+    let contiguous = launch(
         &multiply,
-        &line(
-            &multiply,
-            &format!(
+        &format!(
             "nv_launch(3, 8, [&] {{ {}_c(({t}*)x.data(), ({t}*)s.data(), ({t}*)y.data(), n, 1, 0); }});",
             multiply.name
         ),
-        ),
+        &x,
     );
     assert!(
-        run(&dir, &[("x", &x), ("s", &scale)], &[]) == product,
+        contiguous == product,
         "the contiguous product by a scalar differs from the strided one"
     );
-    compile(
-        &dir,
+    let want = launch(
         &tanh,
-        &line(
-            &tanh,
-            &format!(
+        &format!(
             "nv_dims d = nv_line(n, 1, 1); nv_launch(3, 8, [&] {{ {}_s(({t}*)x.data(), ({t}*)y.data(), n, d); }});",
             tanh.name
         ),
-        ),
+        &product,
     );
-    let want = run(&dir, &[("x", &product), ("s", &scale)], &[]);
     assert!(
         got == want,
         "the fused chain differs from multiply then tanh"
@@ -246,18 +236,14 @@ fn a_fused_chain_and_a_contiguous_copy_give_the_unfused_and_strided_bits() {
 
     // A copy of 2-byte elements: contiguous (flat) against the same copy as two dimensions.
     let copy = strided_copy(2).unwrap();
-    compile(
-        &dir,
+    let both = launch(
         &copy,
-        &line(
-            &copy,
-            &format!(
+        &format!(
             "nv_dims flat = nv_line(n, 1, 0); flat.strides[2][0] = 1;\n    std::vector<unsigned char> z(n * 2);\n    nv_launch(3, 8, [&] {{ {name}((unsigned short*)x.data(), (unsigned short*)y.data(), n, flat); }});\n    nv_dims d{{}}; d.ndim = 2; d.shape[0] = 17; d.shape[1] = 59; d.strides[0][0] = 59; d.strides[0][1] = 1; d.strides[2][0] = 59; d.strides[2][1] = 1;\n    nv_launch(3, 8, [&] {{ {name}((unsigned short*)x.data(), (unsigned short*)z.data(), n, d); }});\n    y.insert(y.end(), z.begin(), z.end());",
             name = copy.name
         ),
-        ),
+        &x,
     );
-    let both = run(&dir, &[("x", &x), ("s", &scale)], &[]);
     let (flat, strided) = both.split_at(both.len() / 2);
     assert!(
         flat == &x[..] && strided == &x[..],
