@@ -13,10 +13,10 @@
 //! there is nothing to overlap, and the hand-off would only add latency.
 
 use crate::array::{lock, Array, Node, Op, State};
+use crate::node_hash::{NodeMap, NodeSet};
 use crate::primitive::{Input, OutputSpec};
 use crate::transforms::trace::{differentiating, placeholder_eval_error, Traced};
 use crate::{Device, Error, Result};
-use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -58,7 +58,7 @@ pub fn eval(outputs: &[Array]) -> Result<()> {
     // Inside a function being differentiated, nodes that depend on its inputs keep their ops.
     let keep = differentiating();
     // Nodes running on a group's worker, with the signal that they are done.
-    let mut in_flight: HashMap<*const Node, Receiver<()>> = HashMap::new();
+    let mut in_flight: NodeMap<*const Node, Receiver<()>> = NodeMap::default();
     let mut tape = order(outputs).into_iter().peekable();
     while let Some(array) = tape.next() {
         if !in_flight.is_empty() {
@@ -162,7 +162,7 @@ fn independent_work_follows(array: &Array, next: Option<&Array>) -> bool {
 }
 
 /// Waits for those of `array`'s inputs that are still running on a group's worker.
-fn await_inputs(array: &Array, in_flight: &mut HashMap<*const Node, Receiver<()>>) {
+fn await_inputs(array: &Array, in_flight: &mut NodeMap<*const Node, Receiver<()>>) {
     let inputs: Vec<*const Node> = match &*lock(&array.node.state) {
         State::Pending { op, .. } => lock(&op.inputs)
             .iter()
@@ -181,7 +181,7 @@ fn await_inputs(array: &Array, in_flight: &mut HashMap<*const Node, Receiver<()>
 
 /// The pending nodes reachable from `outputs`, each after its inputs.
 fn order(outputs: &[Array]) -> Vec<Array> {
-    let mut seen: HashSet<*const Node> = HashSet::new();
+    let mut seen: NodeSet<*const Node> = NodeSet::default();
     let mut tape = Vec::new();
     // (array, inputs pushed?) pairs: an explicit stack, so deep graphs cannot overflow.
     let mut stack: Vec<(Array, bool)> = outputs.iter().rev().map(|a| (a.clone(), false)).collect();

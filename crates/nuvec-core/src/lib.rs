@@ -17,6 +17,7 @@ mod eval;
 pub mod gpu;
 #[doc(hidden)]
 pub mod literal;
+mod node_hash;
 pub mod ops;
 pub mod primitive;
 mod primitives;

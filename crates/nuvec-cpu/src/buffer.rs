@@ -5,6 +5,7 @@
 
 use crate::element::Element;
 use std::alloc::{self, Layout};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -18,25 +19,27 @@ const ALIGN: usize = 64;
 const MAP_THRESHOLD: usize = 1 << 20;
 /// Mapped sizes are rounded up to this, so arrays of nearby sizes share cached buffers.
 const MAP_GRANULE: usize = 1 << 16;
-/// Heap buffers at least this large (and below [`MAP_THRESHOLD`]) are recycled through the
-/// cache too: a fresh one is zeroed, which costs as much as the op that fills it (a
-/// 768 KiB `recv` took twice a 1 MiB one's time per byte, measured:
-/// `docs/performance.md`, "Tuning measurements").
-const CACHE_FROM: usize = 64 << 10;
-/// Cached heap sizes are rounded up to this.
+/// Heap buffers at least this large (and below [`MAP_THRESHOLD`]) have sizes rounded up to
+/// [`HEAP_GRANULE`]; smaller ones to an eighth of their next power of two (at least
+/// [`ALIGN`]), so a cached block is at most a quarter larger than asked for. Every heap
+/// size is recycled: a fresh buffer is zeroed, which costs as much as the op that fills it
+/// (a 768 KiB `recv` took twice a 1 MiB one's time per byte, and an aligned allocation of
+/// 4 KiB, zeroed, was a tenth of a 2-rank 4 KiB `all_sum`: `docs/performance.md`, "Tuning
+/// measurements").
+const LARGE_HEAP: usize = 64 << 10;
+/// Large heap sizes are rounded up to this.
 const HEAP_GRANULE: usize = 4 << 10;
 
-/// Freed buffers kept for reuse (mapped ones, and heap ones from [`CACHE_FROM`]): allocating,
-/// zeroing and faulting in fresh pages costs more than the element-wise op that fills them
-/// (MLX keeps such a cache too).
+/// Freed buffers kept for reuse, by block: allocating, zeroing and faulting in fresh pages
+/// costs more than the element-wise op that fills them (MLX keeps such a cache too).
 struct Cache {
-    free: Vec<(Block, SendPtr)>,
+    free: BTreeMap<Block, Vec<SendPtr>>,
     bytes: usize,
     limit: usize,
 }
 
 /// Where a cached block came from, with its length in bytes: how it is returned.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Block {
     Mapped(usize),
     Heap(usize),
@@ -49,14 +52,15 @@ impl Block {
         }
     }
 
-    /// The block a buffer of `bytes` takes, when such buffers are cached.
-    fn for_bytes(bytes: usize) -> Option<Block> {
+    /// The block a buffer of `bytes` takes.
+    fn for_bytes(bytes: usize) -> Block {
         if bytes >= MAP_THRESHOLD {
-            Some(Block::Mapped(bytes.div_ceil(MAP_GRANULE) * MAP_GRANULE))
-        } else if bytes >= CACHE_FROM {
-            Some(Block::Heap(bytes.div_ceil(HEAP_GRANULE) * HEAP_GRANULE))
+            Block::Mapped(bytes.div_ceil(MAP_GRANULE) * MAP_GRANULE)
+        } else if bytes >= LARGE_HEAP {
+            Block::Heap(bytes.div_ceil(HEAP_GRANULE) * HEAP_GRANULE)
         } else {
-            None
+            let step = (bytes.next_power_of_two() / 8).max(ALIGN);
+            Block::Heap(bytes.max(1).div_ceil(step) * step)
         }
     }
 
@@ -84,7 +88,7 @@ struct SendPtr(NonNull<u8>);
 unsafe impl Send for SendPtr {}
 
 static CACHE: Mutex<Cache> = Mutex::new(Cache {
-    free: Vec::new(),
+    free: BTreeMap::new(),
     bytes: 0,
     limit: 1 << 30,
 });
@@ -97,14 +101,16 @@ fn cache() -> std::sync::MutexGuard<'static, Cache> {
 
 /// Returns every cached block to the OS (MLX's `clear_cache`).
 pub fn clear_cache() {
-    let blocks: Vec<(Block, SendPtr)> = {
+    let blocks = {
         let mut cache = cache();
         cache.bytes = 0;
         std::mem::take(&mut cache.free)
     };
-    for (block, ptr) in blocks {
-        // SAFETY: cached blocks are live blocks of their kind and length that nothing uses.
-        unsafe { block.release(ptr.0) };
+    for (block, ptrs) in blocks {
+        for ptr in ptrs {
+            // SAFETY: cached blocks are live blocks of their kind and length that nothing uses.
+            unsafe { block.release(ptr.0) };
+        }
     }
 }
 
@@ -167,8 +173,9 @@ impl Buffer {
             }
         }
         let size = match Block::for_bytes(bytes) {
-            Some(Block::Heap(len)) => len,
-            _ => bytes.max(1),
+            Block::Heap(len) => len,
+            // A mapping that failed: the heap, at the size a cached block of it would have.
+            Block::Mapped(_) => bytes.max(1),
         };
         let Ok(layout) = Layout::from_size_align(size, ALIGN) else {
             alloc::handle_alloc_error(Layout::new::<u8>())
@@ -188,25 +195,29 @@ impl Buffer {
     /// A buffer for a result that will be written in full: a recycled block when the cache
     /// has one of this size (its old contents are overwritten), else fresh zeroed memory.
     pub fn for_output(bytes: usize) -> Buffer {
-        if let Some(wanted) = Block::for_bytes(bytes) {
+        let block = Block::for_bytes(bytes);
+        let recycled = {
             let mut cache = cache();
-            if let Some(index) = cache.free.iter().rposition(|(block, _)| *block == wanted) {
-                let (block, ptr) = cache.free.swap_remove(index);
+            let ptr = cache.free.get_mut(&block).and_then(Vec::pop);
+            if ptr.is_some() {
                 cache.bytes -= block.len();
-                let owner = match block {
-                    Block::Mapped(len) => Owner::Mapped(len),
-                    Block::Heap(len) => Owner::Allocated(
-                        Layout::from_size_align(len, ALIGN).expect("a cached layout"),
-                    ),
-                };
-                return Buffer {
-                    ptr: ptr.0,
-                    bytes,
-                    owner,
-                };
             }
+            ptr
+        };
+        let Some(ptr) = recycled else {
+            return Buffer::zeroed(bytes);
+        };
+        let owner = match block {
+            Block::Mapped(len) => Owner::Mapped(len),
+            Block::Heap(len) => {
+                Owner::Allocated(Layout::from_size_align(len, ALIGN).expect("a cached layout"))
+            }
+        };
+        Buffer {
+            ptr: ptr.0,
+            bytes,
+            owner,
         }
-        Buffer::zeroed(bytes)
     }
 
     /// A buffer holding a copy of `values`.
@@ -328,7 +339,7 @@ impl Drop for Buffer {
         let block = match &mut self.owner {
             Owner::Allocated(layout) => {
                 let cached = Block::Heap(layout.size());
-                if Block::for_bytes(self.bytes) == Some(cached) {
+                if Block::for_bytes(self.bytes) == cached {
                     cached
                 } else {
                     // SAFETY: allocated in `zeroed` with exactly this layout.
@@ -347,7 +358,7 @@ impl Drop for Buffer {
         let mut cache = cache();
         if cache.bytes + block.len() <= cache.limit {
             cache.bytes += block.len();
-            cache.free.push((block, SendPtr(self.ptr)));
+            cache.free.entry(block).or_default().push(SendPtr(self.ptr));
         } else {
             drop(cache);
             // SAFETY: the buffer's own block (allocated or mapped in `zeroed` with this

@@ -3,8 +3,8 @@
 use super::trace::{self, Record, Trace};
 use super::worker::Worker;
 use super::Communicator;
+use crate::node_hash::NodeMap;
 use crate::{Error, Result};
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -27,9 +27,10 @@ struct Entry {
     trace: Arc<Trace>,
 }
 
-fn registry() -> &'static Mutex<HashMap<u64, Entry>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<u64, Entry>>> = OnceLock::new();
-    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
+/// Every registered group, by id (looked up on every collective: hashed by a multiply).
+fn registry() -> &'static Mutex<NodeMap<u64, Entry>> {
+    static REGISTRY: OnceLock<Mutex<NodeMap<u64, Entry>>> = OnceLock::new();
+    REGISTRY.get_or_init(|| Mutex::new(NodeMap::default()))
 }
 
 static DEFAULT: Mutex<Option<Group>> = Mutex::new(None);
