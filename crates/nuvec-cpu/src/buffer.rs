@@ -21,9 +21,9 @@ const MAP_THRESHOLD: usize = 1 << 20;
 const MAP_GRANULE: usize = 1 << 16;
 /// Heap buffers at least this large (and below [`MAP_THRESHOLD`]) have sizes rounded up to
 /// [`HEAP_GRANULE`]; smaller ones to an eighth of their next power of two (at least
-/// [`ALIGN`]), so a cached block is at most a quarter larger than asked for. Every heap
-/// size is recycled: a fresh buffer is zeroed, which costs as much as the op that fills it
-/// (a 768 KiB `recv` took twice a 1 MiB one's time per byte, and an aligned allocation of
+/// [`ALIGN`]), so from 512 bytes up a block is at most a quarter larger than asked for.
+/// Every heap size is recycled: a fresh buffer is zeroed, which costs as much as the op that
+/// fills it (a 768 KiB `recv` took twice a 1 MiB one's time per byte, and an aligned allocation of
 /// 4 KiB, zeroed, was a tenth of a 2-rank 4 KiB `all_sum`: `docs/performance.md`, "Tuning
 /// measurements").
 const LARGE_HEAP: usize = 64 << 10;
