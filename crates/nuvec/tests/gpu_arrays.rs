@@ -50,12 +50,19 @@ fn run_on(device: Device, f: impl Fn() -> Array) -> (Device, Vec<f32>, Vec<i32>)
     )
 }
 
-/// `f` on the GPU and on the CPU agree within `tolerance` (relative to the larger magnitude).
-fn same_on_both(gpu: Device, what: &str, tolerance: f32, f: impl Fn() -> Array) {
+/// `f`'s values built on the GPU (which must be where it was built) and on the CPU, of the
+/// same shape.
+fn on_both(gpu: Device, what: &str, f: impl Fn() -> Array) -> (Vec<f32>, Vec<f32>) {
     let (built_on, got, got_shape) = run_on(gpu, &f);
     assert_eq!(built_on, gpu, "{what}: the op was not built on the GPU");
     let (_, want, want_shape) = run_on(Device::Cpu, &f);
     assert_eq!(got_shape, want_shape, "{what}: shapes differ");
+    (got, want)
+}
+
+/// `f` on the GPU and on the CPU agree within `tolerance` (relative to the larger magnitude).
+fn same_on_both(gpu: Device, what: &str, tolerance: f32, f: impl Fn() -> Array) {
+    let (got, want) = on_both(gpu, what, f);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         let scale = g.abs().max(w.abs()).max(1.0);
         assert!(
@@ -70,10 +77,7 @@ fn same_on_both(gpu: Device, what: &str, tolerance: f32, f: impl Fn() -> Array) 
 /// dequantized into bfloat16 for cuBLAS, against the CPU's weights kept in float), where an
 /// element near zero after cancellation can differ by more than its own size.
 fn close_on_both(gpu: Device, what: &str, tolerance: f32, f: impl Fn() -> Array) {
-    let (built_on, got, got_shape) = run_on(gpu, &f);
-    assert_eq!(built_on, gpu, "{what}: the op was not built on the GPU");
-    let (_, want, want_shape) = run_on(Device::Cpu, &f);
-    assert_eq!(got_shape, want_shape, "{what}: shapes differ");
+    let (got, want) = on_both(gpu, what, f);
     let largest = want.iter().fold(1.0f32, |m, w| m.max(w.abs()));
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(
