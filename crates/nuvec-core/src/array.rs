@@ -68,6 +68,37 @@ pub(crate) struct Op {
     pub(crate) running: Mutex<()>,
 }
 
+impl Op {
+    /// A call of `primitive` on `inputs`, on the device it runs on; its outputs are set once
+    /// their nodes exist.
+    fn new(
+        primitive: Arc<dyn Primitive>,
+        inputs: Vec<Array>,
+        specs: Vec<(Vec<i32>, DType)>,
+    ) -> Arc<Op> {
+        let device = if primitive.host_only() {
+            crate::Device::Cpu
+        } else {
+            crate::default_device()
+        };
+        Arc::new(Op {
+            primitive,
+            inputs: Mutex::new(inputs),
+            outputs: OnceLock::new(),
+            specs,
+            device,
+            running: Mutex::new(()),
+        })
+    }
+}
+
+/// `mark` joined with the marks of `inputs`: what a node built from them is marked.
+fn joined_mark(mark: Traced, inputs: &[Array]) -> Traced {
+    inputs
+        .iter()
+        .fold(mark, |traced, input| traced.join(input.node.traced))
+}
+
 impl Drop for Op {
     /// Frees a long unevaluated chain iteratively: the default recursive drop would overflow
     /// the stack after some ten thousand ops.
@@ -153,33 +184,19 @@ impl Array {
         outputs: Vec<(Vec<i32>, DType)>,
         mark: Traced,
     ) -> Vec<Array> {
-        let traced = inputs
-            .iter()
-            .fold(mark, |traced, input| traced.join(input.node.traced));
         if let Some(error) = inputs.iter().find_map(Array::known_error) {
             return outputs
                 .iter()
                 .map(|_| Array::failed(error.clone()))
                 .collect();
         }
+        let traced = joined_mark(mark, &inputs);
         let specs = if outputs.len() > 1 {
             outputs.clone()
         } else {
             Vec::new()
         };
-        let device = if primitive.host_only() {
-            crate::Device::Cpu
-        } else {
-            crate::default_device()
-        };
-        let op = Arc::new(Op {
-            primitive,
-            inputs: Mutex::new(inputs),
-            outputs: OnceLock::new(),
-            specs,
-            device,
-            running: Mutex::new(()),
-        });
+        let op = Op::new(primitive, inputs, specs);
         let arrays: Vec<Array> = outputs
             .into_iter()
             .map(|(shape, dtype)| {
@@ -211,10 +228,17 @@ impl Array {
         shape: Vec<i32>,
         dtype: DType,
     ) -> Array {
-        let mut outputs = Array::from_primitive_multi(primitive, inputs, vec![(shape, dtype)]);
-        outputs
-            .pop()
-            .unwrap_or_else(|| Array::failed(Error::eval("build", "primitive produced no output")))
+        // The one-output case of `from_primitive_marked`, without its vectors of outputs:
+        // small collectives and decoding steps build one such node per call.
+        if let Some(error) = inputs.iter().find_map(Array::known_error) {
+            return Array::failed(error);
+        }
+        let traced = joined_mark(Traced::No, &inputs);
+        let op = Op::new(primitive, inputs, Vec::new());
+        let array =
+            Array::from_marked_state(shape, dtype, State::Pending { op: op.clone() }, traced);
+        let _ = op.outputs.set(vec![Arc::downgrade(&array.node)]);
+        array
     }
 
     /// For an unevaluated array: its primitive, its op's inputs and all the op's outputs

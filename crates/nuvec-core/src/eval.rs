@@ -181,6 +181,9 @@ fn await_inputs(array: &Array, in_flight: &mut NodeMap<*const Node, Receiver<()>
 
 /// The pending nodes reachable from `outputs`, each after its inputs.
 fn order(outputs: &[Array]) -> Vec<Array> {
+    if let Some(tape) = one_step(outputs) {
+        return tape;
+    }
     let mut seen: NodeSet<*const Node> = NodeSet::default();
     let mut tape = Vec::new();
     // (array, inputs pushed?) pairs: an explicit stack, so deep graphs cannot overflow.
@@ -207,6 +210,23 @@ fn order(outputs: &[Array]) -> Vec<Array> {
     tape
 }
 
+/// The order when `outputs` is one array whose inputs are all evaluated (a collective or a
+/// decoding step on arrays already computed): itself alone, or nothing once it ran, found
+/// without the walk's set and stack.
+fn one_step(outputs: &[Array]) -> Option<Vec<Array>> {
+    let [array] = outputs else {
+        return None;
+    };
+    let op = match &*lock(&array.node.state) {
+        State::Pending { op, .. } => op.clone(),
+        _ => return Some(Vec::new()),
+    };
+    let inputs_ready = lock(&op.inputs)
+        .iter()
+        .all(|input| !matches!(&*lock(&input.node.state), State::Pending { .. }));
+    inputs_ready.then(|| vec![array.clone()])
+}
+
 /// Runs the op behind `array` unless it already ran. With `keep`, a node that depends on the
 /// inputs of a function being differentiated keeps its op (see `Node::history`).
 fn run(array: &Array, keep: bool) {
@@ -225,7 +245,7 @@ fn run(array: &Array, keep: bool) {
         std::mem::take(&mut *lock(&op.inputs))
     };
     let result = execute(&op, inputs);
-    let outputs = op.outputs.get().cloned().unwrap_or_default();
+    let outputs = op.outputs.get().map(Vec::as_slice).unwrap_or_default();
     match result {
         Ok(states) => {
             for (weak, state) in outputs.iter().zip(states) {
@@ -238,7 +258,7 @@ fn run(array: &Array, keep: bool) {
             }
         }
         Err(error) => {
-            for weak in &outputs {
+            for weak in outputs {
                 if let Some(node) = weak.upgrade() {
                     *lock(&node.state) = State::Failed(error.clone());
                 }
