@@ -46,6 +46,9 @@ pub(crate) struct Nearby {
     /// Whether every other rank shares a channel each way with this one (the group is on one
     /// machine): the small collectives' mailbox path (`algorithms/mailboxes.rs`) is open.
     everyone: bool,
+    /// Whether, on some rank of the group, the ranks on its machine outnumber its cores:
+    /// the same on every rank.
+    pub(crate) crowded: bool,
     /// Whether this rank reads other ranks' memory for large all-gathers
     /// (`algorithms/single_copy.rs`; `NUVEC_RING_CROSS_MEMORY`).
     pub(crate) reads_memory: bool,
@@ -131,33 +134,41 @@ impl Nearby {
         // The mailbox path is open only if every rank has all its channels: a rank that
         // could not open one (a full /dev/shm, say) must not leave the others on a path it
         // does not take. Every rank tells every other what it has.
-        let said = [u8::from(mine)];
-        for &peer in &others {
-            connections
-                .writer("init", peer)?
-                .write_through("init", &[&said], 1, timeout)?;
-        }
-        let mut everyone = mine;
-        for &peer in &others {
-            let mut theirs = [0u8; 1];
-            connections
-                .reader("init", peer)?
-                .read_message("init", &mut theirs, timeout)?;
-            everyone &= theirs[0] == 1;
-        }
         // Where the ranks on this machine outnumber its cores, the rank a wait is for may
         // need this core: waits spin only briefly before yielding it.
         let local = 1 + others.iter().filter(|&&peer| from[peer].is_some()).count();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if local > cores {
+        let crowded_here = local > cores;
+        if crowded_here {
             for channel in to.iter_mut().chain(from.iter_mut()).flatten() {
                 channel.spin_for(CROWDED_SPIN);
             }
+        }
+        // Each rank also says whether it counts the machine crowded (ranks bound to fewer
+        // cores than others count differently), so that the paths chosen by it agree.
+        let said = [u8::from(mine), u8::from(crowded_here)];
+        for &peer in &others {
+            connections.writer("init", peer)?.write_through(
+                "init",
+                &[&said],
+                said.len(),
+                timeout,
+            )?;
+        }
+        let (mut everyone, mut crowded) = (mine, crowded_here);
+        for &peer in &others {
+            let mut theirs = [0u8; 2];
+            connections
+                .reader("init", peer)?
+                .read_message("init", &mut theirs, timeout)?;
+            everyone &= theirs[0] == 1;
+            crowded |= theirs[1] == 1;
         }
         Ok(Nearby {
             to,
             from,
             everyone,
+            crowded,
             reads_memory: false,
         })
     }

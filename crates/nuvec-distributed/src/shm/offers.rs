@@ -80,9 +80,10 @@ pub(crate) fn accept(src: usize, offer: &[u8; OFFER_BYTES]) -> Option<Channel> {
 pub(crate) fn declining_exchange() -> (Vec<u8>, usize) {
     let mut bytes = empty_offer().to_vec();
     bytes.extend_from_slice(NO);
-    // Then: this rank does not have every channel (`ring/channels.rs`).
-    bytes.push(0);
-    (bytes, OFFER_BYTES + NO.len() + 1)
+    // Then: this rank does not have every channel, nor more ranks than cores
+    // (`ring/channels.rs`).
+    bytes.extend_from_slice(&[0, 0]);
+    (bytes, OFFER_BYTES + NO.len() + 2)
 }
 
 #[cfg(test)]

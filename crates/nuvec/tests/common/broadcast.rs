@@ -19,7 +19,8 @@ pub(crate) fn broadcast_gives_every_rank_the_roots_array(group: Group) {
         }
     }
     // Large ones, of odd lengths, from every root: on one machine the root writes the last
-    // part of each reader's copy while the reader reads the rest.
+    // part of each reader's copy while the reader reads the rest (where ranks outnumber
+    // cores, as 3 and 4 ranks on a 2-core machine, only the larger one).
     for root in 0..size {
         for (elements, dtype) in [(65_537, DType::U8), (300_007, DType::F32)] {
             let x = input(rank, &[elements], dtype);

@@ -32,6 +32,12 @@ const ONE_COPY_FROM: usize = 32 << 10;
 /// write would first have to fault in: a 48 KB broadcast took 7.9–8.4 µs so, 4.3 without
 /// (`docs/performance.md`, "Tuning measurements").
 const BOTH_COPY_FROM: usize = 64 << 10;
+/// Where ranks outnumber cores (`Nearby::crowded`), broadcasts are copied by the root too
+/// only from this many bytes: the root's writes into each reader then wait their turn for a
+/// core the readers need. 4 ranks on the 2-core VM, 64 KB: 30–35 µs with the root writing,
+/// 18–21 without; 128 KB 40–60 against 27–33; 1 MB about even (`docs/performance.md`,
+/// "Tuning measurements").
+const BOTH_COPY_CROWDED_FROM: usize = 1 << 20;
 /// Where a rank's "here" post claims to be.
 const HERE_AT: usize = usize::MAX - 3;
 /// Where the root's post that says whether it wrote a reader's last part claims to be.
@@ -85,7 +91,7 @@ pub(crate) fn broadcast<T: Transport + ?Sized>(
         let linux = cfg!(target_os = "linux");
         let by_reading = linux && data.len() >= ONE_COPY_FROM;
         // Reading the root's array or taking its posts: the crossing point is timed.
-        let both_copy = written_by_root(data.len(), t.size()) > 0;
+        let both_copy = written_by_root(data.len(), t.size(), near.crowded) > 0;
         let timed = linux && super::TUNED.contains(&data.len()) && !both_copy;
         let bucket = timed.then(|| tuning::bucket(Kind::Broadcast, t.size(), data.len()));
         return super::tuned(t, calls, bucket, |calls, path| {
@@ -153,7 +159,7 @@ fn in_one_copy<T: Transport + ?Sized>(
 ) -> Result<()> {
     let known = &mut calls.cross_memory;
     let (rank, size) = (call.t.rank(), call.t.size());
-    let tail = written_by_root(data.len(), size);
+    let tail = written_by_root(data.len(), size, call.near.crowded);
     if rank == root {
         let data = data.bytes();
         let readers: Vec<usize> = call
@@ -229,10 +235,15 @@ fn in_one_copy<T: Transport + ?Sized>(
 }
 
 /// The bytes at the end of a broadcast array of `bytes` that the root writes into each
-/// reader's memory on a group of `size` on one machine: a share of the copying as large as
-/// each reader's.
-fn written_by_root(bytes: usize, size: usize) -> usize {
-    if bytes < BOTH_COPY_FROM {
+/// reader's memory on a group of `size` on one machine (`crowded`: with more ranks than
+/// cores): a share of the copying as large as each reader's.
+fn written_by_root(bytes: usize, size: usize, crowded: bool) -> usize {
+    let from = if crowded {
+        BOTH_COPY_CROWDED_FROM
+    } else {
+        BOTH_COPY_FROM
+    };
+    if bytes < from {
         return 0;
     }
     bytes / size
