@@ -162,20 +162,20 @@ impl Buffer {
     /// # Panics
     /// When the allocator fails, as `Vec` does.
     pub fn zeroed(bytes: usize) -> Buffer {
-        if bytes >= MAP_THRESHOLD {
-            let len = bytes.div_ceil(MAP_GRANULE) * MAP_GRANULE;
-            if let Some(ptr) = os::map_zeroed(len) {
-                return Buffer {
-                    ptr,
-                    bytes,
-                    owner: Owner::Mapped(len),
-                };
-            }
-        }
         let size = match Block::for_bytes(bytes) {
+            Block::Mapped(len) => match os::map_zeroed(len) {
+                Some(ptr) => {
+                    return Buffer {
+                        ptr,
+                        bytes,
+                        owner: Owner::Mapped(len),
+                    }
+                }
+                // The mapping failed: the heap, at exactly the size asked for (such a
+                // buffer is not cached, since its block would be a mapping).
+                None => bytes,
+            },
             Block::Heap(len) => len,
-            // A mapping that failed: the heap, at the size a cached block of it would have.
-            Block::Mapped(_) => bytes.max(1),
         };
         let Ok(layout) = Layout::from_size_align(size, ALIGN) else {
             alloc::handle_alloc_error(Layout::new::<u8>())

@@ -131,9 +131,6 @@ impl Nearby {
             && others
                 .iter()
                 .all(|&peer| to[peer].is_some() && from[peer].is_some());
-        // The mailbox path is open only if every rank has all its channels: a rank that
-        // could not open one (a full /dev/shm, say) must not leave the others on a path it
-        // does not take. Every rank tells every other what it has.
         // Where the ranks on this machine outnumber its cores, the rank a wait is for may
         // need this core: waits spin only briefly before yielding it.
         let local = 1 + others.iter().filter(|&&peer| from[peer].is_some()).count();
@@ -144,8 +141,11 @@ impl Nearby {
                 channel.spin_for(CROWDED_SPIN);
             }
         }
-        // Each rank also says whether it counts the machine crowded (ranks bound to fewer
-        // cores than others count differently), so that the paths chosen by it agree.
+        // The mailbox path is open only if every rank has all its channels: a rank that
+        // could not open one (a full /dev/shm, say) must not leave the others on a path it
+        // does not take. Every rank tells every other what it has, and whether it counts
+        // the machine crowded (ranks bound to fewer cores than others count differently),
+        // so that the paths chosen by it agree too.
         let said = [u8::from(mine), u8::from(crowded_here)];
         for &peer in &others {
             connections.writer("init", peer)?.write_through(
