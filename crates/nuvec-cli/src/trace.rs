@@ -32,8 +32,9 @@ fn is_message(record: &Value) -> bool {
     matches!(record["op"].as_str(), Some("send" | "recv"))
 }
 
-/// Each record's row, in the order the rank made them.
-fn rows(records: &[Value]) -> Vec<(Row, String)> {
+/// Each record's row, in the order the rank made them (`written`: when the file was, in
+/// nanoseconds since the Unix epoch, for how long running records had run).
+fn rows(records: &[Value], written: Option<u64>) -> Vec<(Row, String)> {
     let first = records
         .iter()
         .find(|r| !is_message(r))
@@ -48,7 +49,7 @@ fn rows(records: &[Value]) -> Vec<(Row, String)> {
                 true => (at.0, at.1 + 1),
                 false => (n + 1, 0),
             };
-            Some((at, cell(r)))
+            Some((at, cell(r, written)))
         })
         .collect()
 }
@@ -62,8 +63,28 @@ fn label((base, sub): Row) -> String {
     }
 }
 
-/// A record as a cell: `all_sum float32 [8] (train.rs:88) failed`.
-fn cell(record: &Value) -> String {
+/// How long a record ran, as a cell ends: ` after 30.0 s` (failed), ` for 2.5 s` (running,
+/// until the file was written); nothing for one that finished or without the times.
+fn how_long(record: &Value, state: &str, written: Option<u64>) -> String {
+    let start = record["start_ns"].as_u64();
+    let end = match state {
+        "failed" => record["end_ns"].as_u64(),
+        "running" => written,
+        _ => None,
+    };
+    let (Some(start), Some(end)) = (start, end) else {
+        return String::new();
+    };
+    let seconds = end.saturating_sub(start) as f64 / 1e9;
+    let word = if state == "failed" { "after" } else { "for" };
+    match seconds {
+        s if s >= 0.1 => format!(" {word} {s:.1} s"),
+        s => format!(" {word} {:.1} ms", s * 1e3),
+    }
+}
+
+/// A record as a cell: `all_sum float32 [8] (train.rs:88) failed after 30.0 s`.
+fn cell(record: &Value, written: Option<u64>) -> String {
     let text = |key: &str| record[key].as_str().unwrap_or("?").to_string();
     let file = text("file");
     let file = Path::new(&file)
@@ -80,7 +101,7 @@ fn cell(record: &Value) -> String {
     let shape = record["shape"].to_string().replace(',', ", ");
     let state = match text("state").as_str() {
         "done" => String::new(),
-        other => format!(" {other}"),
+        other => format!(" {other}{}", how_long(record, other, written)),
     };
     format!(
         "{}{number} {} {shape}{peer} ({file}:{}){state}",
@@ -103,7 +124,9 @@ fn read(path: &Path) -> Result<RankTrace, String> {
         .ok_or_else(|| format!("{} has no records list", path.display()))?;
     Ok(RankTrace {
         rank,
-        records: rows(records).into_iter().collect(),
+        records: rows(records, value["written_ns"].as_u64())
+            .into_iter()
+            .collect(),
     })
 }
 
@@ -195,4 +218,35 @@ pub(crate) fn run(args: TraceArgs) -> Result<i32, String> {
         None => println!("the ranks agree on every operation recorded"),
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cell_says_how_long_a_failed_or_running_record_ran() {
+        let record = |state: &str| {
+            serde_json::json!({"sequence": 3, "op": "all_sum", "dtype": "float32", "shape": [8],
+                "file": "src/train.rs", "line": 9, "start_ns": 1_000_000_000u64,
+                "end_ns": 31_000_000_000u64, "state": state})
+        };
+        let written = Some(1_004_500_000u64);
+        assert_eq!(
+            cell(&record("failed"), written),
+            "all_sum float32 [8] (train.rs:9) failed after 30.0 s"
+        );
+        assert_eq!(
+            cell(&record("running"), written),
+            "all_sum float32 [8] (train.rs:9) running for 4.5 ms"
+        );
+        assert_eq!(
+            cell(&record("done"), written),
+            "all_sum float32 [8] (train.rs:9)"
+        );
+        // Files without the times (written before they were kept) still read.
+        let mut old = record("failed");
+        old.as_object_mut().unwrap().remove("start_ns");
+        assert_eq!(cell(&old, None), "all_sum float32 [8] (train.rs:9) failed");
+    }
 }

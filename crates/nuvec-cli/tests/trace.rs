@@ -5,15 +5,21 @@ use nuvec_core::distributed::{records_json, Record, State};
 use nuvec_core::DType;
 use std::panic::Location;
 use std::process::Command;
+use std::time::{Duration, UNIX_EPOCH};
 
+/// A record of `op` on 8 floats that ran for 2.5 s (unless running).
 fn record(sequence: u64, op: &'static str, state: State) -> Record {
+    let started = UNIX_EPOCH + Duration::from_secs(1_800_000_000 + sequence);
     Record {
         sequence,
         op,
         dtype: DType::F32,
         shape: vec![8],
+        bytes: 32,
         peer: None,
         location: Location::caller(),
+        started,
+        ended: (state != State::Running).then(|| started + Duration::from_millis(2500)),
         state,
     }
 }
@@ -67,6 +73,10 @@ fn nuvec_trace_points_at_the_first_operation_where_the_ranks_differ() {
         "{out}"
     );
     assert!(out.contains("<- first divergence"), "{out}");
+    assert!(
+        out.contains("all_sum float32 [8] (trace.rs:") && out.contains(") failed after 2.5 s"),
+        "{out}"
+    );
     assert!(
         out.contains("the ranks diverge at #1: rank 0 in all_sum")
             && out.contains("rank 1 in all_gather")

@@ -28,4 +28,4 @@ pub use buffer::Buffer;
 pub use dtype::{Category, DType};
 pub use element::{Element, Float};
 pub use half::{bf16, f16};
-pub use os::{copy_streaming, with_wide_vectors};
+pub use os::{copy_streaming, counter, with_wide_vectors};

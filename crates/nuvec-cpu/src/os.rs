@@ -1,6 +1,6 @@
 //! The one place with platform-specific code in this crate: large zeroed memory straight from
-//! the operating system (lazily zeroed pages, huge pages on Linux), and loops compiled for the
-//! CPU's widest vectors.
+//! the operating system (lazily zeroed pages, huge pages on Linux), loops compiled for the
+//! CPU's widest vectors, and the CPU's own counter for cheap timestamps.
 
 #[cfg(target_arch = "x86_64")]
 mod bf16_dot;
@@ -75,6 +75,50 @@ pub fn with_wide_vectors<R>(body: impl FnOnce() -> R) -> R {
         }
     }
     body()
+}
+
+/// A reader of a counter that only grows at a constant rate, far cheaper than
+/// `Instant::now` (one register read, no call into the OS): the time-stamp counter on x86-64
+/// CPUs that say it is invariant (it runs at one rate on every core, whatever their clocks
+/// and sleep states), the virtual counter on aarch64. `None` where there is none, and the
+/// caller times with `Instant`. The rate is not given: callers measure it against a clock.
+/// For timestamps on paths every call takes (the flight recorder's).
+///
+/// ```
+/// if let Some(read) = nuvec_cpu::counter() {
+///     let (a, b) = (read(), read());
+///     assert!(b >= a);
+/// }
+/// ```
+pub fn counter() -> Option<fn() -> u64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // Leaf 0x8000_0007's EDX bit 8 is the invariant counter; the leaf exists where the
+        // highest extended leaf (0x8000_0000's EAX) reaches it.
+        let invariant =
+            __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0;
+        fn read() -> u64 {
+            // SAFETY: `rdtsc` exists on every x86-64 CPU and only reads the counter.
+            unsafe { std::arch::x86_64::_rdtsc() }
+        }
+        invariant.then_some(read as fn() -> u64)
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        fn read() -> u64 {
+            let value: u64;
+            // SAFETY: `cntvct_el0` is readable from user space on Linux and macOS; the
+            // instruction only reads it into a register.
+            unsafe {
+                std::arch::asm!("mrs {}, cntvct_el0", out(reg) value, options(nomem, nostack))
+            };
+            value
+        }
+        Some(read as fn() -> u64)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    None
 }
 
 /// Copies `src` into `dst` (of the same length) with stores that bypass the cache, on

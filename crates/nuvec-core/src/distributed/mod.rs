@@ -12,6 +12,7 @@ mod group;
 mod point_to_point;
 mod shared;
 mod trace;
+mod trace_clock;
 pub(crate) mod worker;
 
 pub use all_to_all::{

@@ -1,15 +1,18 @@
 //! The flight recorder: every group keeps the last records of its communication on this rank
 //! (`NUVEC_DISTRIBUTED_TRACE_SIZE`, default 256; 0 keeps none), each a collective or message
-//! with its number, type, shape, the line of the program that called it and how it ended.
+//! with its number, type, shape and bytes, the line of the program that called it, when it
+//! started and ended, and how it ended.
 //! [`Group::trace`](super::Group::trace) returns them; when a collective fails and
 //! `NUVEC_DISTRIBUTED_TRACE` names a folder, the rank writes them there as
 //! `rank-N.json`, so that the ranks' last steps can be read side by side.
 
+use super::trace_clock::Clock;
 use crate::{DType, Result};
 use std::fmt;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// How a recorded operation ended, if it has.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,10 +38,16 @@ pub struct Record {
     pub dtype: DType,
     /// The array's shape (the input's; a `recv`'s expected shape).
     pub shape: Vec<i32>,
+    /// The array's bytes (of that shape and type).
+    pub bytes: u64,
     /// The other rank of a `send` or `recv`, or a broadcast's root.
     pub peer: Option<usize>,
     /// Where the program called it.
     pub location: &'static Location<'static>,
+    /// When it started.
+    pub started: SystemTime,
+    /// When it ended (done or failed); `None` while running.
+    pub ended: Option<SystemTime>,
     /// How it ended.
     pub state: State,
 }
@@ -94,6 +103,8 @@ impl Dims {
 struct Slot {
     /// Its place among every record of this rank.
     index: u64,
+    /// When it started, as the trace's clock stamps.
+    started: u64,
     sequence: u64,
     op: &'static str,
     dtype: DType,
@@ -105,18 +116,31 @@ struct Slot {
     failed: Option<Box<str>>,
 }
 
-/// A group's flight recorder on this rank: a ring of its last records, slot `n % capacity`
-/// holding this rank's `n`th. A backend's communicator is handed it
+/// A group's flight recorder on this rank: a ring of its last records, slot `n % slots`
+/// holding this rank's `n`th (a power of two slots, at least the records kept). A backend's
+/// communicator is handed it
 /// ([`Communicator::attach_trace`](super::Communicator::attach_trace)) to say, when the group
 /// fails, where this rank is.
 #[derive(Debug)]
 pub struct Trace {
     /// Records kept for [`Trace::records`] (0: none, though the last is still known).
     capacity: usize,
+    /// The slots less one: a record's slot is its index masked by this.
+    mask: u64,
+    clock: Clock,
     state: Mutex<Ring>,
-    /// For each slot, one more than the index of the last record there that finished well:
-    /// [`Trace::end`] marks it without the lock (it is on the path of every call).
-    finished: Vec<AtomicU64>,
+    /// For each slot, how its last record ended, marked by [`Trace::end`] without the lock
+    /// (it is on the path of every call).
+    ends: Vec<End>,
+}
+
+/// How a slot's last record ended.
+#[derive(Debug, Default)]
+struct End {
+    /// One more than the index of the last record there that ended (well or not).
+    index: AtomicU64,
+    /// When it ended, as the trace's clock stamps (written before `index`).
+    at: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -128,7 +152,7 @@ struct Ring {
     /// How many messages were begun to and from each peer (`send`, `recv`).
     sent: Vec<u64>,
     received: Vec<u64>,
-    /// `max(capacity, 1)` slots: with no records kept, the last one still is.
+    /// `max(capacity, 1)` slots or more: with no records kept, the last one still is.
     slots: Vec<Option<Slot>>,
 }
 
@@ -142,19 +166,24 @@ fn take_number(counts: &mut Vec<u64>, peer: usize) -> u64 {
 }
 
 impl Slot {
-    /// The record, done if `finished` (its slot's mark) says so.
-    fn record(&self, finished: &AtomicU64) -> Record {
-        let done = finished.load(Ordering::Acquire) == self.index + 1;
+    /// The record, ended if `end` (its slot's mark) says so, its stamps read by `wall`.
+    fn record(&self, end: &End, wall: &dyn Fn(u64) -> SystemTime) -> Record {
+        let ended = end.index.load(Ordering::Acquire) == self.index + 1;
+        let shape = self.dims.to_vec();
+        let elements: u64 = shape.iter().map(|&d| d as u64).product();
         Record {
             sequence: self.sequence,
             op: self.op,
             dtype: self.dtype,
-            shape: self.dims.to_vec(),
+            bytes: elements * self.dtype.size() as u64,
+            shape,
             peer: (self.peer != u32::MAX).then_some(self.peer as usize),
             location: self.location,
+            started: wall(self.started),
+            ended: ended.then(|| wall(end.at.load(Ordering::Relaxed))),
             state: match &self.failed {
                 Some(error) => State::Failed(error.to_string()),
-                None if done => State::Done,
+                None if ended => State::Done,
                 None => State::Running,
             },
         }
@@ -175,20 +204,22 @@ impl Trace {
     /// with (`NUVEC_DISTRIBUTED_TRACE_SIZE`), public for backends' and benchmarks' use.
     pub fn with_capacity(capacity: usize) -> Trace {
         let capacity = capacity.min(1 << 20);
-        let slots = capacity.max(1);
+        let slots = capacity.max(1).next_power_of_two();
         Trace {
             capacity,
+            mask: slots as u64 - 1,
+            clock: Clock::new(),
             state: Mutex::new(Ring {
                 slots: (0..slots).map(|_| None).collect(),
                 ..Ring::default()
             }),
-            finished: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            ends: (0..slots).map(|_| End::default()).collect(),
         }
     }
 
-    /// The slot of record `index`.
+    /// The slot of record `index` (a mask, not a division: this is on every call's path).
     fn slot(&self, index: u64) -> usize {
-        (index % self.finished.len() as u64) as usize
+        (index & self.mask) as usize
     }
 
     /// Records the start of `op` (a `send` or `recv` to or from `peer`, else a collective);
@@ -202,6 +233,7 @@ impl Trace {
         peer: Option<usize>,
         location: &'static Location<'static>,
     ) -> u64 {
+        let started = self.clock.stamp();
         let mut ring = crate::array::lock(&self.state);
         let index = ring.next;
         ring.next += 1;
@@ -216,6 +248,7 @@ impl Trace {
         let at = self.slot(index);
         ring.slots[at] = Some(Slot {
             index,
+            started,
             sequence,
             op,
             dtype,
@@ -228,17 +261,18 @@ impl Trace {
     }
 
     /// Records how the record at `index` ended: a mark without the lock when it finished
-    /// well, the error's text under the lock when not.
+    /// well, with the error's text under the lock when not.
     pub fn end(&self, index: u64, outcome: &Result<()>) {
-        let at = self.slot(index);
-        let Err(error) = outcome else {
-            self.finished[at].store(index + 1, Ordering::Release);
-            return;
-        };
-        let mut ring = crate::array::lock(&self.state);
-        if let Some(slot) = ring.slots[at].as_mut().filter(|s| s.index == index) {
-            slot.failed = Some(error.to_string().into());
+        let (at, ended) = (self.slot(index), self.clock.stamp());
+        if let Err(error) = outcome {
+            let mut ring = crate::array::lock(&self.state);
+            if let Some(slot) = ring.slots[at].as_mut().filter(|s| s.index == index) {
+                slot.failed = Some(error.to_string().into());
+            }
         }
+        let end = &self.ends[at];
+        end.at.store(ended, Ordering::Relaxed);
+        end.index.store(index + 1, Ordering::Release);
     }
 
     /// The records kept, oldest first.
@@ -247,11 +281,12 @@ impl Trace {
         if self.capacity == 0 {
             return Vec::new();
         }
+        let wall = self.clock.reader();
         let first = ring.next.saturating_sub(self.capacity as u64);
         (first..ring.next)
             .filter_map(|n| {
                 let at = self.slot(n);
-                Some(ring.slots[at].as_ref()?.record(&self.finished[at]))
+                Some(ring.slots[at].as_ref()?.record(&self.ends[at], &wall))
             })
             .collect()
     }
@@ -261,11 +296,18 @@ impl Trace {
     pub fn current(&self) -> Option<Record> {
         let ring = crate::array::lock(&self.state);
         let at = self.slot(ring.next.checked_sub(1)?);
-        Some(ring.slots[at].as_ref()?.record(&self.finished[at]))
+        let wall = self.clock.reader();
+        Some(ring.slots[at].as_ref()?.record(&self.ends[at], &wall))
     }
 }
 
-/// The records as JSON: `{"rank": R, "size": S, "records": [{...}, ...]}`.
+/// Nanoseconds since the Unix epoch (0 before it).
+fn unix_ns(at: SystemTime) -> u128 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}
+
+/// The records as JSON: `{"rank": R, "size": S, "written_ns": T, "records": [{...}, ...]}`,
+/// times in nanoseconds since the Unix epoch (`end_ns` null while running).
 pub fn records_json(rank: usize, size: usize, records: &[Record]) -> String {
     let text = |s: &str| {
         let mut out = String::with_capacity(s.len() + 2);
@@ -290,21 +332,25 @@ pub fn records_json(rank: usize, size: usize, records: &[Record]) -> String {
                 State::Failed(reason) => ("failed", Some(reason.as_str())),
             };
             format!(
-                "{{\"sequence\": {}, \"op\": {}, \"dtype\": {}, \"shape\": {:?}, \"peer\": {}, \"file\": {}, \"line\": {}, \"state\": {}, \"error\": {}}}",
+                "{{\"sequence\": {}, \"op\": {}, \"dtype\": {}, \"shape\": {:?}, \"bytes\": {}, \"peer\": {}, \"file\": {}, \"line\": {}, \"start_ns\": {}, \"end_ns\": {}, \"state\": {}, \"error\": {}}}",
                 r.sequence,
                 text(r.op),
                 text(&r.dtype.to_string()),
                 r.shape,
+                r.bytes,
                 r.peer.map_or_else(|| "null".to_string(), |p| p.to_string()),
                 text(r.location.file()),
                 r.location.line(),
+                unix_ns(r.started),
+                r.ended.map_or_else(|| "null".to_string(), |t| unix_ns(t).to_string()),
                 text(state),
                 error.map_or_else(|| "null".to_string(), text),
             )
         })
         .collect();
     format!(
-        "{{\"rank\": {rank}, \"size\": {size}, \"records\": [\n  {}\n]}}\n",
+        "{{\"rank\": {rank}, \"size\": {size}, \"written_ns\": {}, \"records\": [\n  {}\n]}}\n",
+        unix_ns(SystemTime::now()),
         rows.join(",\n  ")
     )
 }
@@ -336,12 +382,13 @@ mod tests {
     fn a_trace_keeps_the_last_records_with_how_each_ended() {
         let trace = Trace::with_capacity(2);
         let here = Location::caller();
+        let before = SystemTime::now();
         for _ in 0..3 {
             let n = trace.begin("all_sum", (DType::F32, &[4]), None, here);
             assert!(trace
                 .records()
                 .last()
-                .is_some_and(|r| r.state == State::Running));
+                .is_some_and(|r| r.state == State::Running && r.ended.is_none()));
             trace.end(n, &Ok(()));
         }
         let last = trace.begin("recv", (DType::BF16, &[2, 3]), Some(1), here);
@@ -358,6 +405,19 @@ mod tests {
         assert_eq!(trace.current().as_ref(), records.last());
         assert_eq!(records[0].state, State::Done);
         assert!(matches!(&records[1].state, State::Failed(e) if e.contains("left")));
+        assert_eq!((records[0].bytes, records[1].bytes), (16, 12));
+        // Stamped in order, each within the wall clock's steps of the test's own times.
+        let slack = std::time::Duration::from_millis(20);
+        let after = SystemTime::now();
+        for r in &records {
+            let ended = r.ended.expect("an ended record's end");
+            assert!(r.started + slack >= before && r.started <= ended, "{r:?}");
+            assert!(ended <= after + slack, "{r:?}");
+        }
+        assert!(
+            records[0].ended.unwrap() <= records[1].started,
+            "{records:?}"
+        );
         let shown = records[1].to_string();
         assert!(
             shown.starts_with("recv #0 (bfloat16 [2, 3], rank 1, ") && shown.contains("trace.rs:"),
@@ -372,6 +432,11 @@ mod tests {
         let json = records_json(0, 2, &records);
         assert!(
             json.contains("\"state\": \"failed\"") && json.contains("\\\"left\\\""),
+            "{json}"
+        );
+        let start = unix_ns(records[0].started);
+        assert!(
+            json.contains("\"bytes\": 16,") && json.contains(&format!("\"start_ns\": {start},")),
             "{json}"
         );
     }

@@ -264,6 +264,16 @@ fn a_failed_collective_is_in_every_rank_s_trace_and_written_where_asked() {
         assert_eq!(trace[0].state, distributed::State::Done);
         assert!(matches!(trace[1].state, distributed::State::Failed(_)));
         assert_eq!((trace[1].sequence, trace[1].shape.clone()), (1, vec![8]));
+        assert_eq!((trace[0].bytes, trace[1].bytes), (4, 32));
+        // Each call's times: the first ended before the second began, which ended too.
+        let first_end = trace[0].ended.expect("the finished call's end");
+        let second_end = trace[1].ended.expect("the failed call's end");
+        assert!(
+            trace[0].started <= first_end
+                && first_end <= trace[1].started
+                && trace[1].started <= second_end,
+            "{trace:?}"
+        );
         assert!(
             trace[1].location.file().ends_with("failures.rs"),
             "{}",
@@ -273,6 +283,13 @@ fn a_failed_collective_is_in_every_rank_s_trace_and_written_where_asked() {
         let written = std::fs::read_to_string(format!("{dir}/rank-{rank}.json")).unwrap();
         assert!(
             written.contains(&format!("\"op\": \"{mine}\"")) && written.contains("\"failed\""),
+            "{written}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&written).unwrap();
+        let failed = &json["records"][1];
+        let (start, end) = (failed["start_ns"].as_u64(), failed["end_ns"].as_u64());
+        assert!(
+            failed["bytes"] == 32 && start.zip(end).is_some_and(|(s, e)| s <= e),
             "{written}"
         );
     });
