@@ -102,7 +102,8 @@ impl Group {
 
     /// The last communication records of this group on this rank, oldest first (see
     /// [`Record`]; `NUVEC_DISTRIBUTED_TRACE_SIZE` of them, 256 by default); empty for
-    /// [`Group::single`] or a closed group.
+    /// [`Group::single`] or a closed group. Within the group's first 10 ms a read waits out
+    /// the rest of them, the time the clock of the records' times needs to know its rate.
     ///
     /// ```
     /// use nuvec_core::distributed::Group;

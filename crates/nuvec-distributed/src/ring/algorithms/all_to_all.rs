@@ -11,7 +11,7 @@
 //!   out first and are then all received, in one round trip (the same frames either way).
 //! - Otherwise the caller falls back to the communicator's default (an all-gather).
 
-use super::{chunk_bytes, single_copy, tuning, Calls, CHUNK_BYTES};
+use super::{single_copy, tuning, Calls, CHUNK_BYTES};
 use crate::ring::transport::{same_call, Transport};
 use crate::schedule::chunks;
 use crate::tcp::frame::{Header, Kind};
@@ -62,7 +62,9 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
     let block = input.len() / t.size();
     let blocks = vec![block; t.size()];
     let header = (Kind::AllToAll, dtype, input.len());
-    let chunk = chunk_bytes(input.len());
+    // Nothing is reduced on the way, so the ring passes' smaller chunks for large buffers
+    // (kept in cache for the sums) would only mean more frames.
+    let chunk = CHUNK_BYTES;
     // On one machine, reading the peers' blocks or taking their posts: the crossing point
     // is timed.
     let timed =
