@@ -196,3 +196,25 @@ fn all_to_alls_of_different_sizes_over_tcp_fail_on_every_rank() {
         exchanges::all_to_all_of_different_sizes_fails_everywhere(group);
     });
 }
+
+/// A rank bound to one core counts the machine crowded where its peer, free to use both
+/// cores, does not; the path a broadcast takes depends on it (where ranks outnumber cores the
+/// root writes into its readers only from 1 MiB). The ranks agree on it at init, so root and
+/// reader never pick different paths, and every broadcast arrives whole from either root.
+#[cfg(target_os = "linux")]
+#[test]
+fn ranks_that_count_the_cores_differently_agree_on_the_broadcast_path() {
+    let one_core = ["taskset", "-c", "0"].map(String::from).to_vec();
+    let launch = Launch {
+        prefix: vec![one_core],
+        ..Launch::default()
+    };
+    launch_ranks(test_name!(), 2, TIMEOUT, &launch, |group| {
+        let group = group.unwrap();
+        if group.rank() == 0 {
+            let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+            assert_eq!(cores, 1, "rank 0 runs under taskset on one core");
+        }
+        bodies::broadcast_gives_every_rank_the_roots_array(group);
+    });
+}
