@@ -17,6 +17,7 @@ use crate::node_hash::{NodeMap, NodeSet};
 use crate::primitive::{Input, OutputSpec};
 use crate::transforms::trace::{differentiating, placeholder_eval_error, Traced};
 use crate::{Device, Error, Result};
+use nuvec_cpu::Buffer;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -246,17 +247,20 @@ fn run(array: &Array, keep: bool) {
     };
     let result = execute(&op, inputs);
     let outputs = op.outputs.get().map(Vec::as_slice).unwrap_or_default();
-    match result {
-        Ok(states) => {
-            for (weak, state) in outputs.iter().zip(states) {
-                if let Some(node) = weak.upgrade() {
-                    if keep {
-                        let _ = node.history.set(op.clone());
-                    }
-                    *lock(&node.state) = state;
+    let settle = |states: &mut dyn Iterator<Item = State>| {
+        for (weak, state) in outputs.iter().zip(states) {
+            if let Some(node) = weak.upgrade() {
+                if keep {
+                    let _ = node.history.set(op.clone());
                 }
+                *lock(&node.state) = state;
             }
         }
+    };
+    match result {
+        Ok(Made::Buffers(buffers)) => settle(&mut buffers.into_iter().map(State::Ready)),
+        #[cfg(feature = "cuda")]
+        Ok(Made::States(states)) => settle(&mut states.into_iter()),
         Err(error) => {
             for weak in outputs {
                 if let Some(node) = weak.upgrade() {
@@ -299,8 +303,17 @@ fn collect_inputs(inputs: Vec<Array>) -> Result<Vec<Input>> {
     Ok(collected)
 }
 
-/// Runs `op` on its device over `inputs`, giving its outputs' states.
-fn execute(op: &Op, inputs: Vec<Array>) -> Result<Vec<State>> {
+/// What running an op made: its outputs' buffers on the host, or their states (on a GPU).
+enum Made {
+    /// Kept as the kernel returned them: small collectives run one op per call, and a
+    /// vector of states made from them would be one more allocation each time.
+    Buffers(Vec<Arc<Buffer>>),
+    #[cfg(feature = "cuda")]
+    States(Vec<State>),
+}
+
+/// Runs `op` on its device over `inputs`, giving what it made of its outputs.
+fn execute(op: &Op, inputs: Vec<Array>) -> Result<Made> {
     match op.device {
         Device::Cpu => {
             let mut inputs = collect_inputs(inputs)?;
@@ -309,10 +322,12 @@ fn execute(op: &Op, inputs: Vec<Array>) -> Result<Vec<State>> {
             let buffers = guarded(name, specs.len(), || {
                 op.primitive.eval_cpu(&mut inputs, &specs)
             })?;
-            Ok(buffers.into_iter().map(State::Ready).collect())
+            Ok(Made::Buffers(buffers))
         }
         #[cfg(feature = "cuda")]
-        Device::Gpu(index) => crate::gpu::execute(op, index, inputs, &specs_of(op)),
+        Device::Gpu(index) => {
+            crate::gpu::execute(op, index, inputs, &specs_of(op)).map(Made::States)
+        }
         #[cfg(not(feature = "cuda"))]
         device @ Device::Gpu(_) => Err(Error::eval(
             op.primitive.name(),
