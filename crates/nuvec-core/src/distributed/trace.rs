@@ -277,11 +277,12 @@ impl Trace {
 
     /// The records kept, oldest first.
     pub(crate) fn records(&self) -> Vec<Record> {
-        let ring = crate::array::lock(&self.state);
         if self.capacity == 0 {
             return Vec::new();
         }
+        // Before the lock: in the clock's first 10 ms the reader waits, and calls would too.
         let wall = self.clock.reader();
+        let ring = crate::array::lock(&self.state);
         let first = ring.next.saturating_sub(self.capacity as u64);
         (first..ring.next)
             .filter_map(|n| {
@@ -294,9 +295,9 @@ impl Trace {
     /// The last record begun on this rank (running, or how it ended), if any: where this
     /// rank is, for a report of where every rank is when the group fails.
     pub fn current(&self) -> Option<Record> {
+        let wall = self.clock.reader();
         let ring = crate::array::lock(&self.state);
         let at = self.slot(ring.next.checked_sub(1)?);
-        let wall = self.clock.reader();
         Some(ring.slots[at].as_ref()?.record(&self.ends[at], &wall))
     }
 }
