@@ -1,7 +1,7 @@
 //! The flight recorder's clock: a stamp costs one read of the CPU's counter
 //! (`nuvec_cpu::counter`: 11 ns on the 2-core AMD EPYC VM of `docs/performance.md`, where
-//! `Instant::now` costs about 30), turned into wall-clock time only when records are read, by the counter's rate
-//! measured between the clock's start and then. Where the CPU has no such counter, stamps are
+//! `Instant::now` costs about 30), turned into wall-clock time only when records are read,
+//! by the counter's rate measured between the clock's start and then. Where the CPU has no such counter, stamps are
 //! nanoseconds of `Instant` since the start.
 
 use std::sync::Mutex;

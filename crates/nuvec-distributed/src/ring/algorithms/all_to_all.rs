@@ -62,9 +62,6 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
     let block = input.len() / t.size();
     let blocks = vec![block; t.size()];
     let header = (Kind::AllToAll, dtype, input.len());
-    // Nothing is reduced on the way, so the ring passes' smaller chunks for large buffers
-    // (kept in cache for the sums) would only mean more frames.
-    let chunk = CHUNK_BYTES;
     // On one machine, reading the peers' blocks or taking their posts: the crossing point
     // is timed.
     let timed =
@@ -74,7 +71,7 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
         let reads = (path == tuning::Path::Thresholds) == (block >= ONE_COPY_FROM);
         let from = if reads { 0 } else { usize::MAX };
         let parts = (regions(input, &blocks), regions_mut(output, &blocks));
-        exchange(t, calls, header, parts, (chunk, from))
+        exchange(t, calls, header, parts, from)
     })
 }
 
@@ -94,18 +91,20 @@ pub(crate) fn all_to_all_v<T: Transport + ?Sized>(
         regions(input, &bytes(send)),
         regions_mut(output, &bytes(recv)),
     );
-    exchange(t, calls, header, parts, (CHUNK_BYTES, ONE_COPY_FROM))
+    exchange(t, calls, header, parts, ONE_COPY_FROM)
 }
 
 /// The exchange of `sends[j]` to rank `j` into `lands[j]` from rank `j`, on the path this
 /// transport has: on one machine regions of `one_copy_from` bytes or more read from the
-/// sender's memory; over TCP in chunks of `chunk` bytes.
+/// sender's memory; over TCP in chunks of [`CHUNK_BYTES`] (nothing is reduced on the way, so
+/// the ring passes' smaller chunks for large buffers, kept in cache for the sums, would only
+/// mean more frames).
 fn exchange<T: Transport + ?Sized>(
     t: &T,
     calls: &mut Calls,
     (kind, dtype, bytes): (Kind, DType, usize),
     (sends, mut lands): (Vec<&[u8]>, Vec<&mut [u8]>),
-    (chunk, one_copy_from): (usize, usize),
+    one_copy_from: usize,
 ) -> Result<()> {
     let (rank, n) = (t.rank(), t.size());
     if n == 1 {
@@ -124,13 +123,19 @@ fn exchange<T: Transport + ?Sized>(
     }
     let ours = calls.header(t, kind, dtype, bytes);
     lands[rank].copy_from_slice(sends[rank]);
-    let small = |r: &[u8]| r.len() <= AT_ONCE_BYTES.min(chunk);
+    let small = |r: &[u8]| r.len() <= AT_ONCE_BYTES.min(CHUNK_BYTES);
     if sends.iter().all(|r| small(r)) && lands.iter().all(|r| small(r)) {
         all_at_once(t, &ours, &sends, &mut lands)?;
     } else {
         for step in 1..n {
             let (to, from) = ((rank + step) % n, (rank + n - step) % n);
-            pairwise_step(t, &ours, (to, sends[to]), (from, &mut *lands[from]), chunk)?;
+            pairwise_step(
+                t,
+                &ours,
+                (to, sends[to]),
+                (from, &mut *lands[from]),
+                CHUNK_BYTES,
+            )?;
         }
     }
     for peer in (0..n).filter(|&p| p != rank) {
