@@ -52,6 +52,19 @@ fn regions_mut<'a>(mut bytes: &'a mut [u8], lengths: &[usize]) -> Vec<&'a mut [u
         .collect()
 }
 
+/// The first `n` regions of `block` bytes of `bytes` (empty ones for a block of 0).
+fn equal_regions(bytes: &[u8], n: usize, block: usize) -> Vec<&[u8]> {
+    (0..n).map(|j| &bytes[j * block..(j + 1) * block]).collect()
+}
+
+/// [`equal_regions`] of a buffer written to.
+fn equal_regions_mut(bytes: &mut [u8], n: usize, block: usize) -> Vec<&mut [u8]> {
+    match block {
+        0 => (0..n).map(|_| <&mut [u8]>::default()).collect(),
+        _ => bytes.chunks_exact_mut(block).take(n).collect(),
+    }
+}
+
 /// All-to-all of `input` into `output` (as long; both `size` blocks).
 pub(crate) fn all_to_all<T: Transport + ?Sized>(
     t: &T,
@@ -60,7 +73,6 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
     dtype: DType,
 ) -> Result<()> {
     let block = input.len() / t.size();
-    let blocks = vec![block; t.size()];
     let header = (Kind::AllToAll, dtype, input.len());
     // On one machine, reading the peers' blocks or taking their posts: the crossing point
     // is timed.
@@ -70,7 +82,10 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
     super::tuned(t, calls, bucket, |calls, path| {
         let reads = (path == tuning::Path::Thresholds) == (block >= ONE_COPY_FROM);
         let from = if reads { 0 } else { usize::MAX };
-        let parts = (regions(input, &blocks), regions_mut(output, &blocks));
+        let parts = (
+            equal_regions(input, t.size(), block),
+            equal_regions_mut(output, t.size(), block),
+        );
         exchange(t, calls, header, parts, from)
     })
 }

@@ -148,8 +148,18 @@ pub(crate) fn exchange_regions<T: Transport + ?Sized>(
     sends.rotate_left(rank);
     lands.rotate_left(rank);
     let by_reading = |len: usize| cfg!(target_os = "linux") && len >= one_copy_from;
-    let (offers, posted) = sends.into_iter().partition(|(_, r)| by_reading(r.len()));
-    let (reads, taken) = lands.into_iter().partition(|(_, r)| by_reading(r.len()));
+    // Small regions (every one, in a small call) all go through the mailboxes: the lists
+    // serve as they are, without the two partitions' allocations on each call's path.
+    let any_read = sends.iter().any(|(_, r)| by_reading(r.len()))
+        || lands.iter().any(|(_, r)| by_reading(r.len()));
+    let ((offers, posted), (reads, taken)) = if any_read {
+        (
+            sends.into_iter().partition(|(_, r)| by_reading(r.len())),
+            lands.into_iter().partition(|(_, r)| by_reading(r.len())),
+        )
+    } else {
+        ((Vec::new(), sends), (Vec::new(), lands))
+    };
     let local = || copy_own(mine, own);
     let known = &mut calls.cross_memory;
     exchange(&call, known, ((offers, reads), (posted, taken)), local)
