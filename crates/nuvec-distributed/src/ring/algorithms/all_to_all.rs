@@ -29,11 +29,11 @@ pub(crate) fn has_path<T: Transport + ?Sized>(t: &T) -> bool {
 }
 
 /// `bytes` cut into consecutive regions of `lengths` (which add up to at most its length).
-fn regions<'a>(bytes: &'a [u8], lengths: &[usize]) -> Vec<&'a [u8]> {
+fn regions(bytes: &[u8], lengths: impl IntoIterator<Item = usize>) -> Vec<&[u8]> {
     let mut at = 0;
     lengths
-        .iter()
-        .map(|&len| {
+        .into_iter()
+        .map(|len| {
             at += len;
             &bytes[at - len..at]
         })
@@ -41,28 +41,15 @@ fn regions<'a>(bytes: &'a [u8], lengths: &[usize]) -> Vec<&'a [u8]> {
 }
 
 /// [`regions`] of a buffer written to.
-fn regions_mut<'a>(mut bytes: &'a mut [u8], lengths: &[usize]) -> Vec<&'a mut [u8]> {
+fn regions_mut(mut bytes: &mut [u8], lengths: impl IntoIterator<Item = usize>) -> Vec<&mut [u8]> {
     lengths
-        .iter()
-        .map(|&len| {
+        .into_iter()
+        .map(|len| {
             let (head, tail) = std::mem::take(&mut bytes).split_at_mut(len);
             bytes = tail;
             head
         })
         .collect()
-}
-
-/// The first `n` regions of `block` bytes of `bytes` (empty ones for a block of 0).
-fn equal_regions(bytes: &[u8], n: usize, block: usize) -> Vec<&[u8]> {
-    (0..n).map(|j| &bytes[j * block..(j + 1) * block]).collect()
-}
-
-/// [`equal_regions`] of a buffer written to.
-fn equal_regions_mut(bytes: &mut [u8], n: usize, block: usize) -> Vec<&mut [u8]> {
-    match block {
-        0 => (0..n).map(|_| <&mut [u8]>::default()).collect(),
-        _ => bytes.chunks_exact_mut(block).take(n).collect(),
-    }
 }
 
 /// All-to-all of `input` into `output` (as long; both `size` blocks).
@@ -82,10 +69,9 @@ pub(crate) fn all_to_all<T: Transport + ?Sized>(
     super::tuned(t, calls, bucket, |calls, path| {
         let reads = (path == tuning::Path::Thresholds) == (block >= ONE_COPY_FROM);
         let from = if reads { 0 } else { usize::MAX };
-        let parts = (
-            equal_regions(input, t.size(), block),
-            equal_regions_mut(output, t.size(), block),
-        );
+        // The blocks' lengths as an iterator: no vector of them on each call's path.
+        let blocks = || std::iter::repeat_n(block, t.size());
+        let parts = (regions(input, blocks()), regions_mut(output, blocks()));
         exchange(t, calls, header, parts, from)
     })
 }
@@ -103,8 +89,8 @@ pub(crate) fn all_to_all_v<T: Transport + ?Sized>(
     // Every rank's header names the row size, which the ranks share.
     let header = (Kind::AllToAllV, dtype, row_bytes);
     let parts = (
-        regions(input, &bytes(send)),
-        regions_mut(output, &bytes(recv)),
+        regions(input, bytes(send)),
+        regions_mut(output, bytes(recv)),
     );
     exchange(t, calls, header, parts, ONE_COPY_FROM)
 }
