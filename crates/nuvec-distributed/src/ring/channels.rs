@@ -205,7 +205,7 @@ impl Nearby {
         self.to.get(dst)?.as_ref()
     }
 
-    /// The channel from rank `src`, if any (see [`Network::channel_to`]).
+    /// The channel from rank `src`, if any (see [`Nearby::channel_to`]).
     pub(crate) fn channel_from(&self, src: usize) -> Option<&Channel> {
         self.from.get(src)?.as_ref()
     }

@@ -36,7 +36,7 @@ pub(crate) const PIPELINED_WRITES: std::ops::RangeInclusive<usize> = (48 << 10).
 /// Smaller ones go whole: pieces gained nothing there, and the extra sends cost (measured on
 /// the Intel Xeon VM: `docs/performance.md`, "Tuning measurements").
 ///
-/// [`SEND_PIECE`]: super::peer::SEND_PIECE
+/// [`SEND_PIECE`]: crate::tcp::SEND_PIECE
 pub(crate) const PIECES_FROM: usize = 16 << 20;
 
 /// How many of a payload's `bytes` go first, on the message's own connection: all of a small

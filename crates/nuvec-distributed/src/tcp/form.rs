@@ -133,7 +133,7 @@ fn connect(
 /// and receives at once (the two ranks of a ring, every exchange of a doubling) never takes
 /// the lock of the socket its peer's data arrives on.
 ///
-/// One rank of each pair opens both directions' connections ([`pairs::opener`]): for each
+/// One rank of each pair opens both directions' connections ([`super::pairs::opener`]): for each
 /// address of the other rank, first the one it writes on, then the one it reads from, each
 /// with the handshake done before the next is opened, so the accepting rank tells them apart
 /// by their order (it hands over an accepted connection before the verdict that lets the

@@ -46,7 +46,7 @@ pub(super) fn agree(formed: &mut Formed, reachable: &[bool], deadline: Instant) 
 }
 
 /// The streams of a forming rank, by peer: for each, the `m` it writes on, then the `m` it
-/// reads from ([`form_mesh`]).
+/// reads from ([`super::form::form_mesh`]).
 pub(super) struct Formed {
     rank: usize,
     size: usize,
@@ -125,7 +125,7 @@ impl Formed {
         })
     }
 
-    /// The relay's connections ([`Mesh::relay`]).
+    /// The relay's connections ([`super::form::Mesh::relay`]).
     pub(super) fn relay(&mut self) -> Result<[TcpStream; 4]> {
         let opened = std::mem::take(&mut self.relay_opened);
         let accepted = std::mem::take(&mut self.relay_accepted);

@@ -24,7 +24,7 @@ pub(crate) enum Kind {
     Chunk = 8,
     /// A rank's notice that its group failed, and why.
     Abort = 9,
-    /// A broadcast: its header's byte count carries the root too ([`Header::broadcast`]).
+    /// A broadcast: its header's byte count carries the root too ([`Header::broadcast_bytes`]).
     Broadcast = 10,
     AllToAll = 11,
     /// An all-to-all of counted rows: its header's byte count is the row's.
