@@ -3,8 +3,8 @@
 //! other rank a channel and accepts those it can open (`shm/offers.rs`). Both ends then know
 //! which directions have a channel. A message to a rank with one is posted in the channel's
 //! message mailbox (`posted_messages.rs`), with its payload when it fits in a post; a larger
-//! payload follows as a message on TCP whose payload, from [`SHARED_FROM`] bytes on, goes
-//! through the channel's slots. Every chunk of a ring collective between neighbours that
+//! payload follows through the channel's slots from [`SHARED_FROM`] bytes on (the post alone
+//! announcing it), and below that as a message on TCP. Every chunk of a ring collective between neighbours that
 //! share a channel goes through it (`network.rs`); where the whole group shares the machine,
 //! the small collectives go through the channels' collective mailboxes
 //! (`algorithms/mailboxes.rs`). Abort notices travel on TCP, and a rank giving up also says

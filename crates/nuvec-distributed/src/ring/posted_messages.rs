@@ -1,8 +1,11 @@
 //! Point-to-point messages between ranks on one machine through the mailbox
 //! (`shm/mailbox.rs`): `send` posts the message's header and shape, and its payload too when
-//! they fit in a post; a larger payload follows as before, on the connection with the
-//! payload through the channel's slots. `recv` waits on the mailbox alone, so a small
-//! message costs no system call on either side, and reads what the post says follows.
+//! they fit in a post; a larger one follows through the channel's slots (from
+//! [`SHARED_FROM`] bytes) or on the connection. `recv` waits on the mailbox alone, so a
+//! message posted whole or through the slots costs no system call on either side, and reads
+//! what the post says follows. Through the slots the post alone announces the payload: a
+//! header on the connection as well cost the sender a write and the receiver a read, which
+//! on a crowded machine could sleep (the 4-rank ping-pong of 64 KB, `docs/performance.md`).
 //!
 //! A payload larger than the channel's slots hold goes in one copy instead (Linux), as does
 //! one too large for a post to a receiver already waiting for it: the post says where it lies
@@ -18,6 +21,7 @@
 //! receiver never look in different places: a receiver expecting another size or type
 //! learns it from the post and drains the message before it reports the mismatch.
 
+use super::channels::SHARED_FROM;
 use super::cross_memory::{Location, LOCATION_BYTES};
 use super::network::Network;
 use super::transport::Transport;
@@ -52,6 +56,9 @@ const BOTH_COPY_FROM: usize = 2 * SLOT_BYTES;
 /// The offset a post gives to say that its payload is to be read from the sender's memory
 /// (every other message post has offset 0).
 const IN_MEMORY: u64 = 1;
+/// The offset a post gives to say that its payload follows through the channel's slots,
+/// with no header on the connection.
+const IN_SLOTS: u64 = 2;
 
 /// How long to give the receiver of `bytes` to start waiting for them.
 fn patience(bytes: usize) -> Duration {
@@ -143,15 +150,21 @@ impl Network {
             }
         }
         let parts: &[&[u8]] = if inline { &[shape, data] } else { &[shape] };
+        let slots = !inline && data.len() >= SHARED_FROM;
+        let offset = if slots { IN_SLOTS } else { 0 };
         channel.post(
             Mailbox::Messages,
             &header,
-            0,
+            offset as usize,
             parts,
             (self.timeout, &mut alive),
         )?;
         if inline {
             return Ok(());
+        }
+        if slots {
+            let mut alive = || self.connections.still_there("send", dst);
+            return channel.write("send", data, self.timeout, &mut alive);
         }
         self.write_message(dst, meta, data)
     }
@@ -191,8 +204,12 @@ impl Network {
         }
         let meta = 4 + 4 * ndim;
         let in_memory = post.offset == IN_MEMORY;
-        let inline =
-            !in_memory && (meta as u64).checked_add(header.bytes) == Some(post.piece.len() as u64);
+        let in_slots = post.offset == IN_SLOTS;
+        if !matches!(post.offset, 0 | IN_MEMORY | IN_SLOTS) {
+            return Err(corrupt(format!("gives offset {}", post.offset)));
+        }
+        let inline = post.offset == 0
+            && (meta as u64).checked_add(header.bytes) == Some(post.piece.len() as u64);
         let expected_length = match (in_memory, inline) {
             (true, _) => meta + LOCATION_BYTES,
             (false, true) => post.piece.len(),
@@ -201,7 +218,7 @@ impl Network {
         if post.piece.len() < meta || post.piece.len() != expected_length {
             return Err(corrupt(format!("holds {} bytes", post.piece.len())));
         }
-        if !inline && !in_memory {
+        if !inline && !in_memory && !in_slots {
             channel.release(Mailbox::Messages);
             return Ok(Ok(Posted::OnConnection));
         }
@@ -214,6 +231,10 @@ impl Network {
                 channel.answer(Mailbox::Messages, Answer::Dropped);
             }
             channel.release(Mailbox::Messages);
+            if in_slots {
+                // Skipped, so that the slots hold the next payload's bytes at their start.
+                channel.skip("recv", header.bytes, self.timeout, &mut alive)?;
+            }
             return Ok(Err(Refused(format!(
                 "rank {src} sent {} {their_shape:?}, this rank (rank {}) expected {dtype} {shape:?}",
                 header.dtype, self.rank
@@ -232,6 +253,11 @@ impl Network {
             } else {
                 Posted::OnConnection
             }));
+        }
+        if in_slots {
+            channel.release(Mailbox::Messages);
+            channel.read("recv", data, self.timeout, &mut alive)?;
+            return Ok(Ok(Posted::Received));
         }
         data.copy_from_slice(&post.piece[meta..]);
         channel.release(Mailbox::Messages);

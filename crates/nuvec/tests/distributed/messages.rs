@@ -263,6 +263,48 @@ fn refused_large_message_then_next(group: Group) {
     }
 }
 
+/// A message the post announces through the channel's slots (its receiver not yet waiting,
+/// so it is not read from the sender's memory), refused for its shape: its bytes are skipped
+/// in the slots, so the messages after it, whole in a post and through the slots, arrive.
+#[test]
+fn a_refused_message_through_the_slots_is_skipped_and_the_next_ones_arrive() {
+    const ELEMENTS: usize = (64 << 10) / 4 + 3;
+    run_ranks(test_name!(), 2, TIMEOUT, |group| {
+        let small = array![5.0f32, 6.0];
+        if group.rank() == 0 {
+            for shift in [0.0, 1.0] {
+                distributed::send(&message(ELEMENTS, shift), 1, Some(&group))
+                    .check()
+                    .unwrap();
+            }
+            distributed::send(&small, 1, Some(&group)).check().unwrap();
+            distributed::send(&message(ELEMENTS, 3.0), 1, Some(&group))
+                .check()
+                .unwrap();
+        } else {
+            // Every message is in the slots or a post before this rank asks for any.
+            std::thread::sleep(Duration::from_millis(200));
+            let first = distributed::recv_like(&message(ELEMENTS, 0.0), 0, Some(&group));
+            assert!(is_message(&first, ELEMENTS, 0.0));
+            let wrong = ops::zeros(&[ELEMENTS as i32 + 1], DType::F32);
+            let error = distributed::recv_like(&wrong, 0, Some(&group))
+                .check()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.starts_with("[recv] rank 0:")
+                    && error.contains(&format!("[{ELEMENTS}]"))
+                    && error.contains("expected"),
+                "{error}"
+            );
+            let next = distributed::recv_like(&small, 0, Some(&group));
+            assert_eq!(next.to_vec::<f32>().unwrap(), vec![5.0, 6.0]);
+            let last = distributed::recv_like(&message(ELEMENTS, 0.0), 0, Some(&group));
+            assert!(is_message(&last, ELEMENTS, 3.0));
+        }
+    });
+}
+
 #[test]
 fn a_message_not_yet_received_does_not_fail_a_collective_that_waits() {
     // Rank 2's message to rank 0 waits on a connection rank 0's ring sum never reads, while

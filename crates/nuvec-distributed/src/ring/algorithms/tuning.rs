@@ -13,6 +13,11 @@
 //! the fastest of its timings of each path, one small all-reduce takes the slowest rank's
 //! (a collective takes as long as its slowest rank), and every rank keeps the other path
 //! only if it is clearly faster ([`MARGIN`]): the same everywhere, from the same numbers.
+//! Where neither path is clearly faster, both are timed again, up to [`ROUNDS`] rounds, each
+//! path's fastest over all its rounds deciding: one rank descheduled through every trial of
+//! one path once made the slower path look level and kept it (the 4-rank 1 MiB all-to-all's
+//! reads at about 240 µs where its mailboxes take 125-145 µs), and a second round rarely
+//! finds the same rank slow again.
 //! The paths give the same bits (copies, or a sum of two ranks, where `a + b` is `b + a`),
 //! so a call's result does not depend on which ran. `NUVEC_RING_TUNING=off` (or
 //! `Options::tuning`) keeps the thresholds.
@@ -27,6 +32,9 @@ const WARM_UP: usize = 3;
 const TRIALS: usize = 8;
 /// How much faster than the thresholds' path the other must be to be kept.
 const MARGIN: f64 = 0.8;
+/// The most rounds of trials a bucket runs while neither path is clearly faster, after
+/// which it keeps the thresholds' path.
+const ROUNDS: usize = 3;
 
 /// One of the two paths of a bucket: the one the thresholds pick, or the other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,7 +54,10 @@ pub(crate) fn bucket(kind: Kind, size: usize, bytes: usize) -> Bucket {
 
 #[derive(Debug, Default)]
 struct Trials {
+    /// Calls in the current round.
     calls: usize,
+    /// Rounds of trials finished without a clear winner.
+    rounds: usize,
     thresholds: Vec<f64>,
     other: Vec<f64>,
     chosen: Option<Path>,
@@ -97,20 +108,30 @@ impl Tuning {
             Path::Thresholds => trials.thresholds.push(elapsed.as_secs_f64()),
             Path::Other => trials.other.push(elapsed.as_secs_f64()),
         }
-        (trials.thresholds.len() >= TRIALS && trials.other.len() >= TRIALS)
+        let due = TRIALS * (trials.rounds + 1);
+        (trials.thresholds.len() >= due && trials.other.len() >= due)
             .then(|| [fastest(&trials.thresholds), fastest(&trials.other)])
     }
 
     /// Keeps, for `bucket`, the other path if its agreed time (every rank's slowest) is
-    /// below [`MARGIN`] of the thresholds' path's, else the thresholds' path: trials on a
-    /// busy machine are noisy, and the thresholds were measured over many runs.
+    /// below [`MARGIN`] of the thresholds' path's, and the thresholds' path if the other's
+    /// is above `1 / MARGIN` of it: trials on a busy machine are noisy, and the thresholds
+    /// were measured over many runs. Between the two, the bucket times both paths another
+    /// round, keeping this round's timings, up to [`ROUNDS`]; then it keeps the thresholds'.
     pub(crate) fn decide(&mut self, bucket: Bucket, agreed: [f64; 2]) {
-        if let Some(trials) = self.buckets.get_mut(&bucket) {
-            trials.chosen = Some(match agreed[1] < MARGIN * agreed[0] {
-                true => Path::Other,
-                false => Path::Thresholds,
-            });
-        }
+        let Some(trials) = self.buckets.get_mut(&bucket) else {
+            return;
+        };
+        let [thresholds, other] = agreed;
+        trials.chosen = if other < MARGIN * thresholds {
+            Some(Path::Other)
+        } else if other * MARGIN > thresholds || trials.rounds + 1 >= ROUNDS {
+            Some(Path::Thresholds)
+        } else {
+            trials.rounds += 1;
+            trials.calls = 0;
+            None
+        };
     }
 
     /// The path kept for `bucket`, once chosen.
@@ -154,15 +175,10 @@ mod tests {
         assert!(paths[each..].iter().all(|p| *p == Path::Other));
         // Each path's fastest timing.
         assert_eq!(fastest, Some([0.003, 0.001]));
-        tuning.decide(at, [0.003, 0.0026]);
-        assert_eq!(
-            tuning.chosen(at),
-            Some(Path::Thresholds),
-            "within the margin"
-        );
         tuning.decide(at, [0.003, 0.002]);
         assert_eq!(tuning.chosen(at), Some(Path::Other));
         assert_eq!(tuning.next(at), Path::Other);
+        assert_eq!(tuning.record(at, Path::Other, Duration::ZERO), None);
         // Another bucket starts over; a disabled tuning keeps the thresholds.
         assert_eq!(
             tuning.next(bucket(Kind::AllGather, 4, 100_000)),
@@ -171,5 +187,59 @@ mod tests {
         let mut off = Tuning::default();
         assert_eq!(off.next(at), Path::Thresholds);
         assert_eq!(off.record(at, Path::Thresholds, Duration::ZERO), None);
+    }
+
+    /// Runs one round of `bucket`'s trials, each path's calls taking `millis`, and returns
+    /// the paths taken and what the last call's record gave.
+    fn round(tuning: &mut Tuning, at: Bucket, millis: [u64; 2]) -> (Vec<Path>, Option<[f64; 2]>) {
+        let mut paths = Vec::new();
+        for _ in 0..2 * (WARM_UP + TRIALS) {
+            let path = tuning.next(at);
+            paths.push(path);
+            let ms = millis[usize::from(path == Path::Other)];
+            if let Some(fastest) = tuning.record(at, path, Duration::from_millis(ms)) {
+                return (paths, Some(fastest));
+            }
+        }
+        (paths, None)
+    }
+
+    #[test]
+    fn paths_within_the_margin_are_timed_again_keeping_each_paths_fastest() {
+        let mut tuning = Tuning {
+            enabled: true,
+            ..Tuning::default()
+        };
+        let at = bucket(Kind::AllToAll, 4, 1 << 20);
+        let each = WARM_UP + TRIALS;
+        // Level: neither path is kept, and a second round runs both again in the same order.
+        let (paths, fastest) = round(&mut tuning, at, [10, 9]);
+        assert_eq!(fastest, Some([0.010, 0.009]));
+        tuning.decide(at, [0.010, 0.009]);
+        assert_eq!(tuning.chosen(at), None, "within the margin");
+        let (again, fastest) = round(&mut tuning, at, [12, 5]);
+        assert_eq!(again, paths);
+        assert!(again[..each].iter().all(|p| *p == Path::Thresholds));
+        assert!(again[each..].iter().all(|p| *p == Path::Other));
+        // The fastest of both rounds: the thresholds' 10 ms from the first.
+        assert_eq!(fastest, Some([0.010, 0.005]));
+        tuning.decide(at, [0.010, 0.005]);
+        assert_eq!(tuning.chosen(at), Some(Path::Other));
+
+        // Level through every round: the thresholds' path, after the last.
+        let at = bucket(Kind::AllToAll, 4, 1 << 16);
+        for done in 1..=ROUNDS {
+            let (_, fastest) = round(&mut tuning, at, [10, 10]);
+            assert_eq!(fastest, Some([0.010, 0.010]), "round {done}");
+            tuning.decide(at, [0.010, 0.010]);
+            let expected = (done == ROUNDS).then_some(Path::Thresholds);
+            assert_eq!(tuning.chosen(at), expected, "after round {done}");
+        }
+
+        // Clearly slower: the thresholds' path at once.
+        let at = bucket(Kind::AllToAll, 2, 1 << 16);
+        round(&mut tuning, at, [10, 20]);
+        tuning.decide(at, [0.010, 0.020]);
+        assert_eq!(tuning.chosen(at), Some(Path::Thresholds));
     }
 }
