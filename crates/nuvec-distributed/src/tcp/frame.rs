@@ -7,7 +7,7 @@ use nuvec_core::DType;
 /// Marks nuvec frames ("NUVC").
 pub(crate) const MAGIC: u32 = 0x4E55_5643;
 /// Bumped whenever the wire format changes; peers must agree.
-pub(crate) const VERSION: u16 = 5;
+pub(crate) const VERSION: u16 = 6;
 /// Encoded size of a [`Header`].
 pub(crate) const HEADER_BYTES: usize = 24;
 
