@@ -4,11 +4,11 @@
 //! which directions have a channel. A message to a rank with one is posted in the channel's
 //! message mailbox (`posted_messages.rs`), with its payload when it fits in a post; a larger
 //! payload follows through the channel's slots from [`SHARED_FROM`] bytes on (the post alone
-//! announcing it), and below that as a message on TCP. Every chunk of a ring collective between neighbours that
-//! share a channel goes through it (`network.rs`); where the whole group shares the machine,
-//! the small collectives go through the channels' collective mailboxes
-//! (`algorithms/mailboxes.rs`). Abort notices travel on TCP, and a rank giving up also says
-//! so in its channels.
+//! announcing it), and below that as a message on TCP. Every chunk of a ring collective
+//! between neighbours that share a channel goes through it (`network.rs`); where the whole
+//! group shares the machine, the small collectives go through the channels' collective
+//! mailboxes (`algorithms/mailboxes.rs`). Abort notices travel on TCP, and a rank giving up
+//! also says so in its channels.
 //!
 //! `NUVEC_RING_SHARED_MEMORY=off` keeps every payload and chunk on TCP (`auto`, the default,
 //! offers channels). Each channel takes `shm::CHANNEL_BYTES` (1.75 MiB and a page: 1 MiB of

@@ -54,7 +54,7 @@ const AWAIT_RECEIVER_NS_PER_KIB: u64 = 25;
 /// with the above).
 const BOTH_COPY_FROM: usize = 2 * SLOT_BYTES;
 /// The offset a post gives to say that its payload is to be read from the sender's memory
-/// (every other message post has offset 0).
+/// (offset 0: the payload is in the post, or follows on the connection).
 const IN_MEMORY: u64 = 1;
 /// The offset a post gives to say that its payload follows through the channel's slots,
 /// with no header on the connection.
