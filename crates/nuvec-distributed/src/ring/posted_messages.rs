@@ -1,9 +1,9 @@
 //! Point-to-point messages between ranks on one machine through the mailbox
 //! (`shm/mailbox.rs`): `send` posts the message's header and shape, and its payload too when
 //! they fit in a post; a larger one follows through the channel's slots (from
-//! [`SHARED_FROM`] bytes) or on the connection. `recv` waits on the mailbox alone, so a
-//! message posted whole or through the slots costs no system call on either side, and reads
-//! what the post says follows. Through the slots the post alone announces the payload: a
+//! `SHARED_FROM` bytes, `channels.rs`) or on the connection. `recv` waits on the mailbox
+//! alone, so a message posted whole or through the slots costs no system call on either
+//! side, and reads what the post says follows. Through the slots the post alone announces the payload: a
 //! header on the connection as well cost the sender a write and the receiver a read, which
 //! on a crowded machine could sleep (the 4-rank ping-pong of 64 KB, `docs/performance.md`).
 //!
@@ -21,7 +21,6 @@
 //! receiver never look in different places: a receiver expecting another size or type
 //! learns it from the post and drains the message before it reports the mismatch.
 
-use super::channels::SHARED_FROM;
 use super::cross_memory::{Location, LOCATION_BYTES};
 use super::network::Network;
 use super::transport::Transport;
@@ -150,7 +149,7 @@ impl Network {
             }
         }
         let parts: &[&[u8]] = if inline { &[shape, data] } else { &[shape] };
-        let slots = !inline && data.len() >= SHARED_FROM;
+        let slots = !inline && self.nearby.shared_to(dst, data.len()).is_some();
         let offset = if slots { IN_SLOTS } else { 0 };
         channel.post(
             Mailbox::Messages,

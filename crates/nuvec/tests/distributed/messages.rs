@@ -233,6 +233,21 @@ fn a_large_message_of_another_shape_is_refused_and_the_next_one_arrives() {
     );
 }
 
+/// Receives a message like `wrong` from rank 0, which sent one of `sent` elements instead:
+/// the error names rank 0, the shape it sent and what was expected.
+fn expect_refused_from_rank_0(wrong: &Array, sent: usize, group: &Group) {
+    let error = distributed::recv_like(wrong, 0, Some(group))
+        .check()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("[recv] rank 0:")
+            && error.contains(&format!("[{sent}]"))
+            && error.contains("expected"),
+        "{error}"
+    );
+}
+
 fn refused_large_message_then_next(group: Group) {
     let small = array![5.0f32, 6.0];
     if group.rank() == 0 {
@@ -245,16 +260,7 @@ fn refused_large_message_then_next(group: Group) {
             .unwrap();
     } else {
         let wrong = ops::zeros(&[LARGE_MESSAGE as i32 - 1], DType::F32);
-        let error = distributed::recv_like(&wrong, 0, Some(&group))
-            .check()
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.starts_with("[recv] rank 0:")
-                && error.contains(&format!("[{LARGE_MESSAGE}]"))
-                && error.contains("expected"),
-            "{error}"
-        );
+        expect_refused_from_rank_0(&wrong, LARGE_MESSAGE, &group);
         let next = distributed::recv_like(&small, 0, Some(&group));
         assert_eq!(next.to_vec::<f32>().unwrap(), vec![5.0, 6.0]);
         // All of the refused message was drained: the next large one is whole.
@@ -287,16 +293,7 @@ fn a_refused_message_through_the_slots_is_skipped_and_the_next_ones_arrive() {
             let first = distributed::recv_like(&message(ELEMENTS, 0.0), 0, Some(&group));
             assert!(is_message(&first, ELEMENTS, 0.0));
             let wrong = ops::zeros(&[ELEMENTS as i32 + 1], DType::F32);
-            let error = distributed::recv_like(&wrong, 0, Some(&group))
-                .check()
-                .unwrap_err()
-                .to_string();
-            assert!(
-                error.starts_with("[recv] rank 0:")
-                    && error.contains(&format!("[{ELEMENTS}]"))
-                    && error.contains("expected"),
-                "{error}"
-            );
+            expect_refused_from_rank_0(&wrong, ELEMENTS, &group);
             let next = distributed::recv_like(&small, 0, Some(&group));
             assert_eq!(next.to_vec::<f32>().unwrap(), vec![5.0, 6.0]);
             let last = distributed::recv_like(&message(ELEMENTS, 0.0), 0, Some(&group));

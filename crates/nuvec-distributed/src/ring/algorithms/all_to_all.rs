@@ -85,12 +85,11 @@ pub(crate) fn all_to_all_v<T: Transport + ?Sized>(
     (send, recv, row_bytes): (&[usize], &[usize], usize),
     dtype: DType,
 ) -> Result<()> {
-    let bytes = |counts: &[usize]| -> Vec<usize> { counts.iter().map(|c| c * row_bytes).collect() };
     // Every rank's header names the row size, which the ranks share.
     let header = (Kind::AllToAllV, dtype, row_bytes);
     let parts = (
-        regions(input, bytes(send)),
-        regions_mut(output, bytes(recv)),
+        regions(input, send.iter().map(|c| c * row_bytes)),
+        regions_mut(output, recv.iter().map(|c| c * row_bytes)),
     );
     exchange(t, calls, header, parts, ONE_COPY_FROM)
 }
